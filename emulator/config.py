@@ -1,0 +1,87 @@
+"""One emulated server's settings, resolved the way SGLang resolves its own defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from emulator.acceptance import Acceptance
+from emulator.engine import Engine
+from emulator.hardware import HardwareModel
+
+VERSION = "0.5.23"
+SPEC_DEFAULT_MAX_RUNNING = 48  # SGLang's cap for EAGLE-family servers left unset
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    mode: Literal["spec", "base"]
+    hardware: HardwareModel
+    acceptance: Acceptance
+    host: str = "127.0.0.1"
+    port: int = 30000
+    time_scale: float = 1.0
+    max_running_requests: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_queued_requests: int | None = None
+    context_length: int = 131072
+    decode_log_interval: int = 40
+    health_timeout: float = 20.0
+    seed: int = 0
+
+    @property
+    def speculative(self) -> bool:
+        return self.mode == "spec"
+
+    @property
+    def effective_max_running(self) -> int:
+        if self.max_running_requests is not None:
+            return self.max_running_requests
+        return SPEC_DEFAULT_MAX_RUNNING if self.speculative else self.hardware.max_running_requests
+
+    @property
+    def effective_cuda_graph_max_bs(self) -> int:
+        if self.cuda_graph_max_bs is not None:
+            return self.cuda_graph_max_bs
+        return min(self.hardware.cuda_graph_max_bs, self.effective_max_running)
+
+    @property
+    def model_path(self) -> str:
+        return str(self.hardware.raw.get("model_path", self.hardware.name))
+
+    def server_args(self) -> dict[str, Any]:
+        spec = self.speculative
+        steps = self.acceptance.steps
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path,
+            "served_model_name": self.model_path,
+            "host": self.host,
+            "port": self.port,
+            "tp_size": int(self.hardware.raw.get("tp_size", 1)),
+            "dp_size": 1,
+            "context_length": self.context_length,
+            "max_running_requests": self.effective_max_running,
+            "max_queued_requests": self.max_queued_requests,
+            "cuda_graph_max_bs": self.effective_cuda_graph_max_bs,
+            "chunked_prefill_size": 8192,
+            "random_seed": self.seed,
+            "enable_metrics": True,
+            "decode_log_interval": self.decode_log_interval,
+            "speculative_algorithm": "EAGLE3" if spec else None,
+            "speculative_draft_model_path": self.hardware.raw.get("draft_model_path") if spec else None,
+            "speculative_num_steps": steps if spec else None,
+            "speculative_eagle_topk": 1 if spec else None,
+            "speculative_num_draft_tokens": steps + 1 if spec else None,
+        }
+
+    def engine(self) -> Engine:
+        return Engine(
+            self.hardware,
+            speculative=self.speculative,
+            steps=self.acceptance.steps,
+            acceptance=self.acceptance,
+            max_running_requests=self.effective_max_running,
+            cuda_graph_max_bs=self.effective_cuda_graph_max_bs,
+            seed=self.seed,
+        )

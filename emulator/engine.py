@@ -1,0 +1,205 @@
+"""The engine model: SGLang-style continuous batching as a pure state machine.
+
+``Engine.step()`` decides the next batch, advances every sequence in it and returns how
+long the step takes on the modelled hardware. It never sleeps and never reads a clock:
+the server's loop sleeps the duration (scaled) before delivering the tokens, and the
+predictor and offline replays advance a virtual clock instead.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from emulator.acceptance import Acceptance, accepted_drafts
+from emulator.hardware import HardwareModel
+from emulator.vocabulary import EOS_TOKEN_ID, TOKEN_ID_BASE, WORDS, word
+
+FinishType = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class Finish:
+    type: FinishType
+    matched: str | int | None = None
+    length: int | None = None
+
+
+@dataclass
+class Sequence:
+    """One request inside the engine."""
+
+    rid: str
+    prompt: str
+    prompt_tokens: int
+    max_new_tokens: int
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    sampling_seed: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    verify_ct: int = 0
+    finish: Finish | None = None
+    aborted: bool = False
+    accept_rate: float = 0.0
+    listener: Callable[[Sequence, int], None] | None = None
+    _tokens: random.Random = field(default_factory=random.Random, repr=False)
+    _accepts: random.Random = field(default_factory=random.Random, repr=False)
+    _eos_at: int | None = None
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + len(self.output_ids)
+
+    def seed(self, engine_seed: int) -> None:
+        """Outputs depend only on the seed and the request, never on batching, and are the
+        same with and without speculation (lossless, as greedy EAGLE is)."""
+        key = f"{engine_seed}|{self.sampling_seed}|{self.prompt}"
+        self._tokens = random.Random(f"tokens|{key}")
+        self._accepts = random.Random(f"accepts|{key}")
+        natural = int(self._tokens.lognormvariate(math.log(160.0), 0.6)) + 1
+        self._eos_at = None if self.ignore_eos else min(natural, 8192)
+
+    def generate(self, n: int) -> int:
+        """Append up to ``n`` tokens, stopping at EOS, a stop string or the length limit."""
+        made = 0
+        while made < n and self.finish is None:
+            if len(self.output_ids) >= self.max_new_tokens:
+                self.finish = Finish("length", length=len(self.output_ids))
+                break
+            made += 1
+            if self._eos_at is not None and len(self.output_ids) + 1 >= self._eos_at:
+                self.output_ids.append(EOS_TOKEN_ID)
+                self.finish = Finish("stop", matched=EOS_TOKEN_ID)
+                break
+            token = TOKEN_ID_BASE + self._tokens.randrange(len(WORDS))
+            self.output_ids.append(token)
+            self.text += word(token)
+            self._check_stop()
+        if self.finish is None and len(self.output_ids) >= self.max_new_tokens:
+            self.finish = Finish("length", length=len(self.output_ids))
+        return made
+
+    def _check_stop(self) -> None:
+        for stop in self.stop:
+            at = self.text.find(stop, max(0, len(self.text) - len(stop) - 16))
+            if at >= 0:
+                self.text = self.text[:at]
+                self.finish = Finish("stop", matched=stop)
+                return
+
+
+@dataclass(frozen=True)
+class Emission:
+    """What one step gave one sequence, to be delivered when the step's time is up."""
+
+    seq: Sequence
+    ids: tuple[int, ...]
+    text: str
+    finish: Finish | None
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: Literal["prefill", "decode"]
+    duration: float
+    batch: int
+    emitted: tuple[Emission, ...]
+
+
+class Engine:
+    def __init__(
+        self,
+        hardware: HardwareModel,
+        *,
+        speculative: bool,
+        steps: int,
+        acceptance: Acceptance,
+        max_running_requests: int,
+        cuda_graph_max_bs: int,
+        seed: int = 0,
+        chunked_prefill_size: int = 8192,
+    ) -> None:
+        self.hardware = hardware
+        self.speculative = speculative
+        self.steps = steps
+        self.acceptance = acceptance
+        self.max_running_requests = max_running_requests
+        self.cuda_graph_max_bs = cuda_graph_max_bs
+        self.seed = seed
+        self.chunked_prefill_size = chunked_prefill_size
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def submit(self, seq: Sequence) -> None:
+        seq.seed(self.seed)
+        seq.accept_rate = self.acceptance.rate_for(seq.prompt)
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        """The sequence leaves at the next step boundary."""
+        seq.aborted = True
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def step(self) -> Step | None:
+        self._drop_finished()
+        if self.waiting and len(self.running) < self.max_running_requests:
+            return self._prefill()
+        if self.running:
+            return self._decode()
+        return None
+
+    def _drop_finished(self) -> None:
+        for seq in self.waiting:
+            if seq.aborted and seq.finish is None:
+                seq.finish = Finish("abort")
+        self.waiting = deque(s for s in self.waiting if not s.aborted)
+        for seq in self.running:
+            if seq.aborted and seq.finish is None:
+                seq.finish = Finish("abort")
+        self.running = [s for s in self.running if s.finish is None]
+
+    def _prefill(self) -> Step:
+        admitted: list[Sequence] = []
+        tokens = 0
+        room = self.max_running_requests - len(self.running)
+        while self.waiting and len(admitted) < room:
+            nxt = self.waiting[0]
+            if admitted and tokens + nxt.prompt_tokens > self.chunked_prefill_size:
+                break
+            admitted.append(self.waiting.popleft())
+            tokens += nxt.prompt_tokens
+        duration = self.hardware.prefill_ms(max(tokens, 1), self.speculative) / 1000.0
+        emitted = tuple(_advance(seq, 1) for seq in admitted)
+        self.running.extend(admitted)
+        return Step("prefill", duration, len(admitted), emitted)
+
+    def _decode(self) -> Step:
+        batch = len(self.running)
+        kv = sum(seq.context_tokens for seq in self.running)
+        if self.speculative:
+            ms = self.hardware.speculative_ms(batch, self.steps, kv, self.cuda_graph_max_bs)
+        else:
+            ms = self.hardware.decode_ms(batch, kv, self.cuda_graph_max_bs)
+        emitted = []
+        for seq in self.running:
+            n = 1
+            if self.speculative:
+                seq.verify_ct += 1
+                n += accepted_drafts(seq._accepts, seq.accept_rate, self.steps)
+            emitted.append(_advance(seq, n))
+        return Step("decode", ms / 1000.0, batch, tuple(emitted))
+
+
+def _advance(seq: Sequence, n: int) -> Emission:
+    before, text = len(seq.output_ids), seq.text
+    seq.generate(n)
+    delta = seq.text[len(text) :] if seq.text.startswith(text) else ""
+    return Emission(seq, tuple(seq.output_ids[before:]), delta, seq.finish)

@@ -1,0 +1,213 @@
+"""Hardware models: how long one engine step takes, read from interpolated step-time tables.
+
+A model is a JSON file (schema ``specroute.hardware/v1``). Its tables give milliseconds
+against a count: the target model's forward pass against the tokens in the pass (one
+table per verify width, as SGLang's ``SGLANG_RECORD_STEP_TIME=1`` would record it), one
+draft step against the batch size, the draft's extend pass and the target's prefill
+against tokens. Every table was taken at ``context_len`` tokens of KV cache per request;
+the attention term moves a step's time with the batch's real KV context.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "specroute.hardware/v1"
+_PACKAGE_DIR = "hardware_models"
+
+
+class HardwareError(ValueError):
+    """A hardware model file that cannot be used, with the reason."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Milliseconds against a count: linear between points, the end slopes beyond them."""
+
+    x: tuple[float, ...]
+    ms: tuple[float, ...]
+
+    @classmethod
+    def from_table(cls, table: Any, what: str) -> Curve:
+        if not isinstance(table, dict) or len(table) < 2:
+            raise HardwareError(f"{what}: expected an object of two or more count -> milliseconds")
+        try:
+            points = sorted((float(k), float(v)) for k, v in table.items())
+        except (TypeError, ValueError) as exc:
+            raise HardwareError(f"{what}: keys and values must be numbers ({exc})") from None
+        if any(x <= 0 or ms <= 0 for x, ms in points):
+            raise HardwareError(f"{what}: counts and milliseconds must be positive")
+        return cls(tuple(x for x, _ in points), tuple(ms for _, ms in points))
+
+    def __call__(self, n: float) -> float:
+        x, ms = self.x, self.ms
+        if n <= x[0]:
+            return ms[0]
+        i = min(bisect_right(x, n), len(x) - 1)
+        x0, x1, y0, y1 = x[i - 1], x[i], ms[i - 1], ms[i]
+        return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A published or measured figure the model reproduces.
+
+    ``mode`` is ``base`` or ``spec`` (decode tok/s of each stream at ``concurrency``) or
+    ``speedup`` (total decode throughput with speculation over without).
+    """
+
+    mode: str
+    concurrency: int
+    value: float
+    accept_length: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class HardwareModel:
+    name: str
+    description: str
+    source: str
+    target: dict[int, Curve]
+    draft: Curve
+    draft_extend: Curve
+    prefill: Curve
+    context_len: int
+    attention_ms_per_kv_token: float
+    cuda_graph_max_bs: int
+    eager_factor: float
+    max_running_requests: int
+    speculative_num_steps: int
+    accept_length: float
+    acceptance_rules: tuple[dict[str, Any], ...]
+    calibration: tuple[Calibration, ...]
+    raw: dict[str, Any]
+
+    def forward_ms(self, batch: int, width: int, kv_tokens: int) -> float:
+        """One target forward over ``batch`` requests of ``width`` new tokens each."""
+        table = self._target_ms(batch * width, width)
+        attention = self.attention_ms_per_kv_token * (kv_tokens - batch * self.context_len)
+        return max(table + attention, 0.1 * table)
+
+    def decode_ms(self, batch: int, kv_tokens: int, graph_max_bs: int | None = None) -> float:
+        return self._graph(batch, self.forward_ms(batch, 1, kv_tokens), graph_max_bs)
+
+    def speculative_ms(
+        self, batch: int, steps: int, kv_tokens: int, graph_max_bs: int | None = None
+    ) -> float:
+        """An EAGLE chain step: ``steps`` draft forwards, one verify, one draft extend."""
+        width = steps + 1
+        ms = (
+            steps * self.draft(batch)
+            + self.forward_ms(batch, width, kv_tokens)
+            + self.draft_extend(batch * width)
+        )
+        return self._graph(batch, ms, graph_max_bs)
+
+    def prefill_ms(self, tokens: int, speculative: bool) -> float:
+        ms = self.prefill(tokens)
+        return ms + self.draft_extend(tokens) if speculative else ms
+
+    def _graph(self, batch: int, ms: float, graph_max_bs: int | None) -> float:
+        """Batches above the largest captured CUDA graph run eagerly, and slower."""
+        limit = self.cuda_graph_max_bs if graph_max_bs is None else graph_max_bs
+        return ms * self.eager_factor if batch > limit else ms
+
+    def _target_ms(self, tokens: int, width: int) -> float:
+        widths = sorted(self.target)
+        if width <= widths[0]:
+            return self.target[widths[0]](tokens)
+        if width >= widths[-1]:
+            return self.target[widths[-1]](tokens)
+        hi = next(w for w in widths if w >= width)
+        lo = max(w for w in widths if w <= width)
+        if hi == lo:
+            return self.target[hi](tokens)
+        share = (width - lo) / (hi - lo)
+        return (1 - share) * self.target[lo](tokens) + share * self.target[hi](tokens)
+
+
+def available_models() -> list[str]:
+    folder = resources.files("emulator").joinpath(_PACKAGE_DIR)
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_hardware(name_or_path: str) -> HardwareModel:
+    """A shipped model by name, or a user's JSON file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise HardwareError(f"cannot read hardware model {name_or_path!r}: {exc}") from None
+    else:
+        shipped = resources.files("emulator").joinpath(_PACKAGE_DIR, f"{name_or_path}.json")
+        if not shipped.is_file():
+            names = ", ".join(available_models())
+            raise HardwareError(f"unknown hardware model {name_or_path!r}; shipped: {names}")
+        text = shipped.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HardwareError(f"hardware model {name_or_path!r} is not valid JSON: {exc}") from None
+    return parse_hardware(data)
+
+
+def parse_hardware(data: Any) -> HardwareModel:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise HardwareError(f"a hardware model must be a JSON object with schema {SCHEMA!r}")
+    try:
+        name = str(data["name"])
+        target = {
+            int(width): Curve.from_table(table, f"target[{width}]")
+            for width, table in data["target_ms"].items()
+        }
+        draft = Curve.from_table(data["draft_ms"], "draft_ms")
+        model = HardwareModel(
+            name=name,
+            description=str(data.get("description", "")),
+            source=str(data.get("source", "")),
+            target=target,
+            draft=draft,
+            draft_extend=Curve.from_table(data["draft_extend_ms"], "draft_extend_ms"),
+            prefill=Curve.from_table(data["prefill_ms"], "prefill_ms"),
+            context_len=int(data["context_len"]),
+            attention_ms_per_kv_token=float(data["attention_ms_per_kv_token"]),
+            cuda_graph_max_bs=int(data["cuda_graph_max_bs"]),
+            eager_factor=float(data.get("eager_factor", 1.0)),
+            max_running_requests=int(data["max_running_requests"]),
+            speculative_num_steps=int(data["speculative_num_steps"]),
+            accept_length=float(data["acceptance"]["accept_length"]),
+            acceptance_rules=tuple(data["acceptance"].get("rules", [])),
+            calibration=tuple(
+                Calibration(
+                    mode=str(c["mode"]),
+                    concurrency=int(c["concurrency"]),
+                    value=float(c["value"]),
+                    accept_length=None if c.get("accept_length") is None
+                    else float(c["accept_length"]),
+                    source=str(c.get("source", "")),
+                )
+                for c in data.get("calibration", [])
+            ),
+            raw=data,
+        )
+    except KeyError as exc:
+        raise HardwareError(f"hardware model is missing the field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, HardwareError):
+            raise
+        raise HardwareError(f"hardware model has a malformed field: {exc}") from None
+    if not target or 1 not in target:
+        raise HardwareError("target_ms needs a table for width 1 (plain decode)")
+    if not 1 <= model.accept_length <= model.speculative_num_steps + 1:
+        raise HardwareError(
+            f"acceptance.accept_length {model.accept_length} is outside "
+            f"[1, speculative_num_steps + 1 = {model.speculative_num_steps + 1}]"
+        )
+    return model

@@ -1,0 +1,195 @@
+"""Runs the engine model in real time: sleep each step's modelled time, then deliver.
+
+Sleeps aim at deadlines rather than durations, so a sleep that overshoots is made up by
+the next one; when the process falls behind anyway, the shortfall shows as lag in
+``/metrics`` instead of silently slowing the modelled hardware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+from emulator.engine import Emission, Engine, Finish, Sequence, Step
+from emulator.metrics import EngineMetrics
+
+Listener = Callable[[Emission], None]
+_CATCH_UP_LIMIT = 0.05  # seconds behind schedule after which the loop stops catching up
+_LAG_WINDOW = 256  # steps in the lag gauge's window
+
+
+class QueueFull(Exception):
+    """The waiting queue is at --max-queued-requests."""
+
+
+class EngineLoop:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: EngineMetrics,
+        *,
+        time_scale: float,
+        max_queued_requests: int | None = None,
+        decode_log_interval: int = 40,
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.time_scale = time_scale
+        self.max_queued_requests = max_queued_requests
+        self.decode_log_interval = decode_log_interval
+        self._listeners: dict[str, Listener] = {}
+        self._by_rid: dict[str, Sequence] = {}
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._lag: deque[tuple[float, float]] = deque(maxlen=_LAG_WINDOW)
+        self._decodes_since_log = 0
+        self._log_tokens = 0
+        self._log_verifies = 0
+        self._log_spec_tokens = 0
+        self._log_started = time.monotonic()
+        self.total_spec_tokens = 0
+        self.total_verifies = 0
+        self.last_gen_throughput = 0.0
+
+    # -- requests ---------------------------------------------------------------------
+    def submit(self, seq: Sequence, listener: Listener) -> None:
+        if seq.rid in self._by_rid:
+            raise ValueError(f"request id {seq.rid!r} is already running")
+        if (
+            self.max_queued_requests is not None
+            and len(self.engine.waiting) >= self.max_queued_requests
+        ):
+            raise QueueFull("The request queue is full.")
+        self._by_rid[seq.rid] = seq
+        self._listeners[seq.rid] = listener
+        self.engine.submit(seq)
+        self._wake.set()
+
+    def abort(self, rid: str) -> bool:
+        """End a request now (its client sees ``abort``); it leaves the batch next step."""
+        seq = self._by_rid.pop(rid, None)
+        listener = self._listeners.pop(rid, None)
+        if seq is None:
+            return False
+        self.engine.abort(seq)
+        seq.finish = Finish("abort")
+        self.metrics.num_aborted_requests.labels(**self.metrics.tokenizer()).inc()
+        if listener is not None:
+            listener(Emission(seq, (), "", seq.finish))
+        return True
+
+    def release(self, rid: str) -> None:
+        """The handler is done with a request: forget it, aborting it if unfinished."""
+        if rid in self._by_rid:
+            self.abort(rid)
+
+    def abort_all(self) -> int:
+        rids = list(self._by_rid)
+        for rid in rids:
+            self.abort(rid)
+        return len(rids)
+
+    async def wait_progress(self, timeout: float) -> bool:
+        """True once any step completes within ``timeout`` seconds."""
+        self._progress.clear()
+        try:
+            await asyncio.wait_for(self._progress.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- the loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = last = loop.time()
+        while True:
+            step = self.engine.step()
+            if step is None:
+                self._refresh_gauges()
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = last = loop.time()
+                continue
+            intended = step.duration * self.time_scale
+            deadline += intended
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._deliver(step)
+            now = loop.time()
+            self._account(step, intended, now - last)
+            last = now
+            if now - deadline > _CATCH_UP_LIMIT:
+                deadline = now
+            if delay <= 0:
+                await asyncio.sleep(0)  # let handlers run even when behind schedule
+
+    def _deliver(self, step: Step) -> None:
+        tokens = 0
+        for emission in step.emitted:
+            seq = emission.seq
+            listener = self._listeners.get(seq.rid)
+            if seq.aborted or listener is None:
+                continue
+            tokens += len(emission.ids)
+            if emission.finish is not None:
+                self._by_rid.pop(seq.rid, None)
+                self._listeners.pop(seq.rid, None)
+            listener(emission)
+        self._log_tokens += tokens
+        if step.kind == "decode" and self.engine.speculative:
+            verifies = sum(1 for e in step.emitted if e.ids)
+            self._log_verifies += verifies
+            self._log_spec_tokens += tokens
+            self.total_verifies += verifies
+            self.total_spec_tokens += tokens
+        self._progress.set()
+
+    def _account(self, step: Step, intended: float, actual: float) -> None:
+        m = self.metrics
+        m.steps.labels(kind=step.kind).inc()
+        m.step_intended.inc(intended)
+        m.step_actual.inc(actual)
+        self._lag.append((intended, actual))
+        want = sum(i for i, _ in self._lag)
+        if want > 0:
+            m.lag_ratio.set(sum(a for _, a in self._lag) / want - 1.0)
+        if step.kind == "prefill":
+            self._refresh_gauges()
+            return
+        self._decodes_since_log += 1
+        if self._decodes_since_log >= self.decode_log_interval:
+            self._refresh_gauges()
+
+    def _refresh_gauges(self) -> None:
+        """Like SGLang's scheduler, gauges move only at prefill and decode-log intervals."""
+        m, labels = self.metrics, self.metrics.scheduler_labels
+        now = time.monotonic()
+        elapsed = now - self._log_started
+        if self._decodes_since_log and elapsed > 0:
+            self.last_gen_throughput = self._log_tokens / elapsed
+            m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
+            if self._log_verifies:
+                accepted = self._log_spec_tokens / self._log_verifies
+                m.spec_accept_length.labels(**labels).set(accepted)
+                m.spec_accept_rate.labels(**labels).set((accepted - 1) / self.engine.steps)
+            self._log_tokens = self._log_verifies = self._log_spec_tokens = 0
+            self._decodes_since_log = 0
+            self._log_started = now
+        m.num_running_reqs.labels(**labels).set(len(self.engine.running))
+        m.num_queue_reqs.labels(**labels).set(len(self.engine.waiting))
+        used = sum(s.context_tokens for s in self.engine.running)
+        m.token_usage.labels(**labels).set(used / max(1, self.max_total_tokens))
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.engine.max_running_requests * 8192
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """Cumulative since start, as SGLang reports it in ``/server_info``."""
+        if not self.total_verifies:
+            return None
+        return self.total_spec_tokens / self.total_verifies

@@ -1,0 +1,104 @@
+"""SGLang's native ``/generate`` (cumulative streaming) and ``/abort_request``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from emulator.engine import Sequence
+from emulator.errors import BadRequest, read_json
+from emulator.loop import EngineLoop, QueueFull
+from emulator.request import ActiveRequest
+from emulator.vocabulary import count_tokens
+
+
+def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence, bool]:
+    text, ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
+        raise BadRequest("Batched /generate requests are not supported by this server.")
+    if isinstance(text, str):
+        prompt, prompt_tokens = text, max(1, count_tokens(text))
+    elif isinstance(ids, list) and ids and all(isinstance(t, int) for t in ids):
+        prompt, prompt_tokens = " ".join(map(str, ids)), len(ids)
+    else:
+        raise BadRequest("Either 'text' (a string) or 'input_ids' (a list of ints) is required.")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("Field 'sampling_params' must be an object.")
+    max_new = params.get("max_new_tokens", 128)
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+        raise BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new!r}.")
+    if prompt_tokens + max_new > context_length:
+        raise BadRequest(
+            f"The input ({prompt_tokens} tokens) plus max_new_tokens ({max_new}) is longer "
+            f"than the model's context length ({context_length} tokens)."
+        )
+    stop = params.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+        raise BadRequest("sampling_params.stop must be a string or a list of strings.")
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise BadRequest("Field 'rid' must be a string.")
+    seq = Sequence(
+        rid=rid or uuid.uuid4().hex,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=max_new,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        stop=tuple(s for s in stop if s),
+        sampling_seed=str(params.get("sampling_seed", "")),
+    )
+    return seq, bool(body.get("stream", False))
+
+
+def _dump(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class NativeHandlers:
+    def __init__(self, loop: EngineLoop, context_length: int) -> None:
+        self.loop = loop
+        self.context_length = context_length
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        seq, stream = parse_generate(await read_json(request), self.context_length)
+        active = ActiveRequest(self.loop, seq, streaming=stream)
+        if not stream:
+            try:
+                async with active:
+                    async for _ in active.emissions():
+                        pass
+            except QueueFull as exc:
+                raise BadRequest(str(exc), 503, "503") from None
+            return web.json_response(self._payload(active))
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        try:
+            async with active:
+                async for emission in active.emissions():
+                    if emission.ids or emission.finish is not None:
+                        await response.write(_dump(self._payload(active)))
+        except QueueFull as exc:
+            error = {"message": str(exc), "type": "SERVICE_UNAVAILABLE", "code": 503}
+            await response.write(_dump({"error": error}))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _payload(self, active: ActiveRequest) -> dict[str, Any]:
+        return {"text": active.text, "output_ids": list(active.output_ids), "meta_info": active.meta_info()}
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        if body.get("abort_all"):
+            self.loop.abort_all()
+        elif isinstance(body.get("rid"), str) and body["rid"]:
+            self.loop.abort(body["rid"])
+        return web.Response(status=200)

@@ -1,0 +1,246 @@
+"""``/v1/chat/completions`` and ``/v1/completions`` with SGLang 0.5.23's shapes.
+
+Streaming chat sends a role chunk, content chunks, a separate finish chunk, a usage chunk
+only when ``stream_options.include_usage`` is set, then ``[DONE]``. Streaming completions
+send no role chunk and carry ``finish_reason`` on the last content chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from emulator.engine import Finish, Sequence
+from emulator.errors import BadRequest, error_body, read_json, stream_error_event
+from emulator.loop import EngineLoop, QueueFull
+from emulator.request import ActiveRequest
+from emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
+
+_ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The parts of a chat or completions request the emulator acts on."""
+
+    chat: bool
+    model: str
+    seq: Sequence
+    stream: bool
+    include_usage: bool
+
+
+def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completion:
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise BadRequest("Field 'messages' is required and must be a list of messages.")
+        if not messages:
+            raise BadRequest("Messages cannot be empty.")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in _ROLES:
+                raise BadRequest(f"messages[{i}] must be an object with a valid 'role'.")
+        prompt = "\n".join(message_text(m) for m in messages)
+        prompt_tokens = chat_prompt_tokens(messages)
+    else:
+        prompt, prompt_tokens = _completion_prompt(body.get("prompt"))
+    n = body.get("n", 1)
+    if n != 1:
+        raise BadRequest("Only n=1 is supported by this server.")
+    limit = body.get("max_completion_tokens") if chat else None
+    if limit is None:
+        limit = body.get("max_tokens", None if chat else 16)
+    max_tokens = context_length - prompt_tokens if limit is None else _whole(limit, "max_tokens")
+    if prompt_tokens + max_tokens > context_length:
+        raise BadRequest(
+            f"Requested token count exceeds the model's maximum context length of "
+            f"{context_length} tokens. You requested a total of {prompt_tokens + max_tokens} "
+            f"tokens: {prompt_tokens} tokens from the input messages and {max_tokens} tokens "
+            "for the completion. Please reduce the number of tokens in the input messages or "
+            "the completion to fit within the limit."
+        )
+    stream = _flag(body, "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("Field 'stream_options' must be an object.")
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise BadRequest("Field 'rid' must be a string.")
+    seq = Sequence(
+        rid=rid or uuid.uuid4().hex,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=max_tokens,
+        ignore_eos=_flag(body, "ignore_eos"),
+        stop=_stops(body.get("stop")),
+        sampling_seed=str(body.get("seed", "")),
+    )
+    model = body.get("model", "default")
+    if not isinstance(model, str):
+        raise BadRequest("Field 'model' must be a string.")
+    return Completion(chat, model, seq, stream, stream and bool(options.get("include_usage")))
+
+
+def _completion_prompt(prompt: Any) -> tuple[str, int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt, max(1, count_tokens(prompt))
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return " ".join(map(str, prompt)), len(prompt)
+    raise BadRequest("Field 'prompt' must be a string or a list of token ids (one prompt).")
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRequest(f"Field '{name}' must be a non-negative integer, got {value!r}.")
+    return value
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"Field '{name}' must be a boolean, got {value!r}.")
+    return value
+
+
+def _stops(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return tuple(s for s in stop if s)
+    raise BadRequest("Field 'stop' must be a string or a list of strings.")
+
+
+def _finish_reason(finish: Finish | None) -> str | None:
+    return None if finish is None else finish.type
+
+
+def _usage(active: ActiveRequest) -> dict[str, Any]:
+    completion, prompt = len(active.output_ids), active.seq.prompt_tokens
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+        "completion_tokens_details": None,
+    }
+
+
+def _dump(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class OpenAIHandlers:
+    def __init__(self, loop: EngineLoop, context_length: int) -> None:
+        self.loop = loop
+        self.context_length = context_length
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        body = await read_json(request)
+        completion = parse(body, chat=chat, context_length=self.context_length)
+        active = ActiveRequest(self.loop, completion.seq, streaming=completion.stream)
+        if completion.stream:
+            return await self._stream(request, completion, active)
+        try:
+            async with active:
+                async for _ in active.emissions():
+                    pass
+        except QueueFull as exc:
+            raise BadRequest(str(exc), 503, "503") from None
+        return web.json_response(self._response(completion, active))
+
+    def _response(self, c: Completion, active: ActiveRequest) -> dict[str, Any]:
+        seq = c.seq
+        finish = seq.finish
+        matched = None if finish is None else finish.matched
+        if c.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": active.text, "reasoning_content": None},
+            }
+        else:
+            choice = {"index": 0, "text": active.text}
+        choice |= {"logprobs": None, "finish_reason": _finish_reason(finish), "matched_stop": matched}
+        return {
+            "id": seq.rid,
+            "object": "chat.completion" if c.chat else "text_completion",
+            "created": int(time.time()),
+            "model": c.model,
+            "choices": [choice],
+            "usage": _usage(active),
+            "metadata": {"weight_version": "default"} if c.chat else None,
+        }
+
+    async def _stream(
+        self, request: web.Request, c: Completion, active: ActiveRequest
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        created = int(time.time())
+        seq = c.seq
+        head = {"id": seq.rid, "object": "chat.completion.chunk" if c.chat else "text_completion",
+                "created": created, "model": c.model}  # fmt: skip
+        try:
+            async with active:
+                first = True
+                async for emission in active.emissions():
+                    if c.chat:
+                        if first and (emission.text or emission.finish is not None):
+                            await response.write(_dump(head | {"choices": [_chat_choice(
+                                {"reasoning_content": None, "role": "assistant", "content": ""})]}))
+                            first = False
+                        if emission.text:
+                            await response.write(_dump(head | {"choices": [_chat_choice(
+                                {"reasoning_content": None, "content": emission.text})]}))
+                        if emission.finish is not None:
+                            await response.write(_dump(head | {"choices": [_chat_choice(
+                                {"reasoning_content": None}, emission.finish)]}))
+                    elif emission.text or emission.finish is not None:
+                        choice = {"index": 0, "text": emission.text, "logprobs": None,
+                                  "finish_reason": _finish_reason(emission.finish),
+                                  "matched_stop": None if emission.finish is None
+                                  else emission.finish.matched}  # fmt: skip
+                        await response.write(_dump(head | {"choices": [choice], "usage": None}))
+        except QueueFull as exc:
+            await response.write(stream_error_event(str(exc), 503))
+        else:
+            if c.include_usage:
+                usage = _usage(active)
+                if not c.chat:
+                    usage = {k: v for k, v in usage.items() if v is not None}
+                await response.write(_dump(head | {"choices": [], "usage": usage}))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _chat_choice(delta: dict[str, Any], finish: Finish | None = None) -> dict[str, Any]:
+    return {
+        "index": 0,
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": _finish_reason(finish),
+        "matched_stop": None if finish is None else finish.matched,
+    }
+
+
+__all__ = ["OpenAIHandlers", "error_body", "parse"]

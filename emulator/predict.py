@@ -1,0 +1,185 @@
+"""The model's ground truth: steady-state speed of both modes at each concurrency.
+
+Runs the same engine the server runs, in virtual time, under a closed loop of
+``concurrency`` clients that each send a new request as soon as the last one ends (as
+``specroute bench sweep`` does), and measures what the benchmark measures: per-request
+decode speed as 1 / median TPOT, and total output tok/s, over a steady-state window.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from itertools import pairwise
+
+from emulator.config import EmulatorConfig
+from emulator.engine import Sequence
+
+_MIN_REQUESTS = 48
+
+
+@dataclass(frozen=True)
+class Speed:
+    per_request: float  # tok/s of one stream while decoding: 1 / median TPOT
+    total: float  # output tok/s of the whole server
+    accept_length: float | None
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    base: Speed
+    spec: Speed
+
+    @property
+    def speedup(self) -> float:
+        return self.spec.per_request / self.base.per_request
+
+    @property
+    def total_speedup(self) -> float:
+        return self.spec.total / self.base.total
+
+
+@dataclass(frozen=True)
+class Prediction:
+    levels: tuple[Level, ...]
+    crossover: float | None  # per-request decode speed: where speculation stops paying
+    crossover_total: float | None  # the same for total throughput
+    input_len: int
+    output_len: int
+
+
+def simulate(
+    config: EmulatorConfig, concurrency: int, input_len: int, output_len: int, rounds: int = 4
+) -> Speed:
+    """Closed loop in virtual time; the first and last ``concurrency`` requests are the
+    ramp-up and the drain and are left out."""
+    engine = config.engine()
+    total = max(_MIN_REQUESTS, (rounds + 2) * concurrency)
+    now = 0.0
+    sent = 0
+    started: dict[str, float] = {}
+    first: dict[str, float] = {}
+    done: list[tuple[float, float, float, int]] = []  # start, first token, end, tokens
+
+    def send() -> None:
+        nonlocal sent
+        rid = str(sent)
+        prompt = f"request {rid}"
+        engine.submit(Sequence(rid, prompt, input_len, output_len, ignore_eos=True))
+        started[rid] = now
+        sent += 1
+
+    for _ in range(min(concurrency, total)):
+        send()
+    verifies = spec_tokens = 0
+    while len(done) < total:
+        step = engine.step()
+        if step is None:
+            break
+        now += step.duration
+        for emission in step.emitted:
+            rid = emission.seq.rid
+            if emission.ids and rid not in first:
+                first[rid] = now
+            if step.kind == "decode" and engine.speculative:
+                verifies += 1
+                spec_tokens += len(emission.ids)
+            if emission.finish is not None:
+                done.append((started[rid], first[rid], now, len(emission.seq.output_ids)))
+                if sent < total:
+                    send()
+    window = sorted(done, key=lambda d: d[2])[concurrency : len(done) - concurrency]
+    if len(window) < 2:
+        window = done
+    tpots = [(end - tf) / (n - 1) for _, tf, end, n in window if n > 1]
+    span = window[-1][2] - window[0][2]
+    tokens = sum(n for *_, n in window[1:])
+    return Speed(
+        per_request=1.0 / statistics.median(tpots),
+        total=tokens / span if span > 0 else 0.0,
+        accept_length=spec_tokens / verifies if verifies else None,
+    )
+
+
+def crossing(points: list[tuple[float, float]]) -> float | None:
+    """Where the ratio (second of each pair) first falls from above 1 to 1 or below,
+    interpolated linearly between the two levels around it; None if it never does."""
+    for (c0, r0), (c1, r1) in pairwise(points):
+        if r0 > 1.0 >= r1:
+            return c0 + (r0 - 1.0) * (c1 - c0) / (r0 - r1)
+    return None
+
+
+def verdict(points: list[tuple[float, float]], what: str) -> str:
+    """The crossover in words, or the bound when speculation wins or loses everywhere."""
+    at = crossing(points)
+    if at is not None:
+        return f"speculation stops paying for {what} at concurrency {at:.1f}"
+    lo, hi = points[0][0], points[-1][0]
+    if all(r > 1.0 for _, r in points):
+        return f"speculation pays for {what} at every level measured: crossover above {hi:g}"
+    if all(r <= 1.0 for _, r in points):
+        return f"speculation pays for {what} at no level measured: crossover below {lo:g}"
+    return f"speculation for {what} changes sign more than once between {lo:g} and {hi:g}"
+
+
+def render(prediction: Prediction, title: str) -> str:
+    rows = [
+        title,
+        f"closed loop, {prediction.input_len} input and {prediction.output_len} output tokens"
+        " per request; tok/s per request = 1 / median TPOT",
+        f"{'concurrency':>11} {'base/req':>9} {'spec/req':>9} {'speedup':>8}"
+        f" {'base total':>11} {'spec total':>11} {'speedup':>8} {'accept':>7}",
+    ]
+    for lv in prediction.levels:
+        accept = lv.spec.accept_length
+        rows.append(
+            f"{lv.concurrency:>11} {lv.base.per_request:>9.1f} {lv.spec.per_request:>9.1f}"
+            f" {lv.speedup:>7.2f}x {lv.base.total:>11.1f} {lv.spec.total:>11.1f}"
+            f" {lv.total_speedup:>7.2f}x {accept if accept is not None else float('nan'):>7.2f}"
+        )
+    per_request = [(lv.concurrency, lv.speedup) for lv in prediction.levels]
+    total = [(lv.concurrency, lv.total_speedup) for lv in prediction.levels]
+    rows.append(verdict(per_request, "per-request decode speed"))
+    rows.append(verdict(total, "total throughput"))
+    return "\n".join(rows)
+
+
+def as_json(prediction: Prediction) -> dict[str, object]:
+    def speed(s: Speed) -> dict[str, object]:
+        return {"per_request_tok_s": s.per_request, "total_tok_s": s.total,
+                "accept_length": s.accept_length}  # fmt: skip
+
+    return {
+        "input_len": prediction.input_len,
+        "output_len": prediction.output_len,
+        "crossover": prediction.crossover,
+        "crossover_total": prediction.crossover_total,
+        "levels": [
+            {"concurrency": lv.concurrency, "base": speed(lv.base), "spec": speed(lv.spec),
+             "speedup": lv.speedup, "total_speedup": lv.total_speedup}  # fmt: skip
+            for lv in prediction.levels
+        ],
+    }
+
+
+def predict(
+    config: EmulatorConfig, concurrencies: list[int], input_len: int = 512, output_len: int = 256
+) -> Prediction:
+    base_config, spec_config = replace(config, mode="base"), replace(config, mode="spec")
+    levels = tuple(
+        Level(
+            c,
+            simulate(base_config, c, input_len, output_len),
+            simulate(spec_config, c, input_len, output_len),
+        )
+        for c in sorted(set(concurrencies))
+    )
+    return Prediction(
+        levels=levels,
+        crossover=crossing([(lv.concurrency, lv.speedup) for lv in levels]),
+        crossover_total=crossing([(lv.concurrency, lv.total_speedup) for lv in levels]),
+        input_len=input_len,
+        output_len=output_len,
+    )

@@ -1,0 +1,107 @@
+"""A request as its HTTP handler sees it: emissions in order, timed and counted.
+
+The counting here mirrors SGLang's tokenizer side (tokens, requests, verify calls, TTFT,
+inter-token latency, end-to-end latency); the scheduler-side gauges live in the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+from emulator.engine import Emission, Finish, Sequence
+from emulator.loop import EngineLoop
+
+
+class ActiveRequest:
+    def __init__(self, loop: EngineLoop, seq: Sequence, *, streaming: bool) -> None:
+        self.loop = loop
+        self.seq = seq
+        self.streaming = streaming
+        self.started = time.monotonic()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.text = ""
+        self.output_ids: list[int] = []
+        self._queue: asyncio.Queue[Emission] = asyncio.Queue()
+        self._last_at = self.started
+
+    async def __aenter__(self) -> ActiveRequest:
+        self.loop.submit(self.seq, self._queue.put_nowait)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """A handler that leaves early (client gone, error) aborts its request."""
+        self.loop.release(self.seq.rid)
+
+    @property
+    def e2e_latency(self) -> float:
+        return (self.finished_at or time.monotonic()) - self.started
+
+    async def emissions(self) -> AsyncIterator[Emission]:
+        while True:
+            emission = await self._queue.get()
+            self.text += emission.text
+            self.output_ids.extend(emission.ids)
+            self._count(emission)
+            yield emission
+            if emission.finish is not None:
+                return
+
+    def _count(self, emission: Emission) -> None:
+        m, now = self.loop.metrics, time.monotonic()
+        labels = m.tokenizer(self.streaming)
+        if emission.ids:
+            m.generation_tokens.labels(**labels).inc(len(emission.ids))
+            if self.first_token_at is None:
+                self.first_token_at = now
+                m.ttft.labels(**labels).observe(now - self.started)
+            else:
+                m.itl.labels(**m.tokenizer()).observe((now - self._last_at) / len(emission.ids))
+            self._last_at = now
+        if emission.finish is not None:
+            self.finished_at = now
+            m.prompt_tokens.labels(**labels).inc(self.seq.prompt_tokens)
+            m.num_requests.labels(**labels).inc()
+            m.e2e.labels(**labels).observe(now - self.started)
+            m.spec_verify_calls.labels(**m.tokenizer()).inc(self.seq.verify_ct)
+
+    def meta_info(self) -> dict[str, object]:
+        """``/generate``'s ``meta_info`` as delivered so far, with SGLang's finish-only
+        fields once finished."""
+        seq = self.seq
+        finish = seq.finish if self.finished_at is not None else None
+        info: dict[str, object] = {
+            "id": seq.rid,
+            "finish_reason": None if finish is None else finish_reason_dict(finish),
+            "prompt_tokens": seq.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(self.output_ids),
+            "cached_tokens": 0,
+        }
+        if finish is not None:
+            info["e2e_latency"] = self.e2e_latency
+            if self.loop.engine.speculative and seq.verify_ct > 0:
+                steps = self.loop.engine.steps
+                accepted = len(self.output_ids) / seq.verify_ct
+                info["spec_accept_length"] = accepted
+                info["spec_accept_rate"] = max(0.0, (accepted - 1) / steps)
+                info["spec_verify_ct"] = seq.verify_ct
+        return info
+
+
+def finish_reason_dict(finish: Finish) -> dict[str, object]:
+    if finish.type == "length":
+        return {"type": "length", "length": finish.length}
+    if finish.type == "stop":
+        return {"type": "stop", "matched": finish.matched}
+    return {"type": "abort", "message": "The request was aborted.", "status_code": 200, "err_type": None}

@@ -1,0 +1,251 @@
+"""The emulated SGLang server: ``create_app(config)`` wires the engine loop to HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from emulator.acceptance import AcceptanceError
+from emulator.config import VERSION, EmulatorConfig
+from emulator.engine import Emission, Sequence
+from emulator.errors import BadRequest, error_body, error_response, read_json
+from emulator.loop import EngineLoop
+from emulator.metrics import EngineMetrics
+from emulator.native_api import NativeHandlers
+from emulator.openai_api import OpenAIHandlers
+
+LOOP = web.AppKey("loop", EngineLoop)
+CONFIG = web.AppKey("config", EmulatorConfig)
+STARTED = web.AppKey("started", float)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return web.json_response({"detail": exc.reason}, status=exc.status)
+        raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:  # an emulator bug must still answer in SGLang's shape
+        body = error_body(f"Internal server error: {exc!r}", 500, "InternalServerError")
+        return web.json_response(body, status=500)
+
+
+def create_app(config: EmulatorConfig) -> web.Application:
+    metrics = EngineMetrics(config.model_path)
+    loop = EngineLoop(
+        config.engine(),
+        metrics,
+        time_scale=config.time_scale,
+        max_queued_requests=config.max_queued_requests,
+        decode_log_interval=config.decode_log_interval,
+    )
+    app = web.Application(middlewares=[_errors])
+    app[LOOP] = loop
+    app[CONFIG] = config
+    app[STARTED] = time.time()
+    openai = OpenAIHandlers(loop, config.context_length)
+    native = NativeHandlers(loop, config.context_length)
+    app.router.add_post("/v1/chat/completions", openai.chat)
+    app.router.add_post("/v1/completions", openai.completions)
+    app.router.add_post("/generate", native.generate)
+    app.router.add_put("/generate", native.generate)
+    app.router.add_post("/abort_request", native.abort_request)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/v1/models/{model:.+}", _model)
+    for path in ("/health", "/health_generate"):
+        app.router.add_get(path, _health)
+    app.router.add_get("/ready", _ready)
+    for path in ("/server_info", "/get_server_info"):
+        app.router.add_get(path, _server_info)
+    for path in ("/model_info", "/get_model_info"):
+        app.router.add_get(path, _model_info)
+    app.router.add_get("/v1/loads", _loads)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/emulator/acceptance", _get_acceptance)
+    app.router.add_post("/emulator/acceptance", _set_acceptance)
+    app.cleanup_ctx.append(_run_engine)
+    return app
+
+
+async def _run_engine(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(app[LOOP].run(), name="engine-loop")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _model_card(config: EmulatorConfig) -> dict[str, Any]:
+    return {
+        "id": config.model_path,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "sglang",
+        "root": config.model_path,
+        "parent": None,
+        "max_model_len": config.context_length,
+    }
+
+
+async def _models(request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [_model_card(request.app[CONFIG])]})
+
+
+async def _model(request: web.Request) -> web.Response:
+    config = request.app[CONFIG]
+    name = request.match_info["model"]
+    if name != config.model_path:
+        error = {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                 "param": "model", "code": "model_not_found"}  # fmt: skip
+        return web.json_response({"error": error}, status=404)
+    return web.json_response(_model_card(config))
+
+
+async def _health(request: web.Request) -> web.Response:
+    """Like SGLang's default: healthy once the engine produces output within the timeout."""
+    loop, config = request.app[LOOP], request.app[CONFIG]
+    if not loop.engine.idle:
+        ok = await loop.wait_progress(config.health_timeout)
+        return web.Response(status=200 if ok else 503)
+    done: asyncio.Queue[Emission] = asyncio.Queue()
+    seq = Sequence(f"HEALTH_CHECK_{uuid.uuid4().hex}", "", 1, 1, ignore_eos=True)
+    loop.submit(seq, done.put_nowait)
+    try:
+        await asyncio.wait_for(done.get(), config.health_timeout)
+    except TimeoutError:
+        return web.Response(status=503)
+    finally:
+        loop.release(seq.rid)
+    return web.Response(status=200)
+
+
+async def _ready(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _server_info(request: web.Request) -> web.Response:
+    loop, config = request.app[LOOP], request.app[CONFIG]
+    state: dict[str, Any] = {
+        "last_gen_throughput": loop.last_gen_throughput,
+        "effective_max_running_requests_per_dp": config.effective_max_running,
+        "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": loop.max_total_tokens},
+    }
+    if loop.avg_spec_accept_length is not None:
+        state["avg_spec_accept_length"] = loop.avg_spec_accept_length
+    info = config.server_args() | {
+        "status": "ready",
+        "max_total_num_tokens": loop.max_total_tokens,
+        "max_req_input_len": config.context_length - 1,
+        "startup_time": request.app[STARTED],
+        "internal_states": [state],
+        "version": VERSION,
+        "emulator": {
+            "hardware": config.hardware.name,
+            "time_scale": config.time_scale,
+            "acceptance": loop.engine.acceptance.describe(),
+        },
+    }
+    return web.json_response(info)
+
+
+async def _model_info(request: web.Request) -> web.Response:
+    config = request.app[CONFIG]
+    return web.json_response({
+        "model_path": config.model_path,
+        "tokenizer_path": config.model_path,
+        "is_generation": True,
+        "served_model_name": config.model_path,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": str(config.hardware.raw.get("model_type", "")),
+    })  # fmt: skip
+
+
+async def _loads(request: web.Request) -> web.Response:
+    loop, config = request.app[LOOP], request.app[CONFIG]
+    engine = loop.engine
+    used = sum(s.context_tokens for s in engine.running)
+    load: dict[str, Any] = {
+        "timestamp": time.time(),
+        "dp_rank": 0,
+        "num_running_reqs": len(engine.running),
+        "num_waiting_reqs": len(engine.waiting),
+        "num_used_tokens": used,
+        "max_total_num_tokens": loop.max_total_tokens,
+        "max_running_requests": config.effective_max_running,
+        "token_usage": used / loop.max_total_tokens,
+        "gen_throughput": loop.last_gen_throughput,
+    }
+    if loop.avg_spec_accept_length is not None:
+        length = loop.avg_spec_accept_length
+        load["speculative"] = {"accept_length": length, "accept_rate": (length - 1) / engine.steps}
+    return web.json_response({
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "version": VERSION,
+        "accelerator": None,
+        "num_accelerators": 0,
+        "loads": [load],
+    })  # fmt: skip
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[LOOP].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _get_acceptance(request: web.Request) -> web.Response:
+    return web.json_response(request.app[LOOP].engine.acceptance.describe())
+
+
+async def _set_acceptance(request: web.Request) -> web.Response:
+    """Change acceptance while serving: new requests take the new rates at once."""
+    engine = request.app[LOOP].engine
+    try:
+        engine.acceptance = engine.acceptance.updated(await read_json(request))
+    except AcceptanceError as exc:
+        raise BadRequest(str(exc)) from None
+    for seq in (*engine.running, *engine.waiting):
+        seq.accept_rate = engine.acceptance.rate_for(seq.prompt)
+    return web.json_response(engine.acceptance.describe())
+
+
+def serve(config: EmulatorConfig) -> None:
+    """Serve until interrupted, on uvloop where it is installed."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    speculation = (
+        f"EAGLE3, {config.acceptance.steps} steps, accept length "
+        f"{config.acceptance.describe()['accept_length']:.2f}"
+        if config.speculative
+        else "no speculation"
+    )
+    banner = (
+        f"specroute emulator: {config.hardware.name} ({speculation}), time scale "
+        f"{config.time_scale:g}, on http://{config.host}:{config.port}"
+    )
+    web.run_app(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        handler_cancellation=True,
+        access_log=None,
+        print=lambda _: print(banner, flush=True),
+    )

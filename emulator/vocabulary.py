@@ -1,0 +1,45 @@
+"""The emulator's stand-in tokenizer: words and punctuation in, plain English words out."""
+
+from __future__ import annotations
+
+import re
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+WORDS: tuple[str, ...] = tuple(
+    """the of and to in a is that for it as was with be by on not he this are or his from
+    at which but have an they you were her she there one all we their can has been if more
+    when will would who so no model token draft batch step speed route verify accept queue
+    server request stream latency through output input decode prefill cache graph policy load
+    expert layer time faster slower every other some many few each both same first last next
+    """.split()
+)
+TOKEN_ID_BASE = 1000
+EOS_TOKEN_ID = 2
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN.findall(text))
+
+
+def word(token_id: int) -> str:
+    return " " + WORDS[(token_id - TOKEN_ID_BASE) % len(WORDS)]
+
+
+def chat_prompt_tokens(messages: list[dict[str, object]]) -> int:
+    """Tokens of a chat after a Llama-3-style template: four per message plus the content."""
+    total = 1
+    for message in messages:
+        total += 4 + count_tokens(message_text(message))
+    return total + 3
+
+
+def message_text(message: dict[str, object]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(part.get("text", "")) for part in content if isinstance(part, dict)
+        )
+    return ""

@@ -1,0 +1,3 @@
+from specroute.cli import main
+
+raise SystemExit(main())

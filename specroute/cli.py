@@ -1,0 +1,131 @@
+"""The ``specroute`` command: parses arguments and hands over; no logic lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
+from emulator.config import EmulatorConfig
+from emulator.hardware import HardwareError, load_hardware
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
+    return levels
+
+
+def _positive(kind: type[int] | type[float]) -> argparse._ActionType:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        return value
+
+    return parse
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hardware", default="kimi-k2.5-8x-pcie",
+                   help="a shipped hardware model's name or a JSON file (default: %(default)s)")
+    acc = p.add_mutually_exclusive_group()
+    acc.add_argument("--accept-length", type=float, metavar="TAU",
+                     help="mean tokens per verify step, bonus included (default: the model's)")
+    acc.add_argument("--accept-rate", type=float, metavar="ALPHA",
+                     help="probability that each draft is accepted given the ones before")
+    p.add_argument("--speculative-num-steps", type=_positive(int), metavar="S")
+    p.add_argument("--max-running-requests", type=_positive(int), metavar="N",
+                   help="default: 48 with speculation (as SGLang), the model's without")
+    p.add_argument("--cuda-graph-max-bs", type=_positive(int), metavar="N")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specroute", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    emulate = sub.add_parser(
+        "emulate",
+        help="serve an emulated SGLang server, or print its predicted speeds",
+        description="An SGLang-faithful server whose timing comes from a hardware model.",
+    )
+    emulate.add_argument("--mode", choices=["spec", "base"], help="EAGLE-3 or plain decoding")
+    emulate.add_argument("--host", default="127.0.0.1")
+    emulate.add_argument("--port", type=int, default=30000)
+    emulate.add_argument("--time-scale", type=_positive(float), default=1.0, metavar="F",
+                         help="multiply every modelled duration by F (0.25 runs 4x faster)")
+    emulate.add_argument("--max-queued-requests", type=_positive(int), metavar="N")
+    emulate.add_argument("--context-length", type=_positive(int), default=131072)
+    emulate.add_argument("--decode-log-interval", type=_positive(int), default=40)
+    _add_model_flags(emulate)
+    emulate.add_argument("--predict", type=_levels, metavar="C1,C2,...",
+                         help="print steady-state speeds of both modes at these concurrencies")
+    emulate.add_argument("--input-len", type=_positive(int), default=512)
+    emulate.add_argument("--output-len", type=_positive(int), default=256)
+    emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> EmulatorConfig:
+    hardware = load_hardware(args.hardware)
+    steps = args.speculative_num_steps or hardware.speculative_num_steps
+    if args.accept_rate is not None:
+        if not 0.0 <= args.accept_rate <= 1.0:
+            raise AcceptanceError(f"--accept-rate {args.accept_rate} is outside [0, 1]")
+        rate = args.accept_rate
+    else:
+        length = args.accept_length if args.accept_length is not None else hardware.accept_length
+        rate = accept_rate(min(length, steps + 1), steps) if args.accept_length is None else (
+            accept_rate(length, steps))
+    acceptance = Acceptance(steps, rate, parse_rules(list(hardware.acceptance_rules), steps))
+    return EmulatorConfig(
+        mode=args.mode or "base",
+        hardware=hardware,
+        acceptance=acceptance,
+        host=args.host,
+        port=args.port,
+        time_scale=args.time_scale,
+        max_running_requests=args.max_running_requests,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        max_queued_requests=args.max_queued_requests,
+        context_length=args.context_length,
+        decode_log_interval=args.decode_log_interval,
+        seed=args.seed,
+    )
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if args.predict:
+        from emulator.predict import as_json, predict, render
+
+        prediction = predict(config, args.predict, args.input_len, args.output_len)
+        if args.json:
+            print(json.dumps(as_json(prediction), indent=1))
+        else:
+            print(render(prediction, f"{config.hardware.name}: predicted steady state"))
+        return 0
+    if args.mode is None:
+        raise AcceptanceError("--mode spec|base is required to serve (or pass --predict)")
+    from emulator.server import serve
+
+    serve(config)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _emulate(args)
+    except (HardwareError, AcceptanceError) as exc:
+        print(f"specroute {args.command}: {exc}", file=sys.stderr)
+        return 2
