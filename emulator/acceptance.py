@@ -27,7 +27,9 @@ def accept_length(rate: float, steps: int) -> float:
 def accept_rate(length: float, steps: int) -> float:
     """The per-draft accept rate whose mean accept length is ``length``."""
     if not 1.0 <= length <= steps + 1:
-        raise AcceptanceError(f"accept length {length} is outside [1, {steps + 1}] for {steps} steps")
+        raise AcceptanceError(
+            f"accept length {length} is outside [1, {steps + 1}] for {steps} steps"
+        )
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -104,7 +106,10 @@ class Acceptance:
 
 def parse_rate(spec: dict[str, Any], steps: int, where: str) -> float:
     """``accept_rate`` or ``accept_length`` (exactly one) from a mapping."""
-    has_rate, has_length = spec.get("accept_rate") is not None, spec.get("accept_length") is not None
+    has_rate, has_length = (
+        spec.get("accept_rate") is not None,
+        spec.get("accept_length") is not None,
+    )
     if has_rate == has_length:
         raise AcceptanceError(f"{where}: give exactly one of accept_rate and accept_length")
     try:
@@ -122,7 +127,9 @@ def parse_rate(spec: dict[str, Any], steps: int, where: str) -> float:
 
 def parse_rules(rules: Any, steps: int) -> tuple[Rule, ...]:
     if not isinstance(rules, list):
-        raise AcceptanceError("rules: expected a list of {name, pattern, accept_length|accept_rate}")
+        raise AcceptanceError(
+            "rules: expected a list of {name, pattern, accept_length|accept_rate}"
+        )
     parsed = []
     for i, rule in enumerate(rules):
         if not isinstance(rule, dict) or not isinstance(rule.get("pattern"), str):

@@ -69,7 +69,9 @@ class EmulatorConfig:
             "enable_metrics": True,
             "decode_log_interval": self.decode_log_interval,
             "speculative_algorithm": "EAGLE3" if spec else None,
-            "speculative_draft_model_path": self.hardware.raw.get("draft_model_path") if spec else None,
+            "speculative_draft_model_path": self.hardware.raw.get("draft_model_path")
+            if spec
+            else None,
             "speculative_num_steps": steps if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": steps + 1 if spec else None,

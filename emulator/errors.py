@@ -38,7 +38,8 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object, or a 400 naming what is wrong with it."""
     if request.content_type != "application/json":
         raise BadRequest(
-            f"Unsupported Media Type: Only 'application/json' is allowed, got {request.content_type!r}"
+            "Unsupported Media Type: Only 'application/json' is allowed, "
+            f"got {request.content_type!r}"
         )
     try:
         body = await request.json()

@@ -134,7 +134,9 @@ class HardwareModel:
 
 def available_models() -> list[str]:
     folder = resources.files("emulator").joinpath(_PACKAGE_DIR)
-    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+    return sorted(
+        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+    )
 
 
 def load_hardware(name_or_path: str) -> HardwareModel:
@@ -189,7 +191,8 @@ def parse_hardware(data: Any) -> HardwareModel:
                     mode=str(c["mode"]),
                     concurrency=int(c["concurrency"]),
                     value=float(c["value"]),
-                    accept_length=None if c.get("accept_length") is None
+                    accept_length=None
+                    if c.get("accept_length") is None
                     else float(c["accept_length"]),
                     source=str(c.get("source", "")),
                 )

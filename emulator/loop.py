@@ -91,7 +91,7 @@ class EngineLoop:
             self.abort(rid)
         return len(rids)
 
-    async def wait_progress(self, timeout: float) -> bool:
+    async def wait_progress(self, timeout: float) -> bool:  # noqa: ASYNC109
         """True once any step completes within ``timeout`` seconds."""
         self._progress.clear()
         try:

@@ -24,30 +24,99 @@ class EngineMetrics:
         names = list(scheduler)
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"sglang:{name}", doc, names, registry=self.registry, multiprocess_mode="mostrecent")
+            return Gauge(
+                f"sglang:{name}", doc, names, registry=self.registry, multiprocess_mode="mostrecent"
+            )
 
         self.num_running_reqs = gauge("num_running_reqs", "The number of running requests.")
-        self.num_queue_reqs = gauge("num_queue_reqs", "The number of requests in the waiting queue.")
+        self.num_queue_reqs = gauge(
+            "num_queue_reqs", "The number of requests in the waiting queue."
+        )
         self.gen_throughput = gauge("gen_throughput", "The generation throughput (token/s).")
         self.token_usage = gauge("token_usage", "The token usage.")
-        self.spec_accept_length = gauge("spec_accept_length", "The average acceptance length of speculative decoding.")
-        self.spec_accept_rate = gauge("spec_accept_rate", "The average acceptance rate of speculative decoding.")
+        self.spec_accept_length = gauge(
+            "spec_accept_length", "The average acceptance length of speculative decoding."
+        )
+        self.spec_accept_rate = gauge(
+            "spec_accept_rate", "The average acceptance rate of speculative decoding."
+        )
 
         tokenizer = ["model_name", "engine_type"]
         streaming = [*tokenizer, "is_streaming"]
-        self.prompt_tokens = Counter("sglang:prompt_tokens", "Number of prefill tokens processed.", streaming, registry=self.registry)
-        self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.", streaming, registry=self.registry)
-        self.num_requests = Counter("sglang:num_requests", "Number of requests processed.", streaming, registry=self.registry)
-        self.num_aborted_requests = Counter("sglang:num_aborted_requests", "Number of requests aborted.", tokenizer, registry=self.registry)
-        self.spec_verify_calls = Counter("sglang:spec_verify_calls", "Number of speculative verify calls.", tokenizer, registry=self.registry)
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", streaming, buckets=TTFT_BUCKETS, registry=self.registry)
-        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tokenizer, buckets=ITL_BUCKETS, registry=self.registry)
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", streaming, buckets=E2E_BUCKETS, registry=self.registry)
+        self.prompt_tokens = Counter(
+            "sglang:prompt_tokens",
+            "Number of prefill tokens processed.",
+            streaming,
+            registry=self.registry,
+        )
+        self.generation_tokens = Counter(
+            "sglang:generation_tokens",
+            "Number of generation tokens processed.",
+            streaming,
+            registry=self.registry,
+        )
+        self.num_requests = Counter(
+            "sglang:num_requests",
+            "Number of requests processed.",
+            streaming,
+            registry=self.registry,
+        )
+        self.num_aborted_requests = Counter(
+            "sglang:num_aborted_requests",
+            "Number of requests aborted.",
+            tokenizer,
+            registry=self.registry,
+        )
+        self.spec_verify_calls = Counter(
+            "sglang:spec_verify_calls",
+            "Number of speculative verify calls.",
+            tokenizer,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            streaming,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.itl = Histogram(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            tokenizer,
+            buckets=ITL_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            streaming,
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
+        )
 
-        self.step_intended = Counter("specroute_emulator_step_intended_seconds", "Wall time the engine model asked for (step time x time scale).", registry=self.registry)
-        self.step_actual = Counter("specroute_emulator_step_actual_seconds", "Wall time the steps really took, delivery included.", registry=self.registry)
-        self.lag_ratio = Gauge("specroute_emulator_lag_ratio", "Actual over intended step time, minus one, over the recent steps: above 0.05 the machine, not the model, sets the pace.", registry=self.registry)
-        self.steps = Counter("specroute_emulator_steps", "Engine steps run, by kind.", ["kind"], registry=self.registry)
+        self.step_intended = Counter(
+            "specroute_emulator_step_intended_seconds",
+            "Wall time the engine model asked for (step time x time scale).",
+            registry=self.registry,
+        )
+        self.step_actual = Counter(
+            "specroute_emulator_step_actual_seconds",
+            "Wall time the steps really took, delivery included.",
+            registry=self.registry,
+        )
+        self.lag_ratio = Gauge(
+            "specroute_emulator_lag_ratio",
+            "Actual over intended step time, minus one, over the recent steps: "
+            "above 0.05 the machine, not the model, sets the pace.",
+            registry=self.registry,
+        )
+        self.steps = Counter(
+            "specroute_emulator_steps",
+            "Engine steps run, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
 
     def tokenizer(self, streaming: bool | None = None) -> dict[str, str]:
         labels = {"model_name": self.model_name, "engine_type": "unified"}

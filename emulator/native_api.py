@@ -93,7 +93,11 @@ class NativeHandlers:
         return response
 
     def _payload(self, active: ActiveRequest) -> dict[str, Any]:
-        return {"text": active.text, "output_ids": list(active.output_ids), "meta_info": active.meta_info()}
+        return {
+            "text": active.text,
+            "output_ids": list(active.output_ids),
+            "meta_info": active.meta_info(),
+        }
 
     async def abort_request(self, request: web.Request) -> web.Response:
         body = await read_json(request)

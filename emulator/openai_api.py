@@ -177,7 +177,11 @@ class OpenAIHandlers:
             }
         else:
             choice = {"index": 0, "text": active.text}
-        choice |= {"logprobs": None, "finish_reason": _finish_reason(finish), "matched_stop": matched}
+        choice |= {
+            "logprobs": None,
+            "finish_reason": _finish_reason(finish),
+            "matched_stop": matched,
+        }
         return {
             "id": seq.rid,
             "object": "chat.completion" if c.chat else "text_completion",
@@ -205,15 +209,52 @@ class OpenAIHandlers:
                 async for emission in active.emissions():
                     if c.chat:
                         if first and (emission.text or emission.finish is not None):
-                            await response.write(_dump(head | {"choices": [_chat_choice(
-                                {"reasoning_content": None, "role": "assistant", "content": ""})]}))
+                            await response.write(
+                                _dump(
+                                    head
+                                    | {
+                                        "choices": [
+                                            _chat_choice(
+                                                {
+                                                    "reasoning_content": None,
+                                                    "role": "assistant",
+                                                    "content": "",
+                                                }
+                                            )
+                                        ]
+                                    }
+                                )
+                            )
                             first = False
                         if emission.text:
-                            await response.write(_dump(head | {"choices": [_chat_choice(
-                                {"reasoning_content": None, "content": emission.text})]}))
+                            await response.write(
+                                _dump(
+                                    head
+                                    | {
+                                        "choices": [
+                                            _chat_choice(
+                                                {
+                                                    "reasoning_content": None,
+                                                    "content": emission.text,
+                                                }
+                                            )
+                                        ]
+                                    }
+                                )
+                            )
                         if emission.finish is not None:
-                            await response.write(_dump(head | {"choices": [_chat_choice(
-                                {"reasoning_content": None}, emission.finish)]}))
+                            await response.write(
+                                _dump(
+                                    head
+                                    | {
+                                        "choices": [
+                                            _chat_choice(
+                                                {"reasoning_content": None}, emission.finish
+                                            )
+                                        ]
+                                    }
+                                )
+                            )
                     elif emission.text or emission.finish is not None:
                         choice = {"index": 0, "text": emission.text, "logprobs": None,
                                   "finish_reason": _finish_reason(emission.finish),

@@ -9,11 +9,12 @@ decode speed as 1 / median TPOT, and total output tok/s, over a steady-state win
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from emulator.config import EmulatorConfig
-from emulator.engine import Sequence
+from emulator.engine import Sequence as EngineSequence
 
 _MIN_REQUESTS = 48
 
@@ -47,6 +48,7 @@ class Prediction:
     crossover_total: float | None  # the same for total throughput
     input_len: int
     output_len: int
+    spec_max_running: int
 
 
 def simulate(
@@ -66,7 +68,7 @@ def simulate(
         nonlocal sent
         rid = str(sent)
         prompt = f"request {rid}"
-        engine.submit(Sequence(rid, prompt, input_len, output_len, ignore_eos=True))
+        engine.submit(EngineSequence(rid, prompt, input_len, output_len, ignore_eos=True))
         started[rid] = now
         sent += 1
 
@@ -102,7 +104,7 @@ def simulate(
     )
 
 
-def crossing(points: list[tuple[float, float]]) -> float | None:
+def crossing(points: Sequence[tuple[float, float]]) -> float | None:
     """Where the ratio (second of each pair) first falls from above 1 to 1 or below,
     interpolated linearly between the two levels around it; None if it never does."""
     for (c0, r0), (c1, r1) in pairwise(points):
@@ -111,7 +113,7 @@ def crossing(points: list[tuple[float, float]]) -> float | None:
     return None
 
 
-def verdict(points: list[tuple[float, float]], what: str) -> str:
+def verdict(points: Sequence[tuple[float, float]], what: str) -> str:
     """The crossover in words, or the bound when speculation wins or loses everywhere."""
     at = crossing(points)
     if at is not None:
@@ -143,6 +145,13 @@ def render(prediction: Prediction, title: str) -> str:
     total = [(lv.concurrency, lv.total_speedup) for lv in prediction.levels]
     rows.append(verdict(per_request, "per-request decode speed"))
     rows.append(verdict(total, "total throughput"))
+    if prediction.spec_max_running < prediction.levels[-1].concurrency:
+        rows.append(
+            f"note: the speculative server runs at most {prediction.spec_max_running} requests"
+            " at once (SGLang's default for EAGLE unless --max-running-requests is set); above"
+            " that it queues, so its per-request speed flatters it while its total throughput"
+            " stalls. Raise the cap on both servers for a fair comparison."
+        )
     return "\n".join(rows)
 
 
@@ -157,8 +166,13 @@ def as_json(prediction: Prediction) -> dict[str, object]:
         "crossover": prediction.crossover,
         "crossover_total": prediction.crossover_total,
         "levels": [
-            {"concurrency": lv.concurrency, "base": speed(lv.base), "spec": speed(lv.spec),
-             "speedup": lv.speedup, "total_speedup": lv.total_speedup}  # fmt: skip
+            {
+                "concurrency": lv.concurrency,
+                "base": speed(lv.base),
+                "spec": speed(lv.spec),
+                "speedup": lv.speedup,
+                "total_speedup": lv.total_speedup,
+            }
             for lv in prediction.levels
         ],
     }
@@ -182,4 +196,5 @@ def predict(
         crossover_total=crossing([(lv.concurrency, lv.total_speedup) for lv in levels]),
         input_len=input_len,
         output_len=output_len,
+        spec_max_running=spec_config.effective_max_running,
     )

@@ -104,4 +104,9 @@ def finish_reason_dict(finish: Finish) -> dict[str, object]:
         return {"type": "length", "length": finish.length}
     if finish.type == "stop":
         return {"type": "stop", "matched": finish.matched}
-    return {"type": "abort", "message": "The request was aborted.", "status_code": 200, "err_type": None}
+    return {
+        "type": "abort",
+        "message": "The request was aborted.",
+        "status_code": 200,
+        "err_type": None,
+    }

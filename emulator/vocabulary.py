@@ -7,12 +7,96 @@ import re
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 WORDS: tuple[str, ...] = tuple(
-    """the of and to in a is that for it as was with be by on not he this are or his from
-    at which but have an they you were her she there one all we their can has been if more
-    when will would who so no model token draft batch step speed route verify accept queue
-    server request stream latency through output input decode prefill cache graph policy load
-    expert layer time faster slower every other some many few each both same first last next
-    """.split()
+    [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "a",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "this",
+        "are",
+        "or",
+        "his",
+        "from",
+        "at",
+        "which",
+        "but",
+        "have",
+        "an",
+        "they",
+        "you",
+        "were",
+        "her",
+        "she",
+        "there",
+        "one",
+        "all",
+        "we",
+        "their",
+        "can",
+        "has",
+        "been",
+        "if",
+        "more",
+        "when",
+        "will",
+        "would",
+        "who",
+        "so",
+        "no",
+        "model",
+        "token",
+        "draft",
+        "batch",
+        "step",
+        "speed",
+        "route",
+        "verify",
+        "accept",
+        "queue",
+        "server",
+        "request",
+        "stream",
+        "latency",
+        "through",
+        "output",
+        "input",
+        "decode",
+        "prefill",
+        "cache",
+        "graph",
+        "policy",
+        "load",
+        "expert",
+        "layer",
+        "time",
+        "faster",
+        "slower",
+        "every",
+        "other",
+        "some",
+        "many",
+        "few",
+        "each",
+        "both",
+        "same",
+        "first",
+        "last",
+        "next",
+    ]
 )
 TOKEN_ID_BASE = 1000
 EOS_TOKEN_ID = 2
@@ -39,7 +123,5 @@ def message_text(message: dict[str, object]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        )
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""

@@ -36,16 +36,31 @@ def _positive(kind: type[int] | type[float]) -> argparse._ActionType:
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hardware", default="kimi-k2.5-8x-pcie",
-                   help="a shipped hardware model's name or a JSON file (default: %(default)s)")
+    p.add_argument(
+        "--hardware",
+        default="kimi-k2.5-8x-pcie",
+        help="a shipped hardware model's name or a JSON file (default: %(default)s)",
+    )
     acc = p.add_mutually_exclusive_group()
-    acc.add_argument("--accept-length", type=float, metavar="TAU",
-                     help="mean tokens per verify step, bonus included (default: the model's)")
-    acc.add_argument("--accept-rate", type=float, metavar="ALPHA",
-                     help="probability that each draft is accepted given the ones before")
+    acc.add_argument(
+        "--accept-length",
+        type=float,
+        metavar="TAU",
+        help="mean tokens per verify step, bonus included (default: the model's)",
+    )
+    acc.add_argument(
+        "--accept-rate",
+        type=float,
+        metavar="ALPHA",
+        help="probability that each draft is accepted given the ones before",
+    )
     p.add_argument("--speculative-num-steps", type=_positive(int), metavar="S")
-    p.add_argument("--max-running-requests", type=_positive(int), metavar="N",
-                   help="default: 48 with speculation (as SGLang), the model's without")
+    p.add_argument(
+        "--max-running-requests",
+        type=_positive(int),
+        metavar="N",
+        help="default: 48 with speculation (as SGLang), the model's without",
+    )
     p.add_argument("--cuda-graph-max-bs", type=_positive(int), metavar="N")
     p.add_argument("--seed", type=int, default=0)
 
@@ -61,21 +76,37 @@ def _parser() -> argparse.ArgumentParser:
     emulate.add_argument("--mode", choices=["spec", "base"], help="EAGLE-3 or plain decoding")
     emulate.add_argument("--host", default="127.0.0.1")
     emulate.add_argument("--port", type=int, default=30000)
-    emulate.add_argument("--time-scale", type=_positive(float), default=1.0, metavar="F",
-                         help="multiply every modelled duration by F (0.25 runs 4x faster)")
+    emulate.add_argument(
+        "--time-scale",
+        type=_positive(float),
+        default=1.0,
+        metavar="F",
+        help="multiply every modelled duration by F (0.25 runs 4x faster)",
+    )
     emulate.add_argument("--max-queued-requests", type=_positive(int), metavar="N")
     emulate.add_argument("--context-length", type=_positive(int), default=131072)
     emulate.add_argument("--decode-log-interval", type=_positive(int), default=40)
     _add_model_flags(emulate)
-    emulate.add_argument("--predict", type=_levels, metavar="C1,C2,...",
-                         help="print steady-state speeds of both modes at these concurrencies")
+    emulate.add_argument(
+        "--predict",
+        type=_levels,
+        metavar="C1,C2,...",
+        help="print steady-state speeds of both modes at these concurrencies",
+    )
     emulate.add_argument("--input-len", type=_positive(int), default=512)
     emulate.add_argument("--output-len", type=_positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
+    demo = sub.add_parser(
+        "demo", help="run the embedded demo: emulated backends side by side",
+        description="Start a speculative and a plain emulated SGLang server and compare them.",
+    )  # fmt: skip
+    demo.add_argument("--time-scale", type=_positive(float), default=1.0, metavar="F")
+    _add_model_flags(demo)
     return parser
 
 
 def _config(args: argparse.Namespace) -> EmulatorConfig:
+    """The emulator settings from ``emulate`` or ``demo`` flags."""
     hardware = load_hardware(args.hardware)
     steps = args.speculative_num_steps or hardware.speculative_num_steps
     if args.accept_rate is not None:
@@ -84,21 +115,24 @@ def _config(args: argparse.Namespace) -> EmulatorConfig:
         rate = args.accept_rate
     else:
         length = args.accept_length if args.accept_length is not None else hardware.accept_length
-        rate = accept_rate(min(length, steps + 1), steps) if args.accept_length is None else (
-            accept_rate(length, steps))
+        rate = (
+            accept_rate(min(length, steps + 1), steps)
+            if args.accept_length is None
+            else (accept_rate(length, steps))
+        )
     acceptance = Acceptance(steps, rate, parse_rules(list(hardware.acceptance_rules), steps))
     return EmulatorConfig(
-        mode=args.mode or "base",
+        mode=getattr(args, "mode", None) or "base",
         hardware=hardware,
         acceptance=acceptance,
-        host=args.host,
-        port=args.port,
+        host=getattr(args, "host", "127.0.0.1"),
+        port=getattr(args, "port", 30000),
         time_scale=args.time_scale,
         max_running_requests=args.max_running_requests,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
-        max_queued_requests=args.max_queued_requests,
-        context_length=args.context_length,
-        decode_log_interval=args.decode_log_interval,
+        max_queued_requests=getattr(args, "max_queued_requests", None),
+        context_length=getattr(args, "context_length", 131072),
+        decode_log_interval=getattr(args, "decode_log_interval", 40),
         seed=args.seed,
     )
 
@@ -122,10 +156,20 @@ def _emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from specroute.demo import demo
+
+    if args.max_running_requests is None:
+        args.max_running_requests = 256  # a fair comparison: the same cap on both servers
+    demo(_config(args))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    command = {"emulate": _emulate, "demo": _demo}[args.command]
     try:
-        return _emulate(args)
+        return command(args)
     except (HardwareError, AcceptanceError) as exc:
         print(f"specroute {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` runs the demo, `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFORMANCE := .venv-sglang
+
+.PHONY: demo test check lint types unit conformance-env clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# SGLang's own protocol models, in an environment of their own (sglang pins openai).
+$(CONFORMANCE)/.installed: tests/conformance/requirements.txt
+	$(PYTHON) -m venv $(CONFORMANCE)
+	$(CONFORMANCE)/bin/pip install --quiet --upgrade pip
+	$(CONFORMANCE)/bin/pip install --quiet --no-deps -r tests/conformance/requirements.txt
+	touch $@
+
+conformance-env: $(CONFORMANCE)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/specroute demo
+
+test: check
+
+check: lint types unit
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+types: $(BIN)/.installed
+	$(BIN)/mypy
+
+unit: $(BIN)/.installed $(CONFORMANCE)/.installed
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) $(CONFORMANCE) .mypy_cache .ruff_cache .pytest_cache

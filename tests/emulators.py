@@ -1,0 +1,33 @@
+"""Emulated SGLang servers on loopback ports, started inside the test's event loop."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+
+from emulator.config import EmulatorConfig
+from emulator.server import create_app
+from specroute.cli import _config, _parser
+
+
+def emulator_config(*flags: str) -> EmulatorConfig:
+    """A config built from the same flags a user passes to ``specroute emulate``."""
+    args: argparse.Namespace = _parser().parse_args(["emulate", *flags])
+    return _config(args)
+
+
+@asynccontextmanager
+async def running_emulator(*flags: str) -> AsyncIterator[str]:
+    """Serve an emulator on a free loopback port; yields its base URL."""
+    runner = web.AppRunner(create_app(emulator_config(*flags)), handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

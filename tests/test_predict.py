@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from emulator.predict import crossing, predict, verdict
+from tests.emulators import emulator_config
+
+
+def test_crossing_interpolates_between_levels() -> None:
+    assert crossing([(1, 1.5), (2, 1.2), (4, 0.8), (8, 0.5)]) == pytest.approx(3.0)
+    assert crossing([(1, 1.5), (2, 1.2)]) is None
+    assert "above 2" in verdict([(1, 1.5), (2, 1.2)], "x")
+    assert "below 1" in verdict([(1, 0.9), (2, 0.8)], "x")
+
+
+def test_kimi_crossover_sits_at_low_concurrency() -> None:
+    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    prediction = predict(config, [1, 2, 4, 8, 16])
+    assert prediction.levels[0].speedup > 1.15
+    assert prediction.levels[-1].speedup < 0.95
+    assert prediction.crossover is not None and 1 < prediction.crossover < 16
+    accept = prediction.levels[0].spec.accept_length
+    assert accept == pytest.approx(3.0, abs=0.1)
+
+
+def test_weak_drafter_never_pays_on_kimi() -> None:
+    config = emulator_config("--accept-length", "2.1", "--max-running-requests", "256")
+    prediction = predict(config, [1, 4, 16])
+    assert prediction.crossover is None
+    assert all(level.speedup < 1 for level in prediction.levels)
+
+
+def test_predict_command_prints_json() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "specroute", "emulate", "--hardware", "llama3.1-8b-h100",
+         "--max-running-requests", "256", "--predict", "1,16,64,128", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert [lv["concurrency"] for lv in result["levels"]] == [1, 16, 64, 128]
+    assert 16 < result["crossover"] < 128
+    assert result["levels"][0]["spec"]["per_request_tok_s"] == pytest.approx(373, rel=0.1)
+
+
+def test_predict_command_prints_a_table_and_refuses_bad_flags() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "specroute", "emulate", "--predict", "1,2,4"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "speculation stops paying" in out.stdout or "pays" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "specroute", "emulate", "--predict", "1", "--hardware", "nope"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "unknown hardware model 'nope'" in bad.stderr
