@@ -1,0 +1,69 @@
+"""``crossover``: speculate while live concurrency is below the measured crossover.
+
+For: the common case, one speculative and one plain server. ``topology=shared`` (both
+servers on the same GPUs) compares the deployment's total concurrency with the crossover;
+``topology=partitioned`` (separate GPUs) fills the speculative pool up to the crossover and
+spills the rest to the plain pool. ``hysteresis`` keeps the choice from flapping at the
+threshold: once above it, speculation resumes only below ``crossover - hysteresis``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from policies.decision import Decision, PolicyError
+from policies.params import parse_params
+from policies.policy import pick
+from policies.profile import Profile
+from policies.view import RequestInfo, View
+
+
+@dataclass(frozen=True)
+class CrossoverParams:
+    crossover: float | None = None  # from the profile when not given
+    topology: Literal["shared", "partitioned"] = "shared"
+    hysteresis: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.crossover is not None and self.crossover < 0:
+            raise ValueError(f"crossover must be >= 0, got {self.crossover}")
+        if self.hysteresis < 0:
+            raise ValueError(f"hysteresis must be >= 0, got {self.hysteresis}")
+
+
+class CrossoverPolicy:
+    name = "crossover"
+
+    def __init__(self, params: CrossoverParams, threshold: float) -> None:
+        self.params = params
+        self.threshold = threshold
+        self._above = False
+
+    @classmethod
+    def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> CrossoverPolicy:
+        params = parse_params(cls.name, CrossoverParams, raw)
+        if params.crossover is not None:
+            return cls(params, params.crossover)
+        if profile is None:
+            raise PolicyError(
+                "failed to parse the parameters of the 'crossover' policy: "
+                "give crossover=N or a profile"
+            )
+        return cls(params, profile.crossover.threshold)
+
+    def choose(self, request: RequestInfo, view: View) -> Decision:
+        """The new request joins ``load + 1`` concurrent ones: speculate if that is at or
+        below the crossover."""
+        load = view.load("spec") if self.params.topology == "partitioned" else view.load()
+        limit = self.threshold - (self.params.hysteresis if self._above else 0.0)
+        self._above = load + 1 > limit
+        if self._above:
+            return pick(view, "base", "above_crossover")
+        return pick(view, "spec", "below_crossover")
+
+    def describe(self) -> dict[str, Any]:
+        return {"crossover": self.threshold} | {
+            k: v for k, v in asdict(self.params).items() if k != "crossover"
+        }

@@ -1,0 +1,32 @@
+"""The one policy interface, and the pick every policy ends with."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from policies.decision import Decision
+from policies.view import POOLS, Pool, RequestInfo, View
+
+
+class Policy(Protocol):
+    name: str
+
+    def choose(self, request: RequestInfo, view: View) -> Decision:
+        """Synchronous and free of I/O: reads the snapshot, returns the choice."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The parameters in force, for ``/router/status``."""
+        ...
+
+
+def pick(view: View, pool: Pool, reason: str) -> Decision:
+    """The least-loaded healthy backend of ``pool``, else of the other pool (``failover``)."""
+    backend = view.least_loaded(pool)
+    if backend is not None:
+        return Decision(pool, backend.name, reason)
+    other: Pool = POOLS[1] if pool == POOLS[0] else POOLS[0]
+    backend = view.least_loaded(other)
+    if backend is not None:
+        return Decision(other, backend.name, "failover")
+    return Decision(pool, None, "no_healthy_backend")

@@ -1,0 +1,91 @@
+"""The profile file, ``specroute.profile/v1``: what calibration measured, read by policies.
+
+Kept small and versioned. Required: ``crossover.value`` (the concurrency where speculation
+stops paying, or null when it paid or lost at every level measured, with ``bound`` saying
+which) and ``crossover.ci`` (its confidence interval). Everything else is optional
+metadata that tells whether the profile still applies (settings, workload, date).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA = "specroute.profile/v1"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used, with the reason."""
+
+
+@dataclass(frozen=True)
+class Crossover:
+    value: float | None
+    ci: tuple[float, float] | None
+    bound: Literal["above", "below"] | None = None  # value is None: spec wins/loses everywhere
+    limit: float | None = None  # the last (above) or first (below) level measured
+
+    @property
+    def threshold(self) -> float:
+        """The concurrency to route by: the crossover, or the bound when there is none."""
+        if self.value is not None:
+            return self.value
+        if self.bound == "above":
+            return math.inf
+        return 0.0
+
+
+@dataclass(frozen=True)
+class Profile:
+    crossover: Crossover
+    created: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _crossover(data: Any, where: str) -> Crossover:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where} must be an object with 'value' and 'ci'")
+    value, ci, bound = data.get("value"), data.get("ci"), data.get("bound")
+    if value is None:
+        if bound not in ("above", "below"):
+            raise ProfileError(f"{where}.value is null, so {where}.bound must be above or below")
+        limit = data.get("limit")
+        return Crossover(None, None, bound, None if limit is None else float(limit))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ProfileError(f"{where}.value must be a positive number, got {value!r}")
+    if (
+        not isinstance(ci, list)
+        or len(ci) != 2
+        or not all(isinstance(x, (int, float)) for x in ci)
+        or not ci[0] <= value <= ci[1]
+    ):
+        raise ProfileError(f"{where}.ci must be [low, high] around the value, got {ci!r}")
+    return Crossover(float(value), (float(ci[0]), float(ci[1])))
+
+
+def parse_profile(data: Any) -> Profile:
+    if not isinstance(data, dict):
+        raise ProfileError("a profile must be a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ProfileError(
+            f"unsupported profile schema {data.get('schema')!r}; expected {SCHEMA!r}"
+        )
+    if "crossover" not in data:
+        raise ProfileError("a profile needs 'crossover'")
+    created = data.get("created")
+    return Profile(
+        _crossover(data["crossover"], "crossover"), str(created) if created else None, data
+    )
+
+
+def load_profile(path: str | Path) -> Profile:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {str(path)!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
+    return parse_profile(data)

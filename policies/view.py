@@ -1,0 +1,84 @@
+"""What a policy sees: a snapshot of the backends that the router fills in.
+
+Policies never touch the network; the router hands them this frozen picture, stamped
+with the time each backend's numbers were read so a policy can tell stale data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+Pool = Literal["spec", "base"]
+POOLS: tuple[Pool, ...] = ("spec", "base")
+
+
+class ConcurrencySource(StrEnum):
+    """Where live concurrency comes from: the router's own count of in-flight requests,
+    the backends' reported running + queued, or the larger of the two (several router
+    replicas sharing backends each see only their own share)."""
+
+    ROUTER = "router"
+    BACKEND = "backend"
+    MAX = "max"
+
+
+@dataclass(frozen=True)
+class BackendView:
+    name: str
+    pool: Pool
+    healthy: bool
+    inflight: int  # the router's own count
+    running: int | None = None  # the backend's report, None when stale or missing
+    queued: int | None = None
+    accept_length: float | None = None  # over the last polling window, from counter deltas
+    max_running_requests: int | None = None
+
+    @property
+    def reported_load(self) -> int | None:
+        if self.running is None:
+            return None
+        return self.running + (self.queued or 0)
+
+    def load(self, source: ConcurrencySource) -> int:
+        reported = self.reported_load
+        if source is ConcurrencySource.ROUTER or reported is None:
+            return self.inflight
+        if source is ConcurrencySource.BACKEND:
+            return reported
+        return max(self.inflight, reported)
+
+
+@dataclass(frozen=True)
+class View:
+    backends: tuple[BackendView, ...]
+    source: ConcurrencySource = ConcurrencySource.ROUTER
+    now: float = 0.0
+
+    def pool(self, pool: Pool) -> tuple[BackendView, ...]:
+        return tuple(b for b in self.backends if b.pool == pool)
+
+    def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
+        return tuple(b for b in self.backends if b.pool == pool and b.healthy)
+
+    def load(self, pool: Pool | None = None) -> int:
+        """Live concurrency of one pool, or of the whole deployment."""
+        return sum(b.load(self.source) for b in self.backends if pool is None or b.pool == pool)
+
+    def least_loaded(self, pool: Pool) -> BackendView | None:
+        candidates = self.healthy(pool)
+        if not candidates:
+            return None
+        return min(candidates, key=lambda b: (b.load(self.source), b.inflight, b.name))
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a policy may know of a request without reading the network."""
+
+    path: str
+    stream: bool = False
+    prompt_chars: int = 0
+    max_tokens: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
