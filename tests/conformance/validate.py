@@ -53,7 +53,7 @@ def _stub_ipython() -> None:
         ipython.__path__ = []
         display = types.ModuleType("IPython.display")
 
-        class HTML:  # noqa: N801 - the name sglang imports
+        class HTML:  # the name sglang imports
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 pass
 
@@ -95,9 +95,8 @@ def _dump_response(model: Any, _sse: types.ModuleType) -> Any:
 
 def _dump_chat_chunk(model: Any, sse: types.ModuleType) -> Any:
     choices = model.choices
-    if len(choices) == 1 and choices[0].delta.tool_calls is None and (
-        choices[0].delta.hidden_states is None
-    ):
+    delta = choices[0].delta if len(choices) == 1 else None
+    if delta is not None and delta.tool_calls is None and delta.hidden_states is None:
         # serving_chat: role/content/reasoning/finish chunks come from msgspec's
         # sse_utils.build_sse_content (omit_defaults: no "usage" key unless set).
         choice = choices[0]
