@@ -102,7 +102,49 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     demo.add_argument("--time-scale", type=_positive(float), default=1.0, metavar="F")
     _add_model_flags(demo)
+    serve = sub.add_parser(
+        "serve", help="run the router in front of speculative and plain backends",
+        description="An OpenAI-compatible proxy that routes by live concurrency.",
+    )  # fmt: skip
+    serve.add_argument("--spec", action="append", metavar="URL", help="a speculative backend")
+    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend")
+    serve.add_argument(
+        "--policy", help="crossover (default), always-spec, always-base, round-robin"
+    )
+    serve.add_argument("--crossover", type=float, metavar="N")
+    serve.add_argument("--topology", choices=["shared", "partitioned"])
+    serve.add_argument("--hysteresis", type=float)
+    serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
+    serve.add_argument("--concurrency-source", choices=["router", "backend", "max"])
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from policies.decision import PolicyError
+    from policies.profile import ProfileError
+    from router.serve import run
+    from router.settings import RouterSettings
+
+    flags = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    try:
+        settings = RouterSettings(**flags)
+    except ValidationError as exc:
+        for error in exc.errors():
+            key = ".".join(str(p) for p in error["loc"])
+            value = error.get("input")
+            print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
+        return 2
+    try:
+        run(settings)
+    except (PolicyError, ProfileError) as exc:
+        print(f"specroute serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _config(args: argparse.Namespace) -> EmulatorConfig:
@@ -167,7 +209,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"emulate": _emulate, "demo": _demo}[args.command]
+    command = {"emulate": _emulate, "demo": _demo, "serve": _serve}[args.command]
     try:
         return command(args)
     except (HardwareError, AcceptanceError) as exc:

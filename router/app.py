@@ -1,0 +1,151 @@
+"""``create_app(settings)``: the router as an aiohttp application, no globals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from policies.profile import Profile, load_profile
+from policies.registry import build_policy
+from router.backend import Backend
+from router.errors import error_response
+from router.metrics import RouterMetrics
+from router.monitor import check_health, every, poll_metrics
+from router.proxy import proxy
+from router.settings import RouterSettings
+from router.state import RouterState
+
+STATE = web.AppKey("state", RouterState)
+PROXIED = ("/v1/chat/completions", "/v1/completions", "/generate")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_state(settings: RouterSettings) -> RouterState:
+    profile: Profile | None = load_profile(settings.profile) if settings.profile else None
+    policy = build_policy(settings.policy, settings.policy_params(), profile)
+    backends = [Backend(u, "spec") for u in settings.spec] + [
+        Backend(u, "base") for u in settings.base
+    ]
+    state = RouterState(settings, backends, policy, profile, RouterMetrics())
+    crossover = policy.describe().get("crossover")
+    if isinstance(crossover, (int, float)):
+        state.metrics.crossover.set(crossover)
+    return state
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(413, f"The request body is larger than the limit: {exc.text}")
+    except web.HTTPNotFound:
+        return error_response(404, f"Unknown path {request.path!r}.", "not_found")
+    except web.HTTPMethodNotAllowed:
+        return error_response(405, f"{request.method} is not allowed on {request.path!r}.")
+
+
+def create_app(settings: RouterSettings) -> web.Application:
+    state = build_state(settings)
+    app = web.Application(middlewares=[_errors], client_max_size=settings.max_body_bytes)
+    app[STATE] = state
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        return await proxy(request, state)
+
+    for path in PROXIED:
+        app.router.add_post(path, forward)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/ready", _ready)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/router/status", _status)
+    app.cleanup_ctx.append(_background)
+    return app
+
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    settings = state.settings
+    await asyncio.gather(*(check_health(state, b) for b in state.backends))
+    tasks = [
+        asyncio.create_task(every(settings.health_interval, state, check_health)),
+        asyncio.create_task(every(settings.poll_interval, state, poll_metrics)),
+    ]
+    yield
+    for task in (*tasks, *state.background):
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await state.session.close()
+
+
+async def _models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    assert state.session is not None
+    cards: dict[str, Any] = {}
+    for backend in state.backends:
+        if not backend.healthy:
+            continue
+        try:
+            async with state.session.get(f"{backend.url}/v1/models") as r:
+                for card in (await r.json()).get("data", []):
+                    cards.setdefault(card.get("id"), card)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            state.metrics.upstream_errors.labels(backend=backend.name, kind="models").inc()
+    return web.json_response({"object": "list", "data": list(cards.values())})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _ready(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.draining:
+        return error_response(503, "draining", "service_unavailable")
+    if not any(b.healthy for b in state.backends):
+        return error_response(503, "no healthy backend", "service_unavailable")
+    return web.json_response({"status": "ready"})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[STATE].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _status(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    view = state.view()
+    profile = state.profile
+    return web.json_response({
+        "policy": {"name": state.policy.name, "parameters": state.policy.describe()},
+        "concurrency_source": str(view.source),
+        "live_concurrency": {
+            "total": view.load(), "spec": view.load("spec"), "base": view.load("base"),
+        },
+        "profile": None if profile is None else {
+            "path": str(state.settings.profile), "created": profile.created,
+            "loaded_age_seconds": time.time() - state.profile_loaded_at,
+            "crossover": profile.raw.get("crossover"),
+        },
+        "backends": [
+            {"name": b.name, "url": b.url, "pool": b.pool, "healthy": b.healthy,
+             "inflight": b.inflight, "running": v.running, "queued": v.queued,
+             "accept_length": v.accept_length}
+            for b, v in zip(state.backends, view.backends, strict=True)
+        ],
+        "recent_decisions": list(state.recent),
+        "draining": state.draining,
+    })  # fmt: skip

@@ -1,0 +1,50 @@
+"""One upstream server as the router tracks it: its own in-flight count, health, stats."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from policies.view import BackendView, Pool
+from router.backend_stats import BackendStats, window_accept_length
+
+
+@dataclass
+class Backend:
+    url: str
+    pool: Pool
+    healthy: bool = True  # optimistic until the first check says otherwise
+    inflight: int = 0
+    stats: BackendStats | None = None
+    stats_at: float = 0.0  # monotonic time of the last successful scrape
+    accept_length: float | None = None
+    consecutive_failures: int = 0
+    _previous: BackendStats | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{self.pool}:{parts.hostname}:{parts.port}"
+
+    def record_stats(self, stats: BackendStats, at: float) -> None:
+        if self._previous is not None:
+            window = window_accept_length(self._previous, stats)
+            if window is not None:
+                self.accept_length = window
+        self._previous = stats
+        self.stats, self.stats_at = stats, at
+
+    def view(self, stale_after: float, now: float | None = None) -> BackendView:
+        now = time.monotonic() if now is None else now
+        fresh = self.stats is not None and now - self.stats_at <= stale_after
+        stats = self.stats if fresh else None
+        return BackendView(
+            name=self.name,
+            pool=self.pool,
+            healthy=self.healthy,
+            inflight=self.inflight,
+            running=None if stats is None or stats.running is None else int(stats.running),
+            queued=None if stats is None or stats.queued is None else int(stats.queued),
+            accept_length=self.accept_length if fresh else None,
+        )

@@ -1,0 +1,50 @@
+"""The router's state shared by handlers and background tasks, owned by the app."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import ClientSession
+
+from policies.decision import Decision
+from policies.policy import Policy
+from policies.profile import Profile
+from policies.view import View
+from router.backend import Backend
+from router.metrics import RouterMetrics
+from router.settings import RouterSettings
+
+
+@dataclass
+class RouterState:
+    settings: RouterSettings
+    backends: list[Backend]
+    policy: Policy
+    profile: Profile | None
+    metrics: RouterMetrics
+    profile_loaded_at: float = field(default_factory=time.time)
+    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
+    session: ClientSession | None = None
+    draining: bool = False
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def view(self) -> View:
+        now = time.monotonic()
+        return View(
+            tuple(b.view(self.settings.stale_after, now) for b in self.backends),
+            source=self.settings.concurrency_source,
+            now=now,
+        )
+
+    def backend(self, name: str) -> Backend:
+        return next(b for b in self.backends if b.name == name)
+
+    def record(self, decision: Decision, load: int) -> None:
+        self.metrics.decisions.labels(pool=decision.pool, reason=decision.reason).inc()
+        self.metrics.live_concurrency.set(load)
+        self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
+                            "reason": decision.reason, "live_concurrency": load})  # fmt: skip
