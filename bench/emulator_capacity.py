@@ -79,24 +79,49 @@ def _levels(text: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> Options:
-    p = argparse.ArgumentParser(prog="python -m bench.emulator_capacity",
-                                description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.emulator_capacity",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
     p.add_argument("--hardware", default="kimi-k2.5-8x-pcie")
     p.add_argument("--mode", choices=["spec", "base"], default="spec")
-    p.add_argument("--levels", type=_levels, default=[16, 32, 64, 128, 256, 512],
-                   help="concurrent streams per level, comma-separated")
-    p.add_argument("--seconds-per-level", type=float, default=8.0, dest="seconds",
-                   help="measured window per level (default: %(default)s)")
-    p.add_argument("--warmup", type=float, default=5.0,
-                   help="at most this long per level for the queue to empty before measuring")
+    p.add_argument(
+        "--levels",
+        type=_levels,
+        default=[16, 32, 64, 128, 256, 512],
+        help="concurrent streams per level, comma-separated",
+    )
+    p.add_argument(
+        "--seconds-per-level",
+        type=float,
+        default=8.0,
+        dest="seconds",
+        help="measured window per level (default: %(default)s)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=5.0,
+        help="at most this long per level for the queue to empty before measuring",
+    )
     p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--out", default="out/emulator_capacity.json",
-                   help="JSON result: a .json file, or a directory; '' writes none")
+    p.add_argument(
+        "--out",
+        default="out/emulator_capacity.json",
+        help="JSON result: a .json file, or a directory; '' writes none",
+    )
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.warmup < 0 or a.max_tokens < 1:
         p.error("--seconds-per-level and --max-tokens must be positive, --warmup >= 0")
-    return Options(a.hardware, a.mode, a.levels, a.seconds, a.warmup, a.max_tokens,
-                   _out_path(a.out, a.hardware, a.mode))
+    return Options(
+        a.hardware,
+        a.mode,
+        a.levels,
+        a.seconds,
+        a.warmup,
+        a.max_tokens,
+        _out_path(a.out, a.hardware, a.mode),
+    )
 
 
 def _out_path(out: str, hardware: str, mode: str) -> Path | None:
@@ -178,8 +203,13 @@ def metric_sum(text: str, name: str) -> float:
 async def scrape(session: aiohttp.ClientSession, base: str) -> Scrape:
     async with session.get(f"{base}/metrics") as resp:
         text = await resp.text()
-    return Scrape(time.monotonic(), metric_sum(text, INTENDED), metric_sum(text, ACTUAL),
-                  metric_sum(text, GEN_TOKENS), metric_sum(text, LAG_GAUGE))
+    return Scrape(
+        time.monotonic(),
+        metric_sum(text, INTENDED),
+        metric_sum(text, ACTUAL),
+        metric_sum(text, GEN_TOKENS),
+        metric_sum(text, LAG_GAUGE),
+    )
 
 
 async def loads(session: aiohttp.ClientSession, base: str) -> tuple[int, int]:
@@ -206,8 +236,11 @@ async def stream_once(
             await resp.read()
             raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
         async for line in resp.content:
-            if line.startswith(b"data: ") and b'"content":"' in line \
-                    and b'"content":""' not in line:
+            if (
+                line.startswith(b"data: ")
+                and b'"content":"' in line
+                and b'"content":""' not in line
+            ):
                 tally.chunks += 1
     tally.completed += 1
 
@@ -370,15 +403,21 @@ def verdict(results: Sequence[LevelResult]) -> str:
         return f"lag exceeds {limit} already at the lowest level ({results[0].level})"
     if best == results[-1].level:
         return f"sustained: all levels up to {best} streams within {limit} lag (no crossing)"
-    return (f"sustained: {best} streams within {limit} lag; crossing estimated at "
-            f"{cross:.0f} streams (linear)" if cross is not None else f"sustained: {best}")
+    return (
+        f"sustained: {best} streams within {limit} lag; crossing estimated at "
+        f"{cross:.0f} streams (linear)"
+        if cross is not None
+        else f"sustained: {best}"
+    )
 
 
 def machine_note() -> str:
     cpus = os.cpu_count() or 0
-    return (f"machine: {cpus} CPUs shared by the emulator and this load generator "
-            f"(separate processes, separate event loops"
-            f"{'; on so few cores the client competes for CPU' if cpus <= 4 else ''})")
+    return (
+        f"machine: {cpus} CPUs shared by the emulator and this load generator "
+        f"(separate processes, separate event loops"
+        f"{'; on so few cores the client competes for CPU' if cpus <= 4 else ''})"
+    )
 
 
 def write_json(path: Path, opts: Options, results: Sequence[LevelResult]) -> None:
