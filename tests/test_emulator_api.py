@@ -211,17 +211,22 @@ async def test_queue_full_is_503() -> None:
         "--max-queued-requests", "1",
     ) as url:  # fmt: skip
         c = client(url)
-        running = asyncio.create_task(
-            c.completions.create(
-                model="m", prompt="a", max_tokens=200, extra_body={"ignore_eos": True}
+
+        async def start(prompt: str, running: int, waiting: int) -> asyncio.Task[Any]:
+            task = asyncio.create_task(
+                c.completions.create(
+                    model="m", prompt=prompt, max_tokens=200, extra_body={"ignore_eos": True}
+                )
             )
-        )
-        queued = asyncio.create_task(
-            c.completions.create(
-                model="m", prompt="b", max_tokens=200, extra_body={"ignore_eos": True}
-            )
-        )
-        await asyncio.sleep(0.3)
+            for _ in range(250):
+                load = (await get_json(f"{url}/v1/loads"))["loads"][0]
+                if (load["num_running_reqs"], load["num_waiting_reqs"]) == (running, waiting):
+                    break
+                await asyncio.sleep(0.02)
+            return task
+
+        running = await start("a", 1, 0)
+        queued = await start("b", 1, 1)
         with pytest.raises(openai.InternalServerError) as refused:
             await c.completions.create(model="m", prompt="c", max_tokens=5)
         assert refused.value.status_code == 503
