@@ -46,9 +46,9 @@ import aiohttp
 
 HOST = "127.0.0.1"
 LAG_LIMIT = 0.05
-MAX_RUNNING = 4096
+MIN_MAX_RUNNING = 4096  # --max-running-requests: never the limit being measured
 HEALTH_WAIT = 60.0  # seconds for the emulator to come up
-DRAIN_WAIT = 30.0  # seconds for it to drop a level's cancelled streams
+DRAIN_WAIT = 120.0  # seconds to drop a level's streams (a slow model's step is long)
 INTENDED = "specroute_emulator_step_intended_seconds_total"
 ACTUAL = "specroute_emulator_step_actual_seconds_total"
 GEN_TOKENS = "sglang:generation_tokens_total"
@@ -142,7 +142,8 @@ def free_port() -> int:
 def start_emulator(opts: Options, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "specroute", "emulate", "--mode", opts.mode,
            "--hardware", opts.hardware, "--host", HOST, "--port", str(port),
-           "--time-scale", "1", "--max-running-requests", str(MAX_RUNNING)]  # fmt: skip
+           "--time-scale", "1",
+           "--max-running-requests", str(max(MIN_MAX_RUNNING, *opts.levels))]  # fmt: skip
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
