@@ -29,6 +29,11 @@ def error_response(error: BadRequest) -> web.Response:
     )
 
 
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """One server-sent event, compact as SGLang's orjson writes it."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
 def stream_error_event(message: str, status: int) -> bytes:
     body = error_body(message, status, HTTPStatus(status).name)
     return b"data: " + json.dumps({"error": body}).encode() + b"\n\n"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 from aiohttp import web
 
 from emulator.engine import Sequence
-from emulator.errors import BadRequest, read_json
+from emulator.errors import BadRequest, read_json, sse_event
 from emulator.loop import EngineLoop, QueueFull
 from emulator.request import ActiveRequest
 from emulator.vocabulary import count_tokens
@@ -56,10 +55,6 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
     return seq, bool(body.get("stream", False))
 
 
-def _dump(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
 class NativeHandlers:
     def __init__(self, loop: EngineLoop, context_length: int) -> None:
         self.loop = loop
@@ -84,10 +79,10 @@ class NativeHandlers:
             async with active:
                 async for emission in active.emissions():
                     if emission.ids or emission.finish is not None:
-                        await response.write(_dump(self._payload(active)))
+                        await response.write(sse_event(self._payload(active)))
         except QueueFull as exc:
             error = {"message": str(exc), "type": "SERVICE_UNAVAILABLE", "code": 503}
-            await response.write(_dump({"error": error}))
+            await response.write(sse_event({"error": error}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -7,7 +7,6 @@ send no role chunk and carry ``finish_reason`` on the last content chunk.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from emulator.engine import Finish, Sequence
-from emulator.errors import BadRequest, error_body, read_json, stream_error_event
+from emulator.errors import BadRequest, error_body, read_json, sse_event, stream_error_event
 from emulator.loop import EngineLoop, QueueFull
 from emulator.request import ActiveRequest
 from emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
@@ -137,10 +136,6 @@ def _usage(active: ActiveRequest) -> dict[str, Any]:
     }
 
 
-def _dump(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
 class OpenAIHandlers:
     def __init__(self, loop: EngineLoop, context_length: int) -> None:
         self.loop = loop
@@ -210,7 +205,7 @@ class OpenAIHandlers:
                     if c.chat:
                         if first and (emission.text or emission.finish is not None):
                             await response.write(
-                                _dump(
+                                sse_event(
                                     head
                                     | {
                                         "choices": [
@@ -228,7 +223,7 @@ class OpenAIHandlers:
                             first = False
                         if emission.text:
                             await response.write(
-                                _dump(
+                                sse_event(
                                     head
                                     | {
                                         "choices": [
@@ -244,7 +239,7 @@ class OpenAIHandlers:
                             )
                         if emission.finish is not None:
                             await response.write(
-                                _dump(
+                                sse_event(
                                     head
                                     | {
                                         "choices": [
@@ -260,7 +255,7 @@ class OpenAIHandlers:
                                   "finish_reason": _finish_reason(emission.finish),
                                   "matched_stop": None if emission.finish is None
                                   else emission.finish.matched}  # fmt: skip
-                        await response.write(_dump(head | {"choices": [choice], "usage": None}))
+                        await response.write(sse_event(head | {"choices": [choice], "usage": None}))
         except QueueFull as exc:
             await response.write(stream_error_event(str(exc), 503))
         else:
@@ -268,7 +263,7 @@ class OpenAIHandlers:
                 usage = _usage(active)
                 if not c.chat:
                     usage = {k: v for k, v in usage.items() if v is not None}
-                await response.write(_dump(head | {"choices": [], "usage": usage}))
+                await response.write(sse_event(head | {"choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
