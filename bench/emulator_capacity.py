@@ -20,6 +20,8 @@ stays within 5%, plus a linear interpolation of where the lag crosses it.
 The load generator runs in this process, so it does not share the emulator's event loop;
 it does share the machine's CPUs, though, and on a small machine (2 cores) the client's own
 work is part of what is measured. Both processes' CPU use is reported for that reason.
+Lag need not mean a saturated CPU: an event loop that wakes late after a burst of SSE writes
+lags too, at low CPU use; the CPU columns tell the two apart.
 
     python -m bench.emulator_capacity --hardware llama3.1-8b-h100 --mode spec \\
         --levels 32,64,128,256,512,1024 --seconds-per-level 8
@@ -48,11 +50,13 @@ HOST = "127.0.0.1"
 LAG_LIMIT = 0.05
 MIN_MAX_RUNNING = 4096  # --max-running-requests: never the limit being measured
 HEALTH_WAIT = 60.0  # seconds for the emulator to come up
+SETTLE = 1.0  # seconds after the ramp before measuring
 DRAIN_WAIT = 120.0  # seconds to drop a level's streams (a slow model's step is long)
 INTENDED = "specroute_emulator_step_intended_seconds_total"
 ACTUAL = "specroute_emulator_step_actual_seconds_total"
 GEN_TOKENS = "sglang:generation_tokens_total"
 LAG_GAUGE = "specroute_emulator_lag_ratio"
+STEPS = "specroute_emulator_steps_total"
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -101,8 +105,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument(
         "--warmup",
         type=float,
-        default=5.0,
-        help="at most this long per level for the queue to empty before measuring",
+        default=20.0,
+        help="at most this long per level for the ramp to pass before measuring",
     )
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument(
@@ -189,6 +193,7 @@ class Scrape:
     intended: float
     actual: float
     tokens: float
+    steps: float
     lag_gauge: float
 
 
@@ -209,6 +214,7 @@ async def scrape(session: aiohttp.ClientSession, base: str) -> Scrape:
         metric_sum(text, INTENDED),
         metric_sum(text, ACTUAL),
         metric_sum(text, GEN_TOKENS),
+        metric_sum(text, STEPS),
         metric_sum(text, LAG_GAUGE),
     )
 
@@ -223,6 +229,7 @@ async def loads(session: aiohttp.ClientSession, base: str) -> tuple[int, int]:
 # -- the load -------------------------------------------------------------------------------
 @dataclass
 class Tally:
+    started: int = 0  # responses whose headers arrived
     chunks: int = 0
     completed: int = 0
     errors: int = 0
@@ -236,6 +243,7 @@ async def stream_once(
         if resp.status != 200:
             await resp.read()
             raise aiohttp.ClientResponseError(resp.request_info, (), status=resp.status)
+        tally.started += 1
         async for line in resp.content:
             if (
                 line.startswith(b"data: ")
@@ -273,6 +281,8 @@ class LevelResult:
     chunks_per_s: float
     completed: int
     errors: int
+    steps: int
+    step_ms: float | None  # mean intended (modelled) step time in the window
     intended_s: float
     actual_s: float
     lag: float | None  # actual / intended - 1 over the window
@@ -281,13 +291,18 @@ class LevelResult:
     client_cpu: float
 
 
-async def warm_up(session: aiohttp.ClientSession, base: str, limit: float) -> None:
-    """Wait until the initial burst is admitted (no one waiting), at most ``limit`` s."""
+async def warm_up(
+    session: aiohttp.ClientSession, base: str, level: int, tally: Tally, limit: float
+) -> None:
+    """Let the ramp pass: every stream answered, none waiting, then ``SETTLE`` s more.
+
+    Opening ``level`` connections at once costs the emulator CPU that a steady load does
+    not; measuring through it would charge the ramp to the steady state. At most ``limit`` s.
+    """
     deadline = time.monotonic() + limit
-    await asyncio.sleep(min(1.0, limit))
     while time.monotonic() < deadline:
-        running, waiting = await loads(session, base)
-        if waiting == 0 and running > 0:
+        if tally.started >= level and (await loads(session, base))[1] == 0:
+            await asyncio.sleep(min(SETTLE, max(0.0, deadline - time.monotonic())))
             return
         await asyncio.sleep(0.2)
 
@@ -311,11 +326,13 @@ async def measure(
     cpu1, own1 = cpu_seconds(pid), time.process_time()
     wall = after.at - before.at
     intended, actual = after.intended - before.intended, after.actual - before.actual
+    steps = round(after.steps - before.steps)
     return LevelResult(
         level=level, streams=streams, seconds=wall,
         tokens_per_s=(after.tokens - before.tokens) / wall,
         chunks_per_s=(tally.chunks - t0[0]) / wall,
         completed=tally.completed - t0[1], errors=tally.errors - t0[2],
+        steps=steps, step_ms=1000 * intended / steps if steps else None,
         intended_s=intended, actual_s=actual,
         lag=actual / intended - 1.0 if intended > 0 else None,
         lag_gauge=after.lag_gauge,
@@ -340,7 +357,7 @@ async def run_level(
     tally, url, body = Tally(), f"{base}/v1/chat/completions", request_body(opts)
     tasks = [asyncio.create_task(worker(session, url, body, tally)) for _ in range(level)]
     try:
-        await warm_up(session, base, opts.warmup)
+        await warm_up(session, base, level, tally, opts.warmup)
         return await measure(session, base, opts, level, pid, tally)
     finally:
         for task in tasks:
@@ -378,22 +395,28 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _lag(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
+
+
 def progress_line(r: LevelResult) -> str:
-    lag = "n/a" if r.lag is None else f"{100 * r.lag:+.1f}%"
     return (f"level {r.level:5d}: {r.streams:7.1f} streams, {r.tokens_per_s:8.0f} tok/s, "
-            f"lag {lag:>7} (gauge {100 * r.lag_gauge:+.1f}%), emulator cpu "
-            f"{_pct(r.emulator_cpu)}, client cpu {_pct(r.client_cpu)}, "
-            f"{r.completed} done, {r.errors} errors")  # fmt: skip
+            f"lag {_lag(r.lag):>7} over {r.steps} steps of {_ms(r.step_ms)} ms "
+            f"(gauge {_lag(r.lag_gauge)}), emulator cpu {_pct(r.emulator_cpu)}, "
+            f"client cpu {_pct(r.client_cpu)}, {r.completed} done, {r.errors} errors")  # fmt: skip
 
 
 def table(results: Sequence[LevelResult]) -> str:
-    rows = [f"{'level':>6} {'streams':>8} {'tok/s':>9} {'chunks/s':>9} {'lag':>8} "
-            f"{'emu cpu':>8} {'gen cpu':>8}"]  # fmt: skip
+    rows = [f"{'level':>6} {'streams':>8} {'tok/s':>9} {'chunks/s':>9} {'step ms':>8} "
+            f"{'lag':>8} {'emu cpu':>8} {'gen cpu':>8}"]  # fmt: skip
     for r in results:
-        lag = "n/a" if r.lag is None else f"{100 * r.lag:+.1f}%"
         rows.append(f"{r.level:>6} {r.streams:>8.1f} {r.tokens_per_s:>9.0f} "
-                    f"{r.chunks_per_s:>9.0f} {lag:>8} {_pct(r.emulator_cpu):>8} "
-                    f"{_pct(r.client_cpu):>8}")  # fmt: skip
+                    f"{r.chunks_per_s:>9.0f} {_ms(r.step_ms):>8} {_lag(r.lag):>8} "
+                    f"{_pct(r.emulator_cpu):>8} {_pct(r.client_cpu):>8}")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -401,15 +424,17 @@ def verdict(results: Sequence[LevelResult]) -> str:
     best, cross = sustained(results), crossing(results)
     limit = f"{100 * LAG_LIMIT:.0f}%"
     if best is None:
+        if results[0].lag is None:
+            return f"level {results[0].level}: no step finished; raise --seconds-per-level"
         return f"lag exceeds {limit} already at the lowest level ({results[0].level})"
-    if best == results[-1].level:
+    after = [r for r in results if r.level > best]
+    if not after:
         return f"sustained: all levels up to {best} streams within {limit} lag (no crossing)"
-    return (
-        f"sustained: {best} streams within {limit} lag; crossing estimated at "
-        f"{cross:.0f} streams (linear)"
-        if cross is not None
-        else f"sustained: {best}"
-    )
+    if after[0].lag is None:
+        return (f"sustained: {best} streams within {limit} lag; level {after[0].level} finished "
+                "no step in its window (raise --seconds-per-level)")  # fmt: skip
+    return (f"sustained: {best} streams within {limit} lag; crossing estimated at "
+            f"{cross:.0f} streams (linear)")  # fmt: skip
 
 
 def machine_note() -> str:
