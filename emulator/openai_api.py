@@ -203,52 +203,20 @@ class OpenAIHandlers:
                 first = True
                 async for emission in active.emissions():
                     if c.chat:
+
+                        def chunk(delta: dict[str, Any], finish: Finish | None = None) -> bytes:
+                            return sse_event(head | {"choices": [_chat_choice(delta, finish)]})
+
                         if first and (emission.text or emission.finish is not None):
-                            await response.write(
-                                sse_event(
-                                    head
-                                    | {
-                                        "choices": [
-                                            _chat_choice(
-                                                {
-                                                    "reasoning_content": None,
-                                                    "role": "assistant",
-                                                    "content": "",
-                                                }
-                                            )
-                                        ]
-                                    }
-                                )
-                            )
+                            role = {"role": "assistant", "content": ""}
+                            await response.write(chunk({"reasoning_content": None} | role))
                             first = False
                         if emission.text:
-                            await response.write(
-                                sse_event(
-                                    head
-                                    | {
-                                        "choices": [
-                                            _chat_choice(
-                                                {
-                                                    "reasoning_content": None,
-                                                    "content": emission.text,
-                                                }
-                                            )
-                                        ]
-                                    }
-                                )
-                            )
+                            content = {"content": emission.text}
+                            await response.write(chunk({"reasoning_content": None} | content))
                         if emission.finish is not None:
                             await response.write(
-                                sse_event(
-                                    head
-                                    | {
-                                        "choices": [
-                                            _chat_choice(
-                                                {"reasoning_content": None}, emission.finish
-                                            )
-                                        ]
-                                    }
-                                )
+                                chunk({"reasoning_content": None}, emission.finish)
                             )
                     elif emission.text or emission.finish is not None:
                         choice = {"index": 0, "text": emission.text, "logprobs": None,

@@ -11,6 +11,7 @@ import aiohttp
 import openai
 import pytest
 
+from router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric
@@ -25,6 +26,22 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
         running_emulator("--mode", "base", *FAST) as base,
     ):
         yield spec, base
+
+
+LONG_STREAM = {
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 400,
+    "stream": True,
+    "ignore_eos": True,
+}
+
+
+async def settled(state: RouterState, seconds: float = 4.0) -> None:
+    """Until the router has counted every request down (cancellations land a step later)."""
+    for _ in range(int(seconds / 0.02)):
+        if all(b.inflight == 0 for b in state.backends):
+            return
+        await asyncio.sleep(0.02)
 
 
 async def test_responses_identical_to_the_backend(backends: tuple[str, str]) -> None:
@@ -74,25 +91,16 @@ async def test_first_chunk_is_not_held_back() -> None:
 async def test_routing_switches_at_the_crossover(backends: tuple[str, str]) -> None:
     spec, base = backends
     async with running_router(spec=[spec], base=[base], crossover=2) as (url, state):
-        body = {
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 400,
-            "stream": True,
-            "ignore_eos": True,
-        }
         async with aiohttp.ClientSession() as s:
             responses = []
             for _ in range(4):
-                r = await s.post(f"{url}/v1/chat/completions", json=body)
+                r = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
                 responses.append(r)
             pools = [r.headers["x-specroute-backend"].split(":")[0] for r in responses]
             for r in responses:
                 r.close()
         assert pools == ["spec", "spec", "base", "base"]
-        for _ in range(100):
-            if all(b.inflight == 0 for b in state.backends):
-                break
-            await asyncio.sleep(0.02)
+        await settled(state, 2.0)
         assert [b.inflight for b in state.backends] == [0, 0]
         assert await metric(url, "specroute_route_decisions_total") == 4
         assert await metric(url, "specroute_crossover") == 2
@@ -100,25 +108,18 @@ async def test_routing_switches_at_the_crossover(backends: tuple[str, str]) -> N
 
 async def test_partitioned_spills_the_rest(backends: tuple[str, str]) -> None:
     spec, base = backends
-    async with running_router(spec=[spec], base=[base], crossover=1, topology="partitioned") as (
-        url,
-        _,
+    async with (
+        running_router(spec=[spec], base=[base], crossover=1, topology="partitioned") as (url, _),
+        aiohttp.ClientSession() as s,
     ):
-        body = {
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 400,
-            "stream": True,
-            "ignore_eos": True,
-        }
-        async with aiohttp.ClientSession() as s:
-            first = await s.post(f"{url}/v1/chat/completions", json=body)
-            second = await s.post(f"{url}/v1/chat/completions", json=body)
-            first.close()
-            await asyncio.sleep(0.05)
-            third = await s.post(f"{url}/v1/chat/completions", json=body)
-            pools = [r.headers["x-specroute-backend"].split(":")[0] for r in (first, second, third)]
-            second.close()
-            third.close()
+        first = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
+        second = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
+        first.close()
+        await asyncio.sleep(0.05)
+        third = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
+        pools = [r.headers["x-specroute-backend"].split(":")[0] for r in (first, second, third)]
+        second.close()
+        third.close()
     assert pools == ["spec", "base", "spec"]
 
 
@@ -145,10 +146,7 @@ async def test_inflight_returns_to_zero_after_cancellations(backends: tuple[str,
                 await asyncio.gather(*pending, return_exceptions=True)
                 pending.clear()
         await asyncio.gather(*pending, return_exceptions=True)
-        for _ in range(200):
-            if all(b.inflight == 0 for b in state.backends):
-                break
-            await asyncio.sleep(0.02)
+        await settled(state)
         assert [b.inflight for b in state.backends] == [0, 0]
         assert await metric(url, "specroute_inflight") == 0
         assert await metric(url, "specroute_requests_total") > 500
