@@ -28,6 +28,7 @@ class EmulatorConfig:
     decode_log_interval: int = 40
     health_timeout: float = 20.0
     seed: int = 0
+    api_key: str | None = None  # as SGLang's --api-key: every path but probes needs it
 
     @property
     def speculative(self) -> bool:

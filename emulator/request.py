@@ -59,7 +59,6 @@ class ActiveRequest:
         m, now = self.loop.metrics, time.monotonic()
         labels = m.tokenizer(self.streaming)
         if emission.ids:
-            m.generation_tokens.labels(**labels).inc(len(emission.ids))
             if self.first_token_at is None:
                 self.first_token_at = now
                 m.ttft.labels(**labels).observe(now - self.started)
@@ -69,6 +68,7 @@ class ActiveRequest:
         if emission.finish is not None:
             self.finished_at = now
             m.prompt_tokens.labels(**labels).inc(self.seq.prompt_tokens)
+            m.generation_tokens.labels(**labels).inc(len(self.output_ids))
             m.num_requests.labels(**labels).inc()
             m.e2e.labels(**labels).observe(now - self.started)
             m.spec_verify_calls.labels(**m.tokenizer()).inc(self.seq.verify_ct)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from emulator.acceptance import AcceptanceError
@@ -45,6 +47,24 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.json_response(body, status=500)
 
 
+_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+def _api_key(key: str) -> Middleware:
+    """SGLang's check: a bearer key on everything but probes, compared in constant time."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "OPTIONS" or request.path.startswith(_OPEN_PREFIXES):
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode()):
+            return await handler(request)
+        return web.json_response({"error": "Unauthorized"}, status=401)
+
+    return check
+
+
 def create_app(config: EmulatorConfig) -> web.Application:
     metrics = EngineMetrics(config.model_path)
     loop = EngineLoop(
@@ -54,7 +74,10 @@ def create_app(config: EmulatorConfig) -> web.Application:
         max_queued_requests=config.max_queued_requests,
         decode_log_interval=config.decode_log_interval,
     )
-    app = web.Application(middlewares=[_errors])
+    middlewares: list[Middleware] = [_errors]
+    if config.api_key is not None:
+        middlewares.append(_api_key(config.api_key))
+    app = web.Application(middlewares=middlewares)
     app[LOOP] = loop
     app[CONFIG] = config
     app[STARTED] = time.time()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,8 +42,20 @@ class Crossover:
 @dataclass(frozen=True)
 class Profile:
     crossover: Crossover
-    created: str | None = None
+    created: str | None = None  # ISO 8601, when the measurement ended
     raw: dict[str, Any] = field(default_factory=dict)
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        """How old the measurement is; None when the profile does not say when it was made."""
+        if self.created is None:
+            return None
+        try:
+            created = datetime.fromisoformat(self.created)
+        except ValueError:
+            return None
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return ((now or datetime.now(UTC)) - created).total_seconds()
 
 
 def _crossover(data: Any, where: str) -> Crossover:

@@ -12,8 +12,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from policies.profile import Profile, load_profile
+from policies.profile import Profile, load_profile, parse_profile
 from policies.registry import build_policy
+from router.auth import auth_middleware
 from router.backend import Backend
 from router.errors import error_response
 from router.metrics import RouterMetrics
@@ -35,9 +36,7 @@ def build_state(settings: RouterSettings) -> RouterState:
         Backend(u, "base") for u in settings.base
     ]
     state = RouterState(settings, backends, policy, profile, RouterMetrics())
-    crossover = policy.describe().get("crossover")
-    if isinstance(crossover, (int, float)):
-        state.metrics.crossover.set(crossover)
+    state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
     return state
 
 
@@ -55,7 +54,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def create_app(settings: RouterSettings) -> web.Application:
     state = build_state(settings)
-    app = web.Application(middlewares=[_errors], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[_errors, auth_middleware(settings.api_keys, settings.admin_key)],
+        client_max_size=settings.max_body_bytes,
+    )
     app[STATE] = state
 
     async def forward(request: web.Request) -> web.StreamResponse:
@@ -68,15 +70,20 @@ def create_app(settings: RouterSettings) -> web.Application:
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/router/status", _status)
+    app.router.add_post("/router/profile", _swap_profile)
     app.cleanup_ctx.append(_background)
     return app
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
-    connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
-    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
     settings = state.settings
+    connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+    key = settings.backend_api_key
+    headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
+    state.session = aiohttp.ClientSession(
+        connector=connector, auto_decompress=False, headers=headers
+    )
     await asyncio.gather(*(check_health(state, b) for b in state.backends))
     tasks = [
         asyncio.create_task(every(settings.health_interval, state, check_health)),
@@ -136,8 +143,9 @@ async def _status(request: web.Request) -> web.Response:
             "total": view.load(), "spec": view.load("spec"), "base": view.load("base"),
         },
         "profile": None if profile is None else {
-            "path": str(state.settings.profile), "created": profile.created,
-            "loaded_age_seconds": time.time() - state.profile_loaded_at,
+            "source": state.profile_source, "created": profile.created,
+            "age_seconds": profile.age_seconds(),
+            "loaded_seconds_ago": time.time() - state.profile_loaded_at,
             "crossover": profile.raw.get("crossover"),
         },
         "backends": [
@@ -149,3 +157,21 @@ async def _status(request: web.Request) -> web.Response:
         "recent_decisions": list(state.recent),
         "draining": state.draining,
     })  # fmt: skip
+
+
+async def _swap_profile(request: web.Request) -> web.Response:
+    """Route by the posted profile from the next request on; none in flight is dropped.
+
+    The crossover comes from the profile even when one was given at start."""
+    state = request.app[STATE]
+    try:
+        profile = parse_profile(await request.json())
+        params = {k: v for k, v in state.settings.policy_params().items() if k != "crossover"}
+        policy = build_policy(state.policy.name, params, profile)
+    except ValueError as exc:  # bad JSON, ProfileError and PolicyError alike
+        return error_response(400, f"The profile was not loaded: {exc}")
+    state.adopt(policy, profile, "POST /router/profile")
+    return web.json_response(
+        {"policy": {"name": policy.name, "parameters": policy.describe()},
+         "profile": {"created": profile.created, "crossover": profile.raw["crossover"]}}
+    )  # fmt: skip

@@ -1,24 +1,27 @@
 """A pure parser of a backend's Prometheus text into the numbers routing needs.
 
-Understands SGLang (``sglang:``) and vLLM (``vllm:``) names; sums over label sets (one
-engine may report per rank). Counters are kept raw: the poller takes deltas between two
-snapshots for a window's accept length, never the cumulative average.
+Understands SGLang (``sglang:``) and vLLM (``vllm:``) names. Counts add up over label sets
+(one engine reports per data-parallel rank); the accept-length gauge is averaged over them.
+SGLang's per-priority breakdown (``priority="<n>"``) repeats its total, so it is skipped.
+Counters are kept raw: the poller takes deltas between two snapshots for a window's accept
+length, never the cumulative average.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-_GAUGES = {
+_SUMMED = {
     "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
     "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
-    "accept_length_gauge": ("sglang:spec_accept_length",),
-}
-_COUNTERS = {
     "generation_tokens": ("sglang:generation_tokens_total", "vllm:generation_tokens_total"),
     "verify_calls": ("sglang:spec_verify_calls_total", "vllm:spec_decode_num_drafts_total"),
     "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
 }
+_AVERAGED = {"accept_length_gauge": ("sglang:spec_accept_length",)}
+_WANTED = {n for names in (_SUMMED | _AVERAGED).values() for n in names}
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -33,38 +36,58 @@ class BackendStats:
     accepted_tokens: float | None = None
 
 
+def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
+    brace = line.find("{")
+    if brace >= 0:
+        close = line.rfind("}")
+        name, labels, rest = (
+            line[:brace],
+            dict(_LABEL.findall(line[brace:close])),
+            line[close + 1 :],
+        )
+    else:
+        name, _, rest = line.partition(" ")
+        labels = {}
+    try:
+        return name.strip(), labels, float(rest.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
 def parse(text: str) -> BackendStats:
-    sums: dict[str, float] = {}
+    values: dict[str, list[float]] = {}
     for line in text.splitlines():
-        if not line or line.startswith("#"):
+        if not line.startswith(("sglang:", "vllm:")):
             continue
-        brace = line.find("{")
-        if brace >= 0:
-            name, rest = line[:brace], line[line.rfind("}") + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
-        parts = rest.split()
-        try:
-            value = float(parts[0])
-        except (ValueError, IndexError):
+        sample = _sample(line)
+        if sample is None or sample[0] not in _WANTED or sample[1].get("priority"):
             continue
-        sums[name] = sums.get(name, 0.0) + value
+        values.setdefault(sample[0], []).append(sample[2])
     found: dict[str, float | None] = {}
-    for field, names in (_GAUGES | _COUNTERS).items():
-        found[field] = next((sums[n] for n in names if n in sums), None)
+    for field, names in _SUMMED.items():
+        found[field] = next((sum(values[n]) for n in names if n in values), None)
+    for field, names in _AVERAGED.items():
+        found[field] = next((sum(values[n]) / len(values[n]) for n in names if n in values), None)
     return BackendStats(**found)
+
+
+def _delta(old: float | None, new: float | None) -> float | None:
+    """A counter's growth between two scrapes: a series not yet created counts as 0, and
+    a counter that went down (the backend restarted) counts from 0."""
+    if new is None:
+        return None
+    old = old or 0.0
+    return new - old if new >= old else new
 
 
 def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
     """Tokens per verify step between two scrapes (SGLang: generation tokens over verify
     calls; vLLM: 1 + accepted over drafts); None when nothing was verified."""
-    if new.verify_calls is None or old.verify_calls is None:
+    verifies = _delta(old.verify_calls, new.verify_calls)
+    if verifies is None or verifies <= 0:
         return None
-    verifies = new.verify_calls - old.verify_calls
-    if verifies <= 0:
-        return None
-    if new.accepted_tokens is not None and old.accepted_tokens is not None:
-        return 1.0 + (new.accepted_tokens - old.accepted_tokens) / verifies
-    if new.generation_tokens is None or old.generation_tokens is None:
-        return None
-    return (new.generation_tokens - old.generation_tokens) / verifies
+    accepted = _delta(old.accepted_tokens, new.accepted_tokens)
+    if accepted is not None:
+        return 1.0 + accepted / verifies
+    tokens = _delta(old.generation_tokens, new.generation_tokens)
+    return None if tokens is None else tokens / verifies

@@ -23,7 +23,11 @@ from router.backend import Backend
 from router.errors import error_response, sse_error
 from router.state import RouterState
 
-_FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")
+_FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
+
+
+def _forwarded(request: web.Request) -> dict[str, str]:
+    return {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
 
 
 class Retry(Exception):
@@ -93,14 +97,6 @@ def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decisi
     return Decision(failed, None, "retry")
 
 
-def _headers(request: web.Request, state: RouterState) -> dict[str, str]:
-    headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
-    key = state.settings.backend_api_key
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key.get_secret_value()}"
-    return headers
-
-
 async def _forward(
     request: web.Request, state: RouterState, backend: Backend, raw: bytes, body: dict[str, Any]
 ) -> web.StreamResponse:
@@ -118,7 +114,7 @@ async def _forward(
     try:
         try:
             upstream = await state.session.post(
-                backend.url + request.path, data=raw, headers=_headers(request, state),
+                backend.url + request.path, data=raw, headers=_forwarded(request),
                 timeout=timeout, auto_decompress=False,
             )  # fmt: skip
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
@@ -135,6 +131,7 @@ async def _forward(
             if upstream.content_length is not None:
                 response.content_length = upstream.content_length
             first = True
+            state.upstreams.add(upstream)
             try:
                 async for chunk in upstream.content.iter_any():
                     if first:
@@ -143,21 +140,32 @@ async def _forward(
                         first = False
                     await response.write(chunk)
             except (aiohttp.ClientError, TimeoutError) as exc:
-                m.upstream_errors.labels(backend=backend.name, kind="midstream").inc()
+                if state.draining:  # the drain timeout closed the upstream
+                    status = "cut_off"
+                    message = "The router is shutting down; its drain timeout cut this off."
+                else:
+                    m.upstream_errors.labels(backend=backend.name, kind="midstream").inc()
+                    if first:
+                        raise Retry("midstream", f"{backend.name}: {exc!r}") from None
+                    status = "broken"
+                    message = (
+                        f"The backend {backend.name} failed mid-stream "
+                        f"({type(exc).__name__}); the answer is incomplete."
+                    )
                 if first:
-                    raise Retry("midstream", f"{backend.name}: {exc!r}") from None
-                if upstream.content_type == "text/event-stream":
-                    await response.write(sse_error(f"The backend failed mid-stream: {exc!r}"))
-                    status = str(upstream.status)
-                else:  # a truncated JSON body must not look complete
-                    status = "truncated"
+                    return error_response(503, message, "service_unavailable")
+                if upstream.content_type != "text/event-stream":
+                    status = "truncated"  # a truncated JSON body must not look complete
                     if request.transport is not None:
                         request.transport.close()
                     return response
+                await response.write(sse_error(message))
+            finally:
+                state.upstreams.discard(upstream)
             if first:
                 await response.prepare(request)
             await response.write_eof()
-            status = str(upstream.status)
+            status = str(upstream.status) if status == "error" else status
             return response
     except asyncio.CancelledError:
         status = "cancelled"

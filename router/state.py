@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import ClientSession
+from aiohttp import ClientResponse, ClientSession
 
 from policies.decision import Decision
 from policies.policy import Policy
@@ -26,11 +26,21 @@ class RouterState:
     policy: Policy
     profile: Profile | None
     metrics: RouterMetrics
+    profile_source: str | None = None
     profile_loaded_at: float = field(default_factory=time.time)
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
     session: ClientSession | None = None
     draining: bool = False
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    upstreams: set[ClientResponse] = field(default_factory=set)  # answers being relayed
+
+    def adopt(self, policy: Policy, profile: Profile | None, source: str | None) -> None:
+        """Route by a new policy from now on; requests in flight are not touched."""
+        self.policy, self.profile, self.profile_source = policy, profile, source
+        self.profile_loaded_at = time.time()
+        crossover = policy.describe().get("crossover")
+        if isinstance(crossover, (int, float)):
+            self.metrics.crossover.set(crossover)
 
     def view(self) -> View:
         now = time.monotonic()
@@ -39,6 +49,9 @@ class RouterState:
             source=self.settings.concurrency_source,
             now=now,
         )
+
+    def inflight(self) -> int:
+        return sum(b.inflight for b in self.backends)
 
     def backend(self, name: str) -> Backend:
         return next(b for b in self.backends if b.name == name)

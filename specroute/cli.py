@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     emulate.add_argument("--max-queued-requests", type=_positive(int), metavar="N")
     emulate.add_argument("--context-length", type=_positive(int), default=131072)
     emulate.add_argument("--decode-log-interval", type=_positive(int), default=40)
+    emulate.add_argument("--api-key", metavar="KEY", help="require this bearer key, as SGLang")
     _add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
@@ -119,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
+    keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
+    serve.add_argument(
+        "--api-key", dest="api_keys", action="append", metavar="KEY",
+        help=f"a client key (repeatable); {keys}",
+    )  # fmt: skip
+    serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
+    serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
+    serve.add_argument("--drain-timeout", type=float, metavar="S")
     return parser
 
 
@@ -136,7 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         for error in exc.errors():
             key = ".".join(str(p) for p in error["loc"])
-            value = error.get("input")
+            value = "***" if "key" in key else error.get("input")
             print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
         return 2
     try:
@@ -176,6 +185,7 @@ def _config(args: argparse.Namespace) -> EmulatorConfig:
         context_length=getattr(args, "context_length", 131072),
         decode_log_interval=getattr(args, "decode_log_interval", 40),
         seed=args.seed,
+        api_key=getattr(args, "api_key", None),
     )
 
 

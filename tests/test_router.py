@@ -39,7 +39,7 @@ LONG_STREAM = {
 async def settled(state: RouterState, seconds: float = 4.0) -> None:
     """Until the router has counted every request down (cancellations land a step later)."""
     for _ in range(int(seconds / 0.02)):
-        if all(b.inflight == 0 for b in state.backends):
+        if state.inflight() == 0:
             return
         await asyncio.sleep(0.02)
 

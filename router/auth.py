@@ -1,0 +1,59 @@
+"""Optional bearer keys: client keys for serving, a separate admin key for changing the router.
+
+Probes and scrapers (``/health``, ``/ready``, ``/metrics``) stay open. Keys are compared in
+constant time and never logged or echoed; the client's ``Authorization`` header is never
+forwarded to a backend (the router sends its own backend key, if any).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import SecretStr
+
+from router.errors import error_response
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+ADMIN_PATHS = frozenset({"/router/profile"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _bearer(request: web.Request) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _matches(token: str, keys: Sequence[SecretStr]) -> bool:
+    found = False
+    for key in keys:  # no early exit: the time taken does not tell which key was close
+        found |= hmac.compare_digest(token.encode(), key.get_secret_value().encode())
+    return found
+
+
+def auth_middleware(clients: Sequence[SecretStr], admin: SecretStr | None) -> Middleware:
+    admins = [admin] if admin is not None else []
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        admin_path = request.path in ADMIN_PATHS
+        needed = admins if admin_path else [*clients, *admins] if clients else []
+        if not needed:
+            return await handler(request)
+        token = _bearer(request)
+        if token is None:
+            return error_response(
+                401, "Missing API key: send 'Authorization: Bearer <key>'.", "authentication_error"
+            )
+        if _matches(token, needed):
+            return await handler(request)
+        if admin_path and _matches(token, clients):
+            return error_response(403, "This endpoint needs the admin key.", "permission_error")
+        return error_response(401, "Incorrect API key provided.", "authentication_error")
+
+    return check

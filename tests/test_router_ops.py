@@ -1,0 +1,247 @@
+"""Running the router: keys, live profile swaps, a backend dying mid-stream, SIGTERM drain,
+and the metrics' values."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.emulators import running_emulator
+from tests.processes import specroute
+from tests.routers import running_router
+from tests.test_emulator_api import CHAT, client, metric
+from tests.test_router import FAST, LONG_STREAM, settled
+
+
+def profile(value: float, hours_old: float = 0.0) -> dict[str, Any]:
+    created = datetime.now(UTC) - timedelta(hours=hours_old)
+    return {
+        "schema": "specroute.profile/v1",
+        "created": created.isoformat(),
+        "crossover": {"value": value, "ci": [value * 0.9, value * 1.1]},
+    }
+
+
+def keyed(url: str, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+async def test_client_and_admin_keys(caplog: pytest.LogCaptureFixture) -> None:
+    secrets = ("client-key-1", "admin-key-2", "backend-key-3")
+    async with (
+        running_emulator("--mode", "spec", *FAST, "--api-key", secrets[2]) as spec,
+        running_emulator("--mode", "base", *FAST, "--api-key", secrets[2]) as base,
+        running_router(
+            spec=[spec], base=[base], crossover=4,
+            api_keys=[secrets[0]], admin_key=secrets[1], backend_api_key=secrets[2],
+        ) as (url, _),
+        aiohttp.ClientSession() as s,
+    ):  # fmt: skip
+        with pytest.raises(openai.AuthenticationError):
+            await keyed(url, "wrong").chat.completions.create(model="m", messages=CHAT)
+        async with s.get(f"{url}/v1/models") as r:
+            assert r.status == 401
+            assert (await r.json())["error"]["type"] == "authentication_error"
+        for key in secrets[:2]:  # the admin key serves too
+            raw = await keyed(url, key).chat.completions.with_raw_response.create(
+                model="m", messages=CHAT, max_tokens=3
+            )
+            assert raw.http_response.status_code == 200  # so the backend got its own key
+            assert secrets[2] not in str(raw.headers) + raw.http_response.text
+            assert (await keyed(url, key).models.list()).data  # backend key on /v1/models
+        for path in ("/health", "/ready", "/metrics"):
+            async with s.get(url + path) as r:
+                assert r.status == 200  # probes and scrapers need no key
+        post = f"{url}/router/profile"
+        for headers, status in [({}, 401), ({"Authorization": f"Bearer {secrets[0]}"}, 403),
+                                ({"Authorization": f"Bearer {secrets[1]}"}, 200)]:  # fmt: skip
+            async with s.post(post, json=profile(3), headers=headers) as r:
+                assert r.status == status
+        auth = {"Authorization": f"Bearer {secrets[0]}"}
+        async with s.get(f"{url}/router/status", headers=auth) as r:
+            shown = await r.text() + await (await s.get(f"{url}/metrics")).text()
+    assert not any(key in shown + caplog.text for key in secrets)
+
+
+async def test_profile_swaps_live_without_dropping_streams(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile(1, hours_old=2)))
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.2") as spec,
+        running_emulator("--mode", "base", "--time-scale", "0.2") as base,
+        running_router(spec=[spec], base=[base], profile=path) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(f"{url}/router/status") as r:
+            status = await r.json()
+        assert status["profile"]["source"] == str(path)
+        assert status["profile"]["age_seconds"] == pytest.approx(7200, abs=60)
+        assert status["policy"]["parameters"]["crossover"] == 1
+        streams = [await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM) for _ in range(3)]
+        assert [r.headers["x-specroute-backend"][:4] for r in streams] == ["spec", "base", "base"]
+
+        async with s.post(f"{url}/router/profile", data=b"{bad") as r:
+            assert r.status == 400 and "not loaded" in (await r.json())["error"]["message"]
+        async with s.post(f"{url}/router/profile", json={"schema": "other"}) as r:
+            assert r.status == 400 and "schema" in (await r.json())["error"]["message"]
+        assert state.policy.describe()["crossover"] == 1  # a refused profile changes nothing
+
+        async with s.post(f"{url}/router/profile", json=profile(100)) as r:
+            assert r.status == 200
+            assert (await r.json())["policy"]["parameters"]["crossover"] == 100
+        assert state.inflight() == 3  # nothing in flight was touched
+        raw = await client(url).chat.completions.with_raw_response.create(
+            model="m", messages=CHAT, max_tokens=2
+        )
+        assert raw.headers["x-specroute-backend"].startswith("spec:")
+        for r in streams:  # every stream that began before the swap ends normally
+            body = (await r.read()).decode()
+            assert body.rstrip().endswith("data: [DONE]") and '"error"' not in body
+        assert await metric(url, "specroute_crossover") == 100
+        async with s.get(f"{url}/router/status") as r:
+            status = await r.json()
+        assert status["profile"]["source"] == "POST /router/profile"
+        assert status["profile"]["age_seconds"] < 60
+
+
+async def test_backend_killed_mid_stream_ends_with_an_error_event() -> None:
+    async with (
+        specroute("emulate", "--mode", "spec", "--time-scale", "0.5") as (spec, process),
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8, health_interval=0.1) as (
+            url, state,
+        ),
+    ):  # fmt: skip
+        stream = await client(url).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=2000, stream=True, extra_body={"ignore_eos": True}
+        )
+        received = 0
+
+        async def read_until_killed() -> None:
+            nonlocal received
+            async for chunk in stream:
+                received += bool(chunk.choices and chunk.choices[0].delta.content)
+                if received == 3:
+                    process.kill()
+
+        with pytest.raises(openai.APIError, match=r"failed mid-stream .*incomplete"):
+            await read_until_killed()
+        assert received >= 3
+        await settled(state)
+        assert state.inflight() == 0
+        assert await metric(url, "specroute_upstream_errors_total") >= 1
+        for _ in range(50):  # the health check notices; new work fails over
+            if not state.backends[0].healthy:
+                break
+            await asyncio.sleep(0.1)
+        raw = await client(url).chat.completions.with_raw_response.create(
+            model="m", messages=CHAT, max_tokens=3
+        )
+        assert raw.headers["x-specroute-backend"].startswith("base:")
+        assert state.recent[-1]["reason"] == "failover"
+
+
+async def _stream_text(response: aiohttp.ClientResponse) -> str:
+    return (await response.read()).decode()
+
+
+@pytest.mark.parametrize(("drain_timeout", "finishes"), [(30, True), (0.5, False)])
+async def test_sigterm_drains_in_flight_streams(drain_timeout: float, finishes: bool) -> None:
+    async with running_emulator("--mode", "base", "--time-scale", "0.5") as base:
+        async with (
+            specroute("serve", "--spec", base, "--base", base, "--policy", "always-base",
+                      "--drain-timeout", str(drain_timeout)) as (url, process),
+            aiohttp.ClientSession() as s,
+        ):  # fmt: skip
+            body = {**LONG_STREAM, "max_tokens": 600, "stream_options": {"include_usage": True}}
+            response = await s.post(f"{url}/v1/chat/completions", json=body)
+            await response.content.readline()
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            reading = asyncio.create_task(_stream_text(response))
+            await asyncio.sleep(0.2)
+            async with s.get(f"{url}/ready") as r:
+                assert r.status == 503
+            async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+                assert r.status == 503
+                assert "shutting down" in (await r.json())["error"]["message"]
+            text = await reading
+            await asyncio.wait_for(process.wait(), 15)
+            stopped = time.monotonic() - signalled
+        assert process.returncode == 0
+        if finishes:
+            assert '"completion_tokens":600' in text.replace(" ", "")
+            assert text.rstrip().endswith("data: [DONE]")
+        else:
+            assert stopped < drain_timeout + 3
+            assert '"completion_tokens":600' not in text.replace(" ", "")
+            assert "shutting down" in text  # cut off with a reason, not silently
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """A metric's samples by their sorted labels, read with Prometheus' own parser."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+async def test_metrics_have_the_right_values() -> None:
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.5", "--accept-length", "3") as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=1, poll_interval=0.1) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        names = {b.pool: b.name for b in state.backends}
+        long = await s.post(f"{url}/v1/chat/completions", json={**LONG_STREAM, "max_tokens": 600})
+        for _ in range(3):  # one running on spec: these go to base
+            await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=4)
+        await asyncio.sleep(0.4)  # a few polls while spec is busy
+        async with s.get(f"{url}/metrics") as r:
+            busy = await r.text()
+        await long.read()
+        await settled(state)
+        await asyncio.sleep(0.3)
+        async with s.get(f"{url}/metrics") as r:
+            text = await r.text()
+
+    def one(name: str, **labels: str) -> float:
+        return samples(text, name)[tuple(sorted(labels.items()))]
+
+    assert one("specroute_requests_total", pool="spec", backend=names["spec"], status="200") == 1
+    assert one("specroute_requests_total", pool="base", backend=names["base"], status="200") == 3
+    assert one("specroute_route_decisions_total", pool="spec", reason="below_crossover") == 1
+    assert one("specroute_route_decisions_total", pool="base", reason="above_crossover") == 3
+    assert one("specroute_inflight", pool="spec", backend=names["spec"]) == 0
+    assert samples(busy, "specroute_inflight")[(("backend", names["spec"]), ("pool", "spec"))] == 1
+    assert one("specroute_live_concurrency") == 1  # the last decision saw the long stream
+    assert one("specroute_crossover") == 1
+    for pool in ("spec", "base"):
+        assert one("specroute_backend_healthy", backend=names[pool]) == 1
+        assert one("specroute_ttft_seconds_count", pool=pool) == (1 if pool == "spec" else 3)
+        assert one("specroute_request_duration_seconds_count", pool=pool) == (
+            1 if pool == "spec" else 3
+        )
+    assert samples(busy, "specroute_backend_running")[(("backend", names["spec"]),)] == 1
+    assert one("specroute_backend_running", backend=names["spec"]) == 0
+    assert one("specroute_backend_queued", backend=names["base"]) == 0
+    assert one("specroute_backend_accept_length", backend=names["spec"]) == pytest.approx(
+        3, abs=0.5
+    )
+    assert (("backend", names["base"]),) not in samples(text, "specroute_backend_accept_length")
+    assert one("specroute_ttft_seconds_sum", pool="spec") < one(
+        "specroute_request_duration_seconds_sum", pool="spec"
+    )
