@@ -26,6 +26,7 @@ class EmulatorConfig:
     max_queued_requests: int | None = None
     context_length: int = 131072
     decode_log_interval: int = 40
+    stream_interval: int = 1  # SGLang's --stream-interval: decode tokens per streamed chunk
     health_timeout: float = 20.0
     seed: int = 0
     api_key: str | None = None  # as SGLang's --api-key: every path but probes needs it
@@ -69,6 +70,7 @@ class EmulatorConfig:
             "random_seed": self.seed,
             "enable_metrics": True,
             "decode_log_interval": self.decode_log_interval,
+            "stream_interval": self.stream_interval,
             "speculative_algorithm": "EAGLE3" if spec else None,
             "speculative_draft_model_path": self.hardware.raw.get("draft_model_path")
             if spec

@@ -33,12 +33,14 @@ class EngineLoop:
         time_scale: float,
         max_queued_requests: int | None = None,
         decode_log_interval: int = 40,
+        stream_interval: int = 1,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.time_scale = time_scale
         self.max_queued_requests = max_queued_requests
         self.decode_log_interval = decode_log_interval
+        self.stream_interval = stream_interval
         self._listeners: dict[str, Listener] = {}
         self._by_rid: dict[str, Sequence] = {}
         self._wake = asyncio.Event()
@@ -63,7 +65,8 @@ class EngineLoop:
         ):
             raise QueueFull("The request queue is full.")
         self._by_rid[seq.rid] = seq
-        self._listeners[seq.rid] = listener
+        interval = self.stream_interval
+        self._listeners[seq.rid] = listener if interval == 1 else _every(interval, listener)
         self.engine.submit(seq)
         self._wake.set()
 
@@ -193,3 +196,25 @@ class EngineLoop:
         if not self.total_verifies:
             return None
         return self.total_spec_tokens / self.total_verifies
+
+
+def _every(interval: int, listener: Listener) -> Listener:
+    """SGLang's ``--stream-interval``: a request's first tokens go out at once, then
+    whenever at least ``interval`` tokens are unsent, and always at the end."""
+    pending: Emission | None = None
+    started = False
+
+    def deliver(emission: Emission) -> None:
+        nonlocal pending, started
+        if pending is not None:
+            emission = Emission(
+                emission.seq, pending.ids + emission.ids, pending.text + emission.text,
+                emission.finish,
+            )  # fmt: skip
+        if (emission.ids and not started) or emission.finish or len(emission.ids) >= interval:
+            started, pending = True, None
+            listener(emission)
+        else:
+            pending = emission
+
+    return deliver

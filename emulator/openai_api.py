@@ -32,6 +32,7 @@ class Completion:
     seq: Sequence
     stream: bool
     include_usage: bool
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
 
 
 def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completion:
@@ -82,7 +83,11 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
     model = body.get("model", "default")
     if not isinstance(model, str):
         raise BadRequest("Field 'model' must be a string.")
-    return Completion(chat, model, seq, stream, stream and bool(options.get("include_usage")))
+    return Completion(
+        chat, model, seq, stream,
+        include_usage=stream and bool(options.get("include_usage")),
+        continuous_usage=stream and bool(options.get("continuous_usage_stats")),
+    )  # fmt: skip
 
 
 def _completion_prompt(prompt: Any) -> tuple[str, int]:
@@ -205,7 +210,10 @@ class OpenAIHandlers:
                     if c.chat:
 
                         def chunk(delta: dict[str, Any], finish: Finish | None = None) -> bytes:
-                            return sse_event(head | {"choices": [_chat_choice(delta, finish)]})
+                            usage = {"usage": _usage(active)} if c.continuous_usage else {}
+                            return sse_event(
+                                head | {"choices": [_chat_choice(delta, finish)]} | usage
+                            )
 
                         if first and (emission.text or emission.finish is not None):
                             role = {"role": "assistant", "content": ""}
@@ -223,7 +231,10 @@ class OpenAIHandlers:
                                   "finish_reason": _finish_reason(emission.finish),
                                   "matched_stop": None if emission.finish is None
                                   else emission.finish.matched}  # fmt: skip
-                        await response.write(sse_event(head | {"choices": [choice], "usage": None}))
+                        usage = _usage(active) if c.continuous_usage else None
+                        await response.write(
+                            sse_event(head | {"choices": [choice], "usage": usage})
+                        )
         except QueueFull as exc:
             await response.write(stream_error_event(str(exc), 503))
         else:

@@ -73,6 +73,7 @@ def create_app(config: EmulatorConfig) -> web.Application:
         time_scale=config.time_scale,
         max_queued_requests=config.max_queued_requests,
         decode_log_interval=config.decode_log_interval,
+        stream_interval=config.stream_interval,
     )
     middlewares: list[Middleware] = [_errors]
     if config.api_key is not None:

@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     emulate.add_argument("--context-length", type=_positive(int), default=131072)
     emulate.add_argument("--decode-log-interval", type=_positive(int), default=40)
     emulate.add_argument("--api-key", metavar="KEY", help="require this bearer key, as SGLang")
+    emulate.add_argument(
+        "--stream-interval", type=_positive(int), default=1, metavar="N",
+        help="stream a request's tokens N at a time, as SGLang's flag",
+    )  # fmt: skip
     _add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
@@ -186,6 +190,7 @@ def _config(args: argparse.Namespace) -> EmulatorConfig:
         decode_log_interval=getattr(args, "decode_log_interval", 40),
         seed=args.seed,
         api_key=getattr(args, "api_key", None),
+        stream_interval=getattr(args, "stream_interval", 1),
     )
 
 

@@ -357,3 +357,21 @@ async def test_acceptance_changes_at_run_time(spec_url: str) -> None:
         async with s.post(f"{spec_url}/emulator/acceptance", json={"accept_length": 9}) as r:
             assert r.status == 400
     assert await accept_length("chat about the weather again") == pytest.approx(1.5, abs=0.25)
+
+
+async def test_stream_interval_and_continuous_usage() -> None:
+    body = {"messages": CHAT, "max_tokens": 30, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    async with (
+        running_emulator("--mode", "base", "--time-scale", "0.05", "--stream-interval", "4") as url,
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/v1/chat/completions", json=body) as r,
+    ):
+        events = [json.loads(e) for e in await sse_events(r) if e != "[DONE]"]
+    counts = [e["usage"]["completion_tokens"] for e in events if e["choices"]]
+    content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert counts[0] == 1 and counts[-1] == 30 and counts == sorted(counts)
+    steps = [b - a for a, b in itertools.pairwise(counts) if b != a]
+    assert steps and all(step == 4 for step in steps[:-1])  # every 4 tokens; the rest at the end
+    assert len(content) < 30 // 4 + 3
+    assert events[-1]["usage"]["completion_tokens"] == 30
