@@ -48,3 +48,13 @@ def test_window_accept_length_comes_from_counter_deltas(
         "vllm_b": BackendStats(generation_tokens=90, verify_calls=50, accepted_tokens=65),
     }
     assert window_accept_length(snapshots[old], snapshots[new]) == expected
+
+
+def test_vllm_capture_and_its_window_accept_length() -> None:
+    busy = parse((DATA / "vllm-metrics-busy.txt").read_text())
+    after = parse((DATA / "vllm-metrics-after.txt").read_text())
+    assert (busy.running, busy.queued) == (8, 0)
+    assert (after.running, after.generation_tokens, after.verify_calls) == (0, 4800, 1186)
+    assert after.accept_length_gauge is None  # vLLM has no such gauge
+    # 1 + accepted / drafts between the two scrapes: (3053 - 959) / (1186 - 363)
+    assert window_accept_length(busy, after) == pytest.approx(1 + 2094 / 823)
