@@ -16,7 +16,7 @@ from itertools import pairwise
 from emulator.config import EmulatorConfig
 from emulator.engine import Sequence as EngineSequence
 
-_MIN_REQUESTS = 48
+_MIN_REQUESTS = 400
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,13 @@ class Prediction:
 def simulate(
     config: EmulatorConfig, concurrency: int, input_len: int, output_len: int, rounds: int = 4
 ) -> Speed:
-    """Closed loop in virtual time; the first and last ``concurrency`` requests are the
-    ramp-up and the drain and are left out."""
+    """Closed loop in virtual time, as a client drives the live server: clients start one
+    after another, each once the one before has its first token (so their phases spread, as
+    real traffic's do), and every answer's replacement joins the batch after the next.
+    The first ``2 x concurrency`` requests to end (the warm-up) and the last
+    ``concurrency`` (the drain) are left out."""
     engine = config.engine()
-    total = max(_MIN_REQUESTS, (rounds + 2) * concurrency)
+    total = max(_MIN_REQUESTS, (rounds + 3) * concurrency)
     now = 0.0
     sent = 0
     started: dict[str, float] = {}
@@ -72,25 +75,33 @@ def simulate(
         started[rid] = now
         sent += 1
 
-    for _ in range(min(concurrency, total)):
-        send()
-    verifies = spec_tokens = 0
+    send()
+    clients = 1
+    verifies = spec_tokens = arrivals = 0
     while len(done) < total:
         step = engine.step()
+        for _ in range(arrivals):  # a step's answers arrive while the next one is running,
+            send()  # as with SGLang's scheduler, so their replacements join the one after
+        arrivals = 0
         if step is None:
+            if engine.waiting:
+                continue
             break
         now += step.duration
         for emission in step.emitted:
             rid = emission.seq.rid
             if emission.ids and rid not in first:
                 first[rid] = now
+                if clients < concurrency and sent + arrivals < total:
+                    clients += 1
+                    arrivals += 1
             if step.kind == "decode" and engine.speculative:
                 verifies += 1
                 spec_tokens += len(emission.ids)
             if emission.finish is not None:
                 done.append((started[rid], first[rid], now, len(emission.seq.output_ids)))
-                if sent < total:
-                    send()
+                if sent + arrivals < total:
+                    arrivals += 1
     window = sorted(done, key=lambda d: d[2])[concurrency : len(done) - concurrency]
     if len(window) < 2:
         window = done

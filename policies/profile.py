@@ -102,3 +102,10 @@ def load_profile(path: str | Path) -> Profile:
     except json.JSONDecodeError as exc:
         raise ProfileError(f"profile {str(path)!r} is not valid JSON: {exc}") from None
     return parse_profile(data)
+
+
+def save_profile(document: dict[str, Any], path: str | Path) -> Profile:
+    """Write a profile after checking that it reads back; the profiler writes through this."""
+    profile = parse_profile(document)
+    Path(path).write_text(json.dumps(document, indent=1) + "\n")
+    return profile

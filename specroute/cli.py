@@ -10,16 +10,7 @@ from collections.abc import Sequence
 from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
 from emulator.config import EmulatorConfig
 from emulator.hardware import HardwareError, load_hardware
-
-
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
-    return levels
+from specroute import measure
 
 
 def _positive(kind: type[int] | type[float]) -> argparse._ActionType:
@@ -94,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
-        type=_levels,
+        type=measure.levels,
         metavar="C1,C2,...",
         help="print steady-state speeds of both modes at these concurrencies",
     )
@@ -132,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
     serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
     serve.add_argument("--drain-timeout", type=float, metavar="S")
+    measure.add_commands(sub)
     return parser
 
 
@@ -224,7 +216,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"emulate": _emulate, "demo": _demo, "serve": _serve}[args.command]
+    command = {"emulate": _emulate, "demo": _demo, "serve": _serve, "bench": measure.run,
+               "profile": measure.run, "calibrate": measure.run}[args.command]  # fmt: skip
     try:
         return command(args)
     except (HardwareError, AcceptanceError) as exc:

@@ -1,0 +1,83 @@
+"""One streamed chat request, timed chunk by chunk.
+
+Asks for usage on every chunk (``stream_options.continuous_usage_stats``, which SGLang and
+vLLM honour) so a speculative chunk's several tokens are counted as several; a server that
+ignores it is counted one token per content chunk, corrected by the final usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from bench.dataset import Prompt
+from bench.record import RequestRecord
+
+
+def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]:
+    body = prompt.body() | {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "temperature": 0.0,
+    }
+    if ignore_eos:
+        body["ignore_eos"] = True  # SGLang's and vLLM's extra field: fixed output lengths
+    return body
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    record: RequestRecord,
+    headers: dict[str, str] | None = None,
+    first_token: asyncio.Event | None = None,
+) -> RequestRecord:
+    """Fill ``record`` from one request; errors are recorded, never raised. ``first_token``
+    is set when the first token arrives (or the request fails)."""
+    counted = 0
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+            record.served_by = r.headers.get("x-specroute-backend")
+            if r.status != 200:
+                record.error = f"HTTP {r.status}: {(await r.text())[:300]}"
+                return record
+            async for line in r.content:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                now = time.monotonic()
+                event = json.loads(line[6:])
+                if "error" in event:
+                    record.error = f"stream error: {event['error'].get('message', event)}"
+                    return record
+                usage = event.get("usage")
+                has_text = any(
+                    (c.get("delta") or {}).get("content") or c.get("text")
+                    for c in event.get("choices") or []
+                )
+                if usage:
+                    record.output_tokens = usage.get("completion_tokens")
+                    record.prompt_tokens = usage.get("prompt_tokens")
+                total = record.output_tokens if usage and event.get("choices") else None
+                new = (total - counted) if total is not None else int(has_text)
+                if new > 0 and (has_text or total is not None):
+                    if record.first_token is None:
+                        record.first_token = now
+                        if first_token is not None:
+                            first_token.set()
+                    record.chunks.append((now, new))
+                    counted += new
+        record.end = time.monotonic()
+        if record.first_token is None:
+            record.error = "the stream ended without a token"
+    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if first_token is not None:
+            first_token.set()
+    return record

@@ -1,0 +1,166 @@
+"""``specroute bench sweep``: both backends across concurrency levels, kept raw in a folder.
+
+Each level is measured ``repeats`` times per backend, the two backends alternating which
+goes first so drift on the machine hits both alike. The folder holds ``meta.json`` (both
+servers' ``server_info``, the dataset, the settings, fairness warnings), ``levels.jsonl``
+(one line per level run) and ``requests.jsonl`` (every request, chunk by chunk).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from bench.client import request_body
+from bench.closed_loop import LevelRun, run_level
+from bench.dataset import Dataset
+from bench.fairness import banner, fairness_warnings, server_info
+from bench.progress import Progress
+
+SCHEMA = "specroute.sweep/v1"
+BACKENDS = ("spec", "base")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    spec: str
+    base: str
+    dataset: Dataset
+    repeats: int = 3
+    requests: int | None = None  # per level and run; None: duration, or 2x level (>= 16)
+    duration: float | None = None
+    ignore_eos: bool = True
+    slo: dict[str, float] = field(default_factory=dict)  # ttft, tpot in seconds
+    api_key: str | None = None
+
+    def requests_at(self, level: int) -> int | None:
+        if self.duration is not None:
+            return None
+        return self.requests if self.requests is not None else max(16, 2 * level)
+
+
+class Sweep:
+    """An open sweep folder: ``measure(level)`` adds a level; closing writes the totals."""
+
+    def __init__(self, plan: SweepPlan, out: Path, progress: Progress | None = None) -> None:
+        self.plan, self.out, self.progress = plan, out, progress
+        self.runs: list[LevelRun] = []
+        self.backend_seconds = 0.0  # backend time spent measuring: the sweep's cost
+        self.meta: dict[str, Any] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._bodies: Iterator[dict[str, Any]] = iter(())
+        self._order = itertools.count()
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        key = self.plan.api_key
+        return None if key is None else {"Authorization": f"Bearer {key}"}
+
+    async def __aenter__(self) -> Sweep:
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name in ("levels.jsonl", "requests.jsonl"):
+            (self.out / name).write_text("")
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, headers=self.headers
+        )
+        plan, session = self.plan, self._session
+        infos = {"spec": await server_info(session, plan.spec),
+                 "base": await server_info(session, plan.base)}  # fmt: skip
+        warnings = fairness_warnings(infos["spec"], infos["base"])
+        if warnings and self.progress is not None:
+            self.progress.note(banner(warnings))
+        model = await _model(session, plan.spec)
+        self._bodies = (
+            request_body(p, model, plan.ignore_eos) for p in itertools.cycle(plan.dataset.prompts)
+        )
+        self.meta = {
+            "schema": SCHEMA,
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "model": model,
+            "spec": {"url": plan.spec, "server_info": infos["spec"]},
+            "base": {"url": plan.base, "server_info": infos["base"]},
+            "fairness_warnings": warnings,
+            "dataset": plan.dataset.describe(),
+            "settings": {k: v for k, v in asdict(plan).items()
+                         if k not in ("dataset", "api_key", "spec", "base")},
+        }  # fmt: skip
+        self._write_meta()
+        return self
+
+    async def measure(self, level: int, repeats: int | None = None) -> list[LevelRun]:
+        """Both backends at one level, ``repeats`` times (the plan's by default),
+        alternating which goes first."""
+        assert self._session is not None, "use the sweep as an async context manager"
+        plan, runs = self.plan, []
+        urls = {"spec": plan.spec, "base": plan.base}
+        for repeat in range(plan.repeats if repeats is None else repeats):
+            first = next(self._order) % 2
+            for backend in (BACKENDS[first], BACKENDS[1 - first]):
+                if self.progress is not None:
+                    self.progress.begin(backend, level, repeat)
+                started = time.monotonic()
+                run = await run_level(
+                    self._session, urls[backend], self._bodies,
+                    backend=backend, level=level, repeat=repeat,
+                    requests=plan.requests_at(level), duration=plan.duration,
+                    on_record=None if self.progress is None else self.progress.record,
+                )  # fmt: skip
+                seconds = time.monotonic() - started
+                self.backend_seconds += seconds
+                self._append(run, seconds)
+                if self.progress is not None:
+                    self.progress.end(run, seconds)
+                runs.append(run)
+        self.runs += runs
+        return runs
+
+    def _append(self, run: LevelRun, seconds: float) -> None:
+        with (self.out / "levels.jsonl").open("a") as f:
+            f.write(json.dumps(run.summary() | {"seconds": round(seconds, 3)}) + "\n")
+        with (self.out / "requests.jsonl").open("a") as f:
+            for record in run.records:
+                f.write(json.dumps(record.as_json()) + "\n")
+
+    def _write_meta(self) -> None:
+        (self.out / "meta.json").write_text(json.dumps(self.meta, indent=1) + "\n")
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.meta |= {
+            "ended": datetime.now(UTC).isoformat(timespec="seconds"),
+            "levels": sorted({r.level for r in self.runs}),
+            "backend_seconds": self.backend_seconds,
+            "complete": kind is None,
+        }
+        self._write_meta()
+        if self._session is not None:
+            await self._session.close()
+
+
+async def _model(session: aiohttp.ClientSession, url: str) -> str:
+    try:
+        async with session.get(f"{url}/v1/models") as r:
+            data = (await r.json()).get("data") or [{}]
+            return str(data[0].get("id", "default"))
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+        return "default"
+
+
+async def sweep(plan: SweepPlan, levels: list[int], out: Path) -> Sweep:
+    progress = Progress(len(levels) * plan.repeats * len(BACKENDS))
+    async with Sweep(plan, out, progress) as run:
+        for level in levels:
+            await run.measure(level)
+    return run

@@ -1,0 +1,96 @@
+"""The profile in words: what the crossover is, how sure the measurement is, what to check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
+    if c["value"] is None:
+        if c["bound"] == "above":
+            return (f"Speculation gave better {what} at every level measured (up to "
+                    f"{c['limit']:g} concurrent requests): the crossover is above {c['limit']:g}, "
+                    "if there is one. Measure higher levels to find it.")  # fmt: skip
+        return (f"Speculation gave worse {what} at every level measured (from "
+                f"{c['limit']:g}): it does not pay here, even at the lowest load.")  # fmt: skip
+    low, high = c["ci"]
+    width = (high - low) / c["value"]
+    sure = ("narrow" if width < 0.25 else "moderately wide" if width < 0.6 else "wide: "
+            "measure more requests per level or more levels around it")  # fmt: skip
+    return (
+        f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
+        f"requests, worse above (95% interval {low:.1f} to {high:.1f}, {sure})."
+    )
+
+
+def render_report(profile: dict[str, Any]) -> str:
+    levels = profile["levels"]
+    concurrency = [row["concurrency"] for row in levels]
+    meta, workload = profile["measurement"], profile["workload"]
+    spec, base = profile["servers"]["spec"], profile["servers"]["base"]
+    lines = [
+        "# Speculative decoding crossover",
+        "",
+        f"Model `{meta.get('model')}`, measured {meta.get('started')} to {meta.get('ended')} "
+        f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}), "
+        f"{meta.get('repeats')} repeats per level and backend, "
+        f"{(meta.get('backend_seconds') or 0) / 60:.1f} minutes of backend time.",
+        "",
+        "## What it means",
+        "",
+        "- Per-request speed (time per output token, TPOT): "
+        + _crossover_sentence(profile["crossover"], "time per output token", concurrency),
+        "- Total throughput (output tokens per second over all requests): "
+        + _crossover_sentence(profile["throughput_crossover"], "throughput", concurrency),
+        "- The router's `crossover` policy uses the first: it sends a request to the "
+        "speculative server while the concurrency it would join is at or below it.",
+    ]
+    accept = profile["acceptance"]["mean_accept_length"]
+    if accept is not None:
+        lines.append(
+            f"- Accept length measured over the windows: {accept:.2f} tokens per verify step "
+            "(from counter deltas). Traffic with a different accept length (code versus chat) "
+            "moves the crossover: recalibrate with your own prompts."
+        )
+    warnings = meta.get("fairness_warnings") or []
+    if warnings:
+        lines += ["", "## Warnings: the comparison may be unfair", ""]
+        lines += [f"- {w}" for w in warnings]
+    invalid = [(row["concurrency"], b) for row in levels for b in ("spec", "base")
+               if row[b]["invalid_runs"]]  # fmt: skip
+    if invalid:
+        lines += ["", "Runs with failed requests were left out: "
+                  + ", ".join(f"{b} at {c}" for c, b in invalid) + "."]  # fmt: skip
+    lines += [
+        "",
+        "## Per level (medians, 95% bootstrap intervals)",
+        "",
+        "| conc. | spec TPOT ms | base TPOT ms | spec/base | spec tok/s | base tok/s | "
+        "spec total | base total | accept |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in levels:
+        s, b = row["spec"], row["base"]
+        ratio = s["tpot_ms"]["median"] / b["tpot_ms"]["median"]
+        lines.append(
+            f"| {row['concurrency']} | {_ci(s['tpot_ms'])} | {_ci(b['tpot_ms'])} | {ratio:.2f} "
+            f"| {s['decode_tps']['median']:.1f} | {b['decode_tps']['median']:.1f} "
+            f"| {_ci(s['output_tps'], 0)} | {_ci(b['output_tps'], 0)} "
+            f"| {s['accept_length'] if s['accept_length'] is not None else '-'} |"
+        )
+    lines += [
+        "",
+        f"Workload: {workload.get('kind')} ({workload.get('source')}), mean "
+        f"{workload.get('mean_prompt_tokens')} prompt and {workload.get('mean_output_tokens')} "
+        f"output tokens, fingerprint `{workload.get('fingerprint')}`.",
+        f"Servers: spec {spec.get('url')} ({spec.get('speculative_algorithm')}, max running "
+        f"{spec.get('max_running_requests')}), base {base.get('url')} (max running "
+        f"{base.get('max_running_requests')}).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _ci(stat: dict[str, Any], digits: int = 2) -> str:
+    low, high = stat["ci"]
+    return f"{stat['median']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"

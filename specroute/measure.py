@@ -1,0 +1,212 @@
+"""The measuring commands' flags and hand-over: ``bench sweep``, ``profile``, ``calibrate``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_SLO_KEYS = ("ttft", "tpot")
+
+
+def levels(text: str) -> list[int]:
+    try:
+        found = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
+    return sorted(set(found))
+
+
+def slo(text: str) -> dict[str, float]:
+    """``ttft=0.5,tpot=50ms``: seconds, or milliseconds with ``ms``."""
+    found = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in _SLO_KEYS:
+            raise argparse.ArgumentTypeError(f"SLO keys are {', '.join(_SLO_KEYS)}; got {key!r}")
+        try:
+            seconds = float(value[:-2]) / 1000 if value.endswith("ms") else float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad SLO value {value!r} for {key}") from None
+        found[key] = seconds
+    return found
+
+
+def add_workload_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", required=True, metavar="URL", help="the speculative server")
+    p.add_argument("--base", required=True, metavar="URL", help="the plain server")
+    p.add_argument(
+        "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
+        help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
+    )  # fmt: skip
+    p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
+    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
+        "--requests-per-level", type=int, metavar="N",
+        help="measured requests per level and run (default: 2x the level, at least 16)",
+    )  # fmt: skip
+    size.add_argument("--duration-per-level", type=float, metavar="S")
+    p.add_argument("--repeats", type=int, default=3, help="runs per level and backend")
+    p.add_argument(
+        "--slo", type=slo, default={}, metavar="ttft=S,tpot=S",
+        help="service-level objectives for goodput, e.g. ttft=0.5,tpot=50ms",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-ignore-eos", dest="ignore_eos", action="store_false",
+        help="let requests stop at end of sequence (lengths then vary)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_report_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", required=True, metavar="profile.json")
+    p.add_argument("--report", metavar="report.md", help="the profile in words")
+    p.add_argument("--plot", metavar="crossover.png", help="needs matplotlib")
+
+
+def add_commands(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="measure backends", description="Benchmarks.")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    sweep = bench_sub.add_parser(
+        "sweep", help="both backends across concurrency levels, kept raw in a folder",
+        description="Closed-loop load at each level, both backends interleaved.",
+    )  # fmt: skip
+    add_workload_flags(sweep)
+    sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
+    sweep.add_argument("--out", required=True, metavar="DIR")
+    profile = sub.add_parser(
+        "profile", help="turn a sweep folder into a specroute.profile/v1 file",
+        description="Medians, bootstrap intervals and the crossover of a sweep.",
+    )  # fmt: skip
+    profile.add_argument("sweep", metavar="DIR")
+    add_report_flags(profile)
+    profile.add_argument("--slo", type=slo, default=None, metavar="ttft=S,tpot=S")
+    profile.add_argument("--seed", type=int, default=0)
+    calibrate = sub.add_parser(
+        "calibrate", help="sweep and profile in one go, refining around the crossover",
+        description="A coarse sweep, then levels inside the bracket until the crossover's "
+        "interval is narrow enough or the budget is spent.",
+    )  # fmt: skip
+    add_workload_flags(calibrate)
+    add_report_flags(calibrate)
+    calibrate.add_argument("--budget", type=float, default=15, metavar="MINUTES")
+    calibrate.add_argument("--max-concurrency", type=int, default=64)
+    calibrate.add_argument("--precision", type=float, default=0.3,
+                           help="stop when the interval is this fraction of the value")  # fmt: skip
+    calibrate.add_argument("--out", metavar="DIR", help="the sweep folder (default: beside -o)")
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """On uvloop where installed: a load generator's own latency bends what it measures."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(work)
+    return uvloop.run(work)
+
+
+def _plan(args: argparse.Namespace) -> Any:
+    from bench.dataset import jsonl, sharegpt, synthetic
+    from bench.sweep import SweepPlan
+
+    kind, *rest = args.dataset
+    if kind == "synthetic" and not rest:
+        dataset = synthetic(args.input_len, args.output_len, seed=args.seed)
+    elif kind == "sharegpt" and len(rest) == 1:
+        dataset = sharegpt(Path(rest[0]), args.output_len if args.ignore_eos else None)
+    elif kind == "jsonl" and len(rest) == 1:
+        dataset = jsonl(Path(rest[0]), args.output_len)
+    else:
+        raise ValueError("--dataset takes synthetic, sharegpt FILE or jsonl FILE")
+    return SweepPlan(
+        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=dataset,
+        repeats=args.repeats, requests=args.requests_per_level,
+        duration=args.duration_per_level, ignore_eos=args.ignore_eos, slo=args.slo,
+        api_key=os.environ.get("SPECROUTE_BENCH_API_KEY"),
+    )  # fmt: skip
+
+
+def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
+    from policies.profile import save_profile
+    from profiler.report import render_report
+
+    save_profile(document, args.output)
+    print(f"profile written to {args.output}")
+    if args.report:
+        Path(args.report).write_text(render_report(document))
+        print(f"report written to {args.report}")
+    if args.plot:
+        from profiler.plot import plot_profile
+
+        try:
+            plot_profile(document, Path(args.plot))
+            print(f"plot written to {args.plot}")
+        except ImportError:
+            print("no plot: --plot needs matplotlib (pip install 'specroute[plot]')")
+    for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
+        c = document[key]
+        if c["value"] is None:
+            where = "every" if c["bound"] == "above" else "no"
+            print(f"{label}: speculation pays at {where} level measured (limit {c['limit']:g})")
+        else:
+            print(f"{label}: crossover {c['value']:.1f} (95% {c['ci'][0]:.1f} to {c['ci'][1]:.1f})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.dataset import DatasetError
+    from profiler.sweep_data import SweepError
+
+    try:
+        if args.command == "bench":
+            from bench.sweep import sweep
+
+            plan = _plan(args)
+            _run(sweep(plan, args.concurrency, Path(args.out)))
+            print(
+                f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json"
+            )
+        elif args.command == "profile":
+            from profiler.analysis import analyse, profile_document
+            from profiler.sweep_data import load_sweep
+
+            data = load_sweep(Path(args.sweep))
+            slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
+            _write(profile_document(analyse(data, slo_, args.seed)), args)
+        else:
+            return _calibrate(args)
+    except (DatasetError, SweepError, ValueError) as exc:
+        print(f"specroute {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from profiler.analysis import profile_document
+    from profiler.calibration import CalibrationPlan, calibrate
+
+    plan = CalibrationPlan(
+        _plan(args), max_concurrency=args.max_concurrency,
+        budget_seconds=args.budget * 60, precision=args.precision,
+    )  # fmt: skip
+    out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
+    result = _run(calibrate(plan, out))
+    document = profile_document(result.analysis)
+    document["measurement"]["calibration"] = result.as_json()
+    _write(document, args)
+    print(
+        f"calibration: {len(result.levels)} levels ({', '.join(map(str, result.levels))}), "
+        f"{result.backend_seconds:.0f} s of backend time; a uniform grid as fine around the "
+        f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
+        f"Stopped: {result.stopped}."
+    )
+    return 0
