@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
-from policies.crossover import CrossoverPolicy
+from policies.acceptance_crossover import AcceptanceCrossoverPolicy, AcceptanceParams
+from policies.crossover import CrossoverParams, CrossoverPolicy
 from policies.decision import PolicyError
+from policies.expected_latency import ExpectedLatencyParams, ExpectedLatencyPolicy
 from policies.policy import Policy
 from policies.profile import Profile
-from policies.static import AlwaysPolicy, RoundRobinPolicy
+from policies.static import AlwaysPolicy, NoParams, RoundRobinPolicy
 
 Factory = Callable[[Mapping[str, Any], Profile | None], Policy]
 
-REGISTRY: dict[str, Factory] = {
-    "crossover": CrossoverPolicy.build,
-    "always-spec": AlwaysPolicy.factory("spec"),
-    "always-base": AlwaysPolicy.factory("base"),
-    "round-robin": RoundRobinPolicy.build,
+
+@dataclass(frozen=True)
+class Entry:
+    factory: Factory
+    params: type  # the policy's frozen parameters dataclass
+
+    def keys(self) -> frozenset[str]:
+        return frozenset(f.name for f in fields(self.params))
+
+
+REGISTRY: dict[str, Entry] = {
+    "crossover": Entry(CrossoverPolicy.build, CrossoverParams),
+    "acceptance-crossover": Entry(AcceptanceCrossoverPolicy.build, AcceptanceParams),
+    "expected-latency": Entry(ExpectedLatencyPolicy.build, ExpectedLatencyParams),
+    "always-spec": Entry(AlwaysPolicy.factory("spec"), NoParams),
+    "always-base": Entry(AlwaysPolicy.factory("base"), NoParams),
+    "round-robin": Entry(RoundRobinPolicy.build, NoParams),
 }
 
 
-def build_policy(name: str, params: Mapping[str, Any], profile: Profile | None) -> Policy:
-    factory = REGISTRY.get(name)
-    if factory is None:
+def entry(name: str) -> Entry:
+    found = REGISTRY.get(name)
+    if found is None:
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY))}")
-    return factory(params, profile)
+    return found
+
+
+def build_policy(name: str, params: Mapping[str, Any], profile: Profile | None) -> Policy:
+    return entry(name).factory(params, profile)

@@ -13,6 +13,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from policies.registry import entry
 from policies.view import ConcurrencySource
 
 
@@ -52,12 +53,16 @@ class RouterSettings(BaseSettings):
         return [u.rstrip("/") for u in urls]
 
     def policy_params(self) -> dict[str, Any]:
+        """The routing settings the chosen policy takes: one config serves every policy
+        (a comparison runs them all), and each policy still refuses what it does not know
+        when given it directly."""
         params = {
             "crossover": self.crossover,
             "topology": self.topology,
             "hysteresis": self.hysteresis,
         }
-        return {k: v for k, v in params.items() if v is not None}
+        keys = entry(self.policy).keys()
+        return {k: v for k, v in params.items() if v is not None and k in keys}
 
     @classmethod
     def settings_customise_sources(

@@ -59,5 +59,8 @@ class RouterState:
     def record(self, decision: Decision, load: int) -> None:
         self.metrics.decisions.labels(pool=decision.pool, reason=decision.reason).inc()
         self.metrics.live_concurrency.set(load)
+        crossover = self.policy.describe().get("crossover")
+        if isinstance(crossover, (int, float)):  # it may move with live acceptance
+            self.metrics.crossover.set(crossover)
         self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
                             "reason": decision.reason, "live_concurrency": load})  # fmt: skip

@@ -105,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--spec", action="append", metavar="URL", help="a speculative backend")
     serve.add_argument("--base", action="append", metavar="URL", help="a plain backend")
     serve.add_argument(
-        "--policy", help="crossover (default), always-spec, always-base, round-robin"
+        "--policy",
+        help="crossover (default), acceptance-crossover, expected-latency, always-spec, "
+        "always-base, round-robin",
     )
     serve.add_argument("--crossover", type=float, metavar="N")
     serve.add_argument("--topology", choices=["shared", "partitioned"])

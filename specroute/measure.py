@@ -44,12 +44,7 @@ def slo(text: str) -> dict[str, float]:
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", required=True, metavar="URL", help="the speculative server")
     p.add_argument("--base", required=True, metavar="URL", help="the plain server")
-    p.add_argument(
-        "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
-        help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
-    )  # fmt: skip
-    p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
-    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
+    add_dataset_flags(p)
     size = p.add_mutually_exclusive_group()
     size.add_argument(
         "--requests-per-level", type=int, metavar="N",
@@ -57,6 +52,15 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     size.add_argument("--duration-per-level", type=float, metavar="S")
     p.add_argument("--repeats", type=int, default=3, help="runs per level and backend")
+
+
+def add_dataset_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
+        help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
+    )  # fmt: skip
+    p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
+    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
     p.add_argument(
         "--slo", type=slo, default={}, metavar="ttft=S,tpot=S",
         help="service-level objectives for goodput, e.g. ttft=0.5,tpot=50ms",
@@ -84,6 +88,20 @@ def add_commands(sub: Any) -> None:
     add_workload_flags(sweep)
     sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
     sweep.add_argument("--out", required=True, metavar="DIR")
+    compare = bench_sub.add_parser(
+        "compare", help="the same time-varying load through the router, one policy at a time",
+        description="Each policy in turn (router processes from one config), per phase.",
+    )  # fmt: skip
+    compare.add_argument("--router-config", required=True, metavar="FILE.toml",
+                         help="the router's settings: spec, base, profile, ...")  # fmt: skip
+    compare.add_argument("--trace", default="ramp", help="ramp, steps or a JSON file")
+    compare.add_argument("--peak", type=int, default=16, help="ramp and steps: top concurrency")
+    compare.add_argument("--phase-seconds", type=float, default=20.0)
+    compare.add_argument("--policies", default="crossover,always-spec,always-base",
+                         help="comma-separated, run in this order")  # fmt: skip
+    add_dataset_flags(compare)
+    compare.add_argument("--out", required=True, metavar="DIR")
+    compare.add_argument("--plot", metavar="compare.png")
     profile = sub.add_parser(
         "profile", help="turn a sweep folder into a specroute.profile/v1 file",
         description="Medians, bootstrap intervals and the crossover of a sweep.",
@@ -115,9 +133,8 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(work)
 
 
-def _plan(args: argparse.Namespace) -> Any:
+def _dataset(args: argparse.Namespace) -> Any:
     from bench.dataset import jsonl, sharegpt, synthetic
-    from bench.sweep import SweepPlan
 
     kind, *rest = args.dataset
     if kind == "synthetic" and not rest:
@@ -128,8 +145,14 @@ def _plan(args: argparse.Namespace) -> Any:
         dataset = jsonl(Path(rest[0]), args.output_len)
     else:
         raise ValueError("--dataset takes synthetic, sharegpt FILE or jsonl FILE")
+    return dataset
+
+
+def _plan(args: argparse.Namespace) -> Any:
+    from bench.sweep import SweepPlan
+
     return SweepPlan(
-        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=dataset,
+        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=_dataset(args),
         repeats=args.repeats, requests=args.requests_per_level,
         duration=args.duration_per_level, ignore_eos=args.ignore_eos, slo=args.slo,
         api_key=os.environ.get("SPECROUTE_BENCH_API_KEY"),
@@ -167,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     from profiler.sweep_data import SweepError
 
     try:
+        if args.command == "bench" and args.bench_command == "compare":
+            return _compare(args)
         if args.command == "bench":
             from bench.sweep import sweep
 
@@ -184,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
             _write(profile_document(analyse(data, slo_, args.seed)), args)
         else:
             return _calibrate(args)
-    except (DatasetError, SweepError, ValueError) as exc:
+    except (DatasetError, SweepError, ValueError, RuntimeError) as exc:
         print(f"specroute {args.command}: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -209,4 +234,28 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
         f"Stopped: {result.stopped}."
     )
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from bench.compare import ComparePlan, compare, render
+    from bench.trace import named_trace
+
+    plan = ComparePlan(
+        router_config=Path(args.router_config),
+        trace=named_trace(args.trace, args.peak, args.phase_seconds),
+        dataset=_dataset(args),
+        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+        slo=args.slo, ignore_eos=args.ignore_eos,
+    )  # fmt: skip
+    results = _run(compare(plan, Path(args.out)))
+    print(render(results))
+    if args.plot:
+        from bench.compare_plot import plot_compare
+
+        try:
+            plot_compare(results, Path(args.plot))
+            print(f"plot written to {args.plot}")
+        except ImportError:
+            print("no plot: --plot needs matplotlib (pip install 'specroute[plot]')")
     return 0

@@ -146,3 +146,24 @@ async def test_bad_flags_are_refused(tmp_path: Path) -> None:
     code, _, stderr = await run("bench", "sweep", "--spec", "http://127.0.0.1:9", "--base",
                                 "http://127.0.0.1:9", "--slo", "ttfx=1", "--out", "x")  # fmt: skip
     assert code == 2 and "SLO keys are ttft, tpot" in stderr
+
+
+async def test_duration_mode_measures_what_starts_in_the_window(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    async with (
+        specroute("emulate", "--mode", "spec", *FAST, *H100) as (spec, _),
+        specroute("emulate", "--mode", "base", *FAST, *H100) as (base, _),
+    ):
+        code, _, stderr = await run(
+            "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "2",
+            "--output-len", "16", "--repeats", "1", "--duration-per-level", "0.3",
+            "--out", str(out),
+        )  # fmt: skip
+    assert code == 0, stderr
+    runs = lines(out / "levels.jsonl")
+    requests = lines(out / "requests.jsonl")
+    for run_ in runs:
+        measured = [r for r in requests if r["backend"] == run_["backend"] and r["measured"]]
+        assert run_["valid"] and len(measured) == run_["measured"] > 2
+        assert all(run_["t0"] <= r["start"] < run_["t0"] + 0.3 for r in measured)
+        assert max(r["end"] for r in measured) == pytest.approx(run_["t1"], abs=0.05)

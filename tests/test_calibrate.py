@@ -59,6 +59,8 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     crossover = profile["crossover"]
     assert expected is not None and crossover["value"] is not None, output
     low, high = crossover["ci"]
+    print(f"{hardware}: predicted {expected:.2f}, measured {crossover['value']:.2f} "
+          f"[{low:.2f}, {high:.2f}] at levels {levels}")  # fmt: skip
     assert low <= expected <= high, f"predicted {expected:.1f}, measured {crossover}"
 
     calibration = profile["measurement"]["calibration"]

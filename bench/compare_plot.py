@@ -1,0 +1,54 @@
+"""The comparison plot: the trace's load and each policy's share of requests sent to the
+speculative server over time, and each policy's median TPOT per phase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_BIN_SECONDS = 1.0
+
+
+def plot_compare(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases = results["trace"]["phases"]
+    ends = np.cumsum([p["seconds"] for p in phases])
+    starts = ends - np.array([p["seconds"] for p in phases])
+    fig, (load_ax, tpot_ax) = plt.subplots(2, 1, figsize=(9, 7))
+    load_ax.step([0, *ends], [phases[0]["concurrency"], *[p["concurrency"] for p in phases]],
+                 where="pre", color="black", label="concurrency (trace)")  # fmt: skip
+    load_ax.set_ylabel("concurrent requests")
+    share_ax = load_ax.twinx()
+    bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)
+    for policy, points in results["timeline"].items():
+        if not points:
+            continue
+        t = np.array([p[0] for p in points])
+        spec = np.array([p[1].startswith("spec") for p in points], dtype=float)
+        count, _ = np.histogram(t, bins)
+        hits, _ = np.histogram(t, bins, weights=spec)
+        share = np.divide(hits, count, out=np.full_like(hits, np.nan), where=count > 0)
+        share_ax.plot(bins[:-1] + _BIN_SECONDS / 2, share, label=policy, alpha=0.8)
+    share_ax.set_ylabel("share sent to the speculative server")
+    share_ax.set_ylim(-0.05, 1.05)
+    share_ax.legend(loc="upper right", fontsize=8)
+    load_ax.set_xlabel("seconds")
+    mids = (starts + ends) / 2
+    for policy, data in results["policies"].items():
+        tpot = [row["tpot_ms_p50"] if row["tpot_ms_p50"] is not None else np.nan
+                for row in data["phases"]]  # fmt: skip
+        tpot_ax.plot(mids, tpot, "o-", label=policy)
+    tpot_ax.set_ylabel("median TPOT per phase, ms")
+    tpot_ax.set_xlabel("seconds")
+    tpot_ax.legend(fontsize=8)
+    tpot_ax.grid(True, alpha=0.3)
+    fig.suptitle(f"Policies head to head on trace {results['trace']['name']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

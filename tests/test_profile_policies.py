@@ -1,0 +1,94 @@
+"""The policies that read a profile's curves: ``expected-latency`` and
+``acceptance-crossover``, as tables of snapshots and decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.curves import curves
+from policies.decision import PolicyError
+from policies.profile import Profile, ProfileError, parse_profile
+from policies.registry import build_policy
+from policies.view import BackendView, RequestInfo, View
+
+REQUEST = RequestInfo(path="/v1/chat/completions")
+# spec: 5, 10, 30 ms per token at 1, 4, 16; base: 10, 12, 20; spec capped at 8 running
+LEVELS = [(1, 5.0, 10.0), (4, 10.0, 12.0), (16, 30.0, 20.0)]
+PROFILE = parse_profile({
+    "schema": "specroute.profile/v1",
+    "crossover": {"value": 6.0, "ci": [5.0, 7.0]},
+    "levels": [{"concurrency": c, "spec": {"tpot_ms": {"median": s}},
+                "base": {"tpot_ms": {"median": b}}} for c, s, b in LEVELS],
+    "servers": {"spec": {"max_running_requests": 8}, "base": {"max_running_requests": 64}},
+    "acceptance": {"mean_accept_length": 3.0},
+})  # fmt: skip
+
+
+def view(spec: int, base: int, accept: float | None = None) -> View:
+    return View((BackendView("s1", "spec", True, spec, accept_length=accept),
+                 BackendView("b1", "base", True, base)))  # fmt: skip
+
+
+def test_curves_interpolate_and_cross() -> None:
+    found = curves(PROFILE)
+    assert found.tpot["spec"].at(4) == pytest.approx(0.010)
+    assert found.tpot["spec"].at(2) == pytest.approx(0.0075)  # halfway in log concurrency
+    assert found.tpot["spec"].at(0.5) == pytest.approx(0.005)  # below the first level: the first
+    assert found.tpot["base"].at(64) == pytest.approx(0.028)  # past the last: its last segment
+    at = found.crossover()
+    assert 4 < at < 16 and found.tpot["spec"].at(at) == pytest.approx(
+        found.tpot["base"].at(at), rel=0.05
+    )
+    assert found.crossover(0.5) > at > found.crossover(1.5)  # better acceptance pays longer
+    assert found.max_running == {"spec": 8, "base": 64} and found.accept_length == 3.0
+
+
+CASES: list[tuple[str, dict[str, Any], View, str]] = [
+    ("idle: spec is faster", {}, view(0, 0), "spec"),
+    ("spec at 3 still beats base at 1", {}, view(3, 0), "spec"),
+    ("spec loaded, base idle", {}, view(7, 0), "base"),
+    ("spec past its cap of 8 waits for a slot", {}, view(9, 31), "base"),  # 23 ms uncapped
+    ("both busy, base busier", {}, view(5, 40), "spec"),
+    ("shared: both read the total", {"topology": "shared"}, view(1, 30), "base"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "params", "snapshot", "pool"), CASES, ids=[c[0] for c in CASES])
+def test_expected_latency(name: str, params: dict[str, Any], snapshot: View, pool: str) -> None:
+    decision = build_policy("expected-latency", params, PROFILE).choose(REQUEST, snapshot)
+    assert (decision.pool, decision.reason) == (pool, "expected_latency")
+
+
+def test_acceptance_crossover_follows_live_accept_length() -> None:
+    policy = build_policy("acceptance-crossover", {}, PROFILE)
+    measured = policy.describe()["crossover"]
+    assert policy.choose(REQUEST, view(0, 0)).pool == "spec"
+    assert policy.describe()["crossover"] == measured  # no live value: the profile's
+    load = round(measured)  # the request would make load + 1, just past the crossover
+    assert policy.choose(REQUEST, view(load, 0, accept=3.0)).pool == "base"
+    assert policy.choose(REQUEST, view(load, 0, accept=4.5)).pool == "spec"  # code-like traffic
+    assert policy.describe()["crossover"] > measured
+    assert policy.describe()["live_accept_length"] == 4.5
+    assert policy.choose(REQUEST, view(1, 0, accept=1.2)).pool == "base"  # drafts rejected
+
+
+NO_LEVELS = parse_profile({"schema": "specroute.profile/v1",
+                          "crossover": {"value": 3, "ci": [2, 4]}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "params", "profile", "message"),
+    [
+        ("expected-latency", {"hysteresis": 1}, PROFILE, r"unknown key\(s\) hysteresis"),
+        ("acceptance-crossover", {"crossover": 4}, PROFILE, r"unknown key\(s\) crossover"),
+        ("expected-latency", {}, NO_LEVELS, "measured 'levels'"),
+        ("acceptance-crossover", {}, None, "needs a profile"),
+    ],
+)
+def test_bad_setups_are_refused(
+    policy: str, params: dict[str, Any], profile: Profile | None, message: str
+) -> None:
+    with pytest.raises((PolicyError, ProfileError), match=message):
+        build_policy(policy, params, profile)
