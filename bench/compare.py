@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import signal
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 from bench.client import request_body
 from bench.dataset import Dataset
 from bench.record import RequestRecord
+from bench.spawn import spawned
 from bench.trace import Trace
 from bench.trace_loop import play
 
@@ -37,36 +36,6 @@ class ComparePlan:
     policies: tuple[str, ...] = ("crossover", *BASELINES)
     slo: dict[str, float] = field(default_factory=dict)
     ignore_eos: bool = True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def _router(config: Path, policy: str) -> tuple[asyncio.subprocess.Process, str]:
-    port = _free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specroute", "serve", "--config", str(config), "--policy", policy,
-        "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as s:
-        for _ in range(300):
-            if process.returncode is not None:
-                err = (await process.communicate())[1].decode().strip()
-                raise RuntimeError(f"the router did not start with policy {policy!r}: {err}")
-            try:
-                async with s.get(f"{url}/ready") as r:
-                    if r.status == 200:
-                        return process, url
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"the router with policy {policy!r} did not become ready")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -114,22 +83,21 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
     }  # fmt: skip
     timeline: dict[str, list[tuple[float, str]]] = {}
     for policy in plan.policies:
-        process, url = await _router(plan.router_config, policy)
-        try:
-            print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            async with aiohttp.ClientSession(
+        router = ("serve", "--config", str(plan.router_config), "--policy", policy)
+        async with (
+            spawned(*router, ready="/ready") as url,
+            aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=300),
-            ) as session:
-                async with session.get(f"{url}/v1/models") as r:
-                    model = ((await r.json()).get("data") or [{}])[0].get("id", "default")
-                bodies = (request_body(p, model, plan.ignore_eos)
-                          for p in itertools.cycle(plan.dataset.prompts))  # fmt: skip
-                start, records = await play(session, url, bodies, plan.trace, policy)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            await process.wait()
+            ) as session,
+        ):
+            print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            async with session.get(f"{url}/v1/models") as r:
+                model = ((await r.json()).get("data") or [{}])[0].get("id", "default")
+            bodies = (request_body(p, model, plan.ignore_eos)
+                      for p in itertools.cycle(plan.dataset.prompts))  # fmt: skip
+            start, records = await play(session, url, bodies, plan.trace, policy)
         phases, t = [], start
         for i, phase in enumerate(plan.trace.phases):
             mine = [r for r in records if r.repeat == i]

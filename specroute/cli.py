@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
 from emulator.config import EmulatorConfig
@@ -93,11 +94,19 @@ def _parser() -> argparse.ArgumentParser:
     emulate.add_argument("--output-len", type=_positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
     demo = sub.add_parser(
-        "demo", help="run the embedded demo: emulated backends side by side",
-        description="Start a speculative and a plain emulated SGLang server and compare them.",
+        "demo", help="the whole loop on emulated servers: calibrate, route, compare",
+        description="Two emulated SGLang servers, a quick calibration, the router with its "
+        "profile, and a load ramp through it against both static choices (about 2 minutes).",
     )  # fmt: skip
-    demo.add_argument("--time-scale", type=_positive(float), default=1.0, metavar="F")
-    _add_model_flags(demo)
+    demo.add_argument(
+        "--hardware", default="kimi-k2.5-8x-pcie",
+        help="a shipped hardware model or a JSON file (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument("--accept-length", type=_positive(float), metavar="TAU")
+    demo.add_argument("--time-scale", type=_positive(float), default=0.1, metavar="F")
+    demo.add_argument("--peak", type=_positive(int), default=16, help="the ramp's top")
+    demo.add_argument("--phase-seconds", type=_positive(float), default=3.0)
+    demo.add_argument("--out", default="specroute-demo", metavar="DIR")
     serve = sub.add_parser(
         "serve", help="run the router in front of speculative and plain backends",
         description="An OpenAI-compatible proxy that routes by live concurrency.",
@@ -208,11 +217,15 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from specroute.demo import demo
+    from specroute.demo import DemoPlan, demo
 
-    if args.max_running_requests is None:
-        args.max_running_requests = 256  # a fair comparison: the same cap on both servers
-    demo(_config(args))
+    load_hardware(args.hardware)  # a bad name stops here, not in two servers
+    extra = ("--accept-length", f"{args.accept_length:g}") if args.accept_length else ()
+    plan = DemoPlan(
+        hardware=args.hardware, time_scale=args.time_scale, peak=args.peak,
+        phase_seconds=args.phase_seconds, out=Path(args.out), server_flags=extra,
+    )  # fmt: skip
+    demo(plan)
     return 0
 
 

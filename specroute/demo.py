@@ -1,79 +1,96 @@
-"""``specroute demo``: two emulated SGLang servers, one with EAGLE-3, side by side."""
+"""``specroute demo``: the whole loop on the embedded default, in about two minutes.
+
+Two emulated SGLang servers of one hardware model (one with EAGLE-3), a quick calibration
+of where speculation stops paying, the router started with the profile it wrote, and a
+load ramp up and down played through it with the ``crossover`` policy and with both static
+choices, shown per phase and drawn to a file. Every process it starts is stopped at the end.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import replace
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
 
-import aiohttp
-import openai
-from aiohttp import web
-
-from emulator.config import EmulatorConfig
-from emulator.predict import predict, render
-from emulator.server import create_app
-
-PROMPT = "Explain in a few sentences why speculative decoding helps at low load."
-
-
-async def _serve(config: EmulatorConfig) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(config), handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+from bench.compare import ComparePlan, compare, render
+from bench.dataset import synthetic
+from bench.spawn import spawned
+from bench.sweep import SweepPlan
+from bench.trace import named_trace
+from policies.profile import save_profile
+from profiler.analysis import profile_document
+from profiler.calibration import CalibrationPlan, calibrate
 
 
-async def _stream(name: str, url: str, max_tokens: int, time_scale: float) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-    stream = await client.chat.completions.create(
-        model="default",
-        messages=[{"role": "user", "content": PROMPT}],
-        max_tokens=max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True},
-    )
-    print(f"\n[{name}] {url}/v1/chat/completions, streaming:")
-    start = time.perf_counter()
-    first = last = 0.0
-    chunks = tokens = 0
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            last = time.perf_counter()
-            first = first or last
-            chunks += 1
-            print(chunk.choices[0].delta.content, end="", flush=True)
-        if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
-    async with aiohttp.ClientSession() as session, session.get(f"{url}/server_info") as r:
-        state = (await r.json())["internal_states"][0]
-    accept = state.get("avg_spec_accept_length")
-    decode = (tokens - 1) / (last - first) * time_scale if last > first else float("nan")
-    print(
-        f"\n[{name}] {tokens} tokens in {chunks} chunks, first after "
-        f"{(first - start) * 1000 / time_scale:.0f} ms, decode {decode:.1f} tok/s"
-        + (f", accept length {accept:.2f}" if accept else "")
-    )
+@dataclass(frozen=True)
+class DemoPlan:
+    hardware: str = "kimi-k2.5-8x-pcie"
+    time_scale: float = 0.1
+    peak: int = 16
+    phase_seconds: float = 3.0
+    input_len: int = 128
+    output_len: int = 128
+    out: Path = Path("specroute-demo")
+    server_flags: tuple[str, ...] = ()  # more ``specroute emulate`` flags for both servers
 
 
-async def run_demo(config: EmulatorConfig, max_tokens: int = 96) -> None:
-    servers = [await _serve(replace(config, mode=mode)) for mode in ("spec", "base")]
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def run_demo(plan: DemoPlan) -> dict[str, object]:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    flags = (
+        "--hardware", plan.hardware, "--time-scale", f"{plan.time_scale:g}",
+        "--max-running-requests", "256", "--stream-interval", "4", *plan.server_flags,
+    )  # fmt: skip
+    dataset = synthetic(plan.input_len, plan.output_len)
+    async with AsyncExitStack() as stack:
+        spec = await stack.enter_async_context(spawned("emulate", "--mode", "spec", *flags))
+        base = await stack.enter_async_context(spawned("emulate", "--mode", "base", *flags))
+        _say(f"1/3 two emulated SGLang servers of {plan.hardware} (time scale "
+             f"{plan.time_scale:g}): EAGLE-3 at {spec}, plain at {base}")  # fmt: skip
+        _say("2/3 calibrating: closed-loop load at rising concurrency on both, then levels "
+             "around the crossover")  # fmt: skip
+        calibration = await calibrate(
+            CalibrationPlan(SweepPlan(spec, base, dataset, repeats=1),
+                            max_concurrency=plan.peak, budget_seconds=60, precision=0.3),
+            plan.out / "sweep",
+        )  # fmt: skip
+        document = profile_document(calibration.analysis)
+        document["measurement"]["calibration"] = calibration.as_json()
+        profile_path = plan.out / "profile.json"
+        save_profile(document, profile_path)
+        crossover = document["crossover"]
+        found = (f"{crossover['value']:.1f} (95% {crossover['ci'][0]:.1f} to "
+                 f"{crossover['ci'][1]:.1f})" if crossover["value"] is not None
+                 else f"none: speculation {'wins' if crossover['bound'] == 'above' else 'loses'}"
+                 " at every level")  # fmt: skip
+        _say(f"    crossover {found}; profile written to {profile_path}")
+        config = plan.out / "router.toml"
+        config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\nprofile = "{profile_path}"\n')
+        trace = named_trace("ramp", plan.peak, plan.phase_seconds)
+        _say(f"3/3 a load ramp 1 to {plan.peak} and back ({trace.seconds:.0f} s) through the "
+             "router, with the crossover policy and with each static choice")  # fmt: skip
+        results = await compare(ComparePlan(config, trace, dataset), plan.out / "compare")
+    _say("")
+    _say(render(results))
     try:
-        print(f"Two emulated SGLang servers of {config.hardware.name}: "
-              f"spec at {servers[0][1]}, base at {servers[1][1]}")  # fmt: skip
-        for (_, url), name in zip(servers, ("spec", "base"), strict=True):
-            await _stream(name, url, max_tokens, config.time_scale)
-    finally:
-        for runner, _ in servers:
-            await runner.cleanup()
-    levels = [1, 2, 4, 8, 16, 32, 64]
-    print()
-    print(
-        render(predict(config, levels), f"{config.hardware.name}: where speculation stops paying")
-    )
+        from bench.compare_plot import plot_compare
+
+        plot_compare(results, plan.out / "demo.png")
+        _say(f"\nplot written to {plan.out / 'demo.png'}")
+    except ImportError:
+        _say("\nno plot: matplotlib is not installed (pip install 'specroute[plot]')")
+    _say("all servers and routers stopped")
+    return results
 
 
-def demo(config: EmulatorConfig) -> None:
-    asyncio.run(run_demo(config))
+def demo(plan: DemoPlan) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run_demo(plan))
+        return
+    uvloop.run(run_demo(plan))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from asyncio.subprocess import PIPE, STDOUT, Process
 from collections.abc import AsyncIterator
@@ -11,12 +10,7 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from bench.spawn import free_port
 
 
 async def wait_until_up(url: str, process: Process, seconds: float = 30) -> None:
