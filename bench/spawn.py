@@ -34,7 +34,7 @@ async def spawned(*args: str, ready: str = "/health") -> AsyncIterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        await _wait_ready(process, url + ready, " ".join(args[:3]))
+        await wait_ready(process, url + ready, " ".join(args[:3]))
         yield url
     finally:
         if process.returncode is None:
@@ -46,14 +46,15 @@ async def spawned(*args: str, ready: str = "/health") -> AsyncIterator[str]:
                 await process.wait()
 
 
-async def _wait_ready(process: asyncio.subprocess.Process, url: str, what: str) -> None:
+async def wait_ready(process: asyncio.subprocess.Process, url: str, what: str) -> None:
+    """Until ``url`` answers 200; raises if the process exits first or time runs out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _STARTUP_SECONDS
     async with aiohttp.ClientSession() as session:
         while loop.time() < deadline:
             if process.returncode is not None:
-                assert process.stderr is not None
-                said = (await process.stderr.read()).decode().strip()
+                stream = process.stderr or process.stdout
+                said = "" if stream is None else (await stream.read()).decode().strip()
                 raise RuntimeError(f"specroute {what} exited at start: {said}")
             try:
                 async with session.get(url) as r:

@@ -21,6 +21,7 @@ from bench.trace import named_trace
 from policies.profile import save_profile
 from profiler.analysis import profile_document
 from profiler.calibration import CalibrationPlan, calibrate
+from specroute.measure import draw
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,10 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
         results = await compare(ComparePlan(config, trace, dataset), plan.out / "compare")
     _say("")
     _say(render(results))
-    try:
-        from bench.compare_plot import plot_compare
+    from bench.compare_plot import plot_compare
 
-        plot_compare(results, plan.out / "demo.png")
-        _say(f"\nplot written to {plan.out / 'demo.png'}")
-    except ImportError:
-        _say("\nno plot: matplotlib is not installed (pip install 'specroute[plot]')")
+    _say("")
+    draw(lambda: plot_compare(results, plan.out / "demo.png"), plan.out / "demo.png")
     _say("all servers and routers stopped")
     return results
 

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,6 +124,15 @@ def add_commands(sub: Any) -> None:
     calibrate.add_argument("--out", metavar="DIR", help="the sweep folder (default: beside -o)")
 
 
+def draw(plot: Callable[[], None], path: str | Path) -> None:
+    """Plots need matplotlib, an optional extra: without it, say so and go on."""
+    try:
+        plot()
+        print(f"plot written to {path}")
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install 'specroute[plot]')")
+
+
 def _run(work: Coroutine[Any, Any, T]) -> T:
     """On uvloop where installed: a load generator's own latency bends what it measures."""
     try:
@@ -171,11 +180,7 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
     if args.plot:
         from profiler.plot import plot_profile
 
-        try:
-            plot_profile(document, Path(args.plot))
-            print(f"plot written to {args.plot}")
-        except ImportError:
-            print("no plot: --plot needs matplotlib (pip install 'specroute[plot]')")
+        draw(lambda: plot_profile(document, Path(args.plot)), args.plot)
     for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
         c = document[key]
         if c["value"] is None:
@@ -253,9 +258,5 @@ def _compare(args: argparse.Namespace) -> int:
     if args.plot:
         from bench.compare_plot import plot_compare
 
-        try:
-            plot_compare(results, Path(args.plot))
-            print(f"plot written to {args.plot}")
-        except ImportError:
-            print("no plot: --plot needs matplotlib (pip install 'specroute[plot]')")
+        draw(lambda: plot_compare(results, Path(args.plot)), args.plot)
     return 0
