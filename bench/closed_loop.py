@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from bench.client import send
-from bench.record import RequestRecord
+from bench.record import RequestRecord, tokens_between
 from router.backend_stats import BackendStats, parse, window_accept_length
 
 CANCELLED = "cancelled: the measurement window ended"
@@ -57,7 +57,7 @@ class LevelRun:
 
     def output_tps(self) -> float:
         """Aggregate output tokens per second over the window, from every chunk in it."""
-        tokens = sum(n for r in self.records for t, n in r.chunks if self.t0 <= t <= self.t1)
+        tokens = tokens_between(self.records, self.t0, self.t1)
         return tokens / (self.t1 - self.t0) if self.t1 > self.t0 else 0.0
 
     def summary(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from bench.client import request_body
 from bench.dataset import Dataset
-from bench.record import RequestRecord
+from bench.record import RequestRecord, tokens_between
 from bench.spawn import spawned
 from bench.trace import Trace
 from bench.trace_loop import play
@@ -49,7 +49,7 @@ def summarise(
     done = [r for r in records if r.ok]
     tpot = [t for r in done if (t := r.tpot()) is not None]
     ttft = [t for r in done if (t := r.ttft()) is not None]
-    tokens = sum(n for r in records for t, n in r.chunks if start <= t <= end)
+    tokens = tokens_between(records, start, end)
     good = [r for r in done if (r.ttft() or 0) <= slo.get("ttft", float("inf"))
             and (r.tpot() or 0) <= slo.get("tpot", float("inf"))]  # fmt: skip
     served = [r.served_by or "" for r in done]

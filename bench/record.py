@@ -8,6 +8,7 @@ decode tok/s = 1 / TPOT.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,3 +68,8 @@ class RequestRecord:
         data = dict(data)
         data["chunks"] = [(float(t), int(n)) for t, n in data.get("chunks", [])]
         return cls(**data)
+
+
+def tokens_between(records: Iterable[RequestRecord], start: float, end: float) -> int:
+    """Output tokens that arrived in ``[start, end]``, whichever request carried them."""
+    return sum(n for r in records for t, n in r.chunks if start <= t <= end)

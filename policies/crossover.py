@@ -63,6 +63,9 @@ class CrossoverPolicy:
             return pick(view, "base", "above_crossover")
         return pick(view, "spec", "below_crossover")
 
+    def crossover(self) -> float | None:
+        return self.threshold
+
     def describe(self) -> dict[str, Any]:
         return {"crossover": self.threshold} | {
             k: v for k, v in asdict(self.params).items() if k != "crossover"

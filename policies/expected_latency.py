@@ -32,6 +32,7 @@ class ExpectedLatencyPolicy:
 
     def __init__(self, params: ExpectedLatencyParams, curves: Curves) -> None:
         self.params, self.curves = params, curves
+        self._crossover = round(curves.crossover(), 2)  # shown, not routed by
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> ExpectedLatencyPolicy:
@@ -62,5 +63,8 @@ class ExpectedLatencyPolicy:
             return Decision("base", None, "no_healthy_backend")
         return best[1]
 
+    def crossover(self) -> float | None:
+        return self._crossover
+
     def describe(self) -> dict[str, Any]:
-        return asdict(self.params) | {"crossover": round(self.curves.crossover(), 2)}
+        return asdict(self.params) | {"crossover": self._crossover}

@@ -19,6 +19,11 @@ class Policy(Protocol):
         """The parameters in force, for ``/router/status``."""
         ...
 
+    def crossover(self) -> float | None:
+        """The crossover in force, for ``specroute_crossover`` (read at every decision, so
+        cheap); None for a policy without one."""
+        ...
+
 
 def pick(view: View, pool: Pool, reason: str) -> Decision:
     """The least-loaded healthy backend of ``pool``, else of the other pool (``failover``)."""

@@ -36,6 +36,9 @@ class AlwaysPolicy:
     def choose(self, request: RequestInfo, view: View) -> Decision:
         return pick(view, self.pool, "static")
 
+    def crossover(self) -> float | None:
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {}
 
@@ -57,6 +60,9 @@ class RoundRobinPolicy:
         pool = POOLS[self._turn % len(POOLS)]
         self._turn += 1
         return pick(view, pool, "round_robin")
+
+    def crossover(self) -> float | None:
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {}

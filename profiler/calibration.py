@@ -102,8 +102,6 @@ def _why_stop(analysis: Analysis, measured: list[int], precision: float) -> str 
     narrow = max(crossover.high - crossover.low, above - below) <= precision * crossover.value
     if narrow:  # the bracket too: interpolating across a wide one can miss a bent curve
         return f"interval and bracket within {precision:.0%} of the crossover"
-    if _next_level(analysis, set(measured)) is None:
-        return "the bracket is one request wide"
     return None
 
 
@@ -123,7 +121,9 @@ async def calibrate(plan: CalibrationPlan, out: Path) -> Calibration:
                 break
         while (stopped := _why_stop(analysis, measured, plan.precision)) is None:
             inside = _next_level(analysis, set(measured))
-            assert inside is not None
+            if inside is None:
+                stopped = "the bracket is one request wide"
+                break
             last = sum(analysis.data.cells[(b, measured[-1])].seconds for b in BACKENDS)
             if time.monotonic() + last > deadline:
                 stopped = "the budget is spent"
@@ -132,7 +132,7 @@ async def calibrate(plan: CalibrationPlan, out: Path) -> Calibration:
             await sweep.measure(inside)
             measured.append(inside)
             analysis = analyse(load_sweep(out))
-    data = load_sweep(out)
+    data = load_sweep(out)  # again: closing the sweep wrote its end time and cost
     analysis = analyse(data)
     spacing = _final_spacing(analysis, measured)
     grid_levels, grid_seconds = _grid_cost(data, measured, spacing, plan.max_concurrency)

@@ -38,8 +38,11 @@ class RouterState:
         """Route by a new policy from now on; requests in flight are not touched."""
         self.policy, self.profile, self.profile_source = policy, profile, source
         self.profile_loaded_at = time.time()
-        crossover = policy.describe().get("crossover")
-        if isinstance(crossover, (int, float)):
+        self._show_crossover()
+
+    def _show_crossover(self) -> None:
+        crossover = self.policy.crossover()
+        if crossover is not None:
             self.metrics.crossover.set(crossover)
 
     def view(self) -> View:
@@ -59,8 +62,6 @@ class RouterState:
     def record(self, decision: Decision, load: int) -> None:
         self.metrics.decisions.labels(pool=decision.pool, reason=decision.reason).inc()
         self.metrics.live_concurrency.set(load)
-        crossover = self.policy.describe().get("crossover")
-        if isinstance(crossover, (int, float)):  # it may move with live acceptance
-            self.metrics.crossover.set(crossover)
+        self._show_crossover()  # it may move with live acceptance
         self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
                             "reason": decision.reason, "live_concurrency": load})  # fmt: skip
