@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ class ComparePlan:
     policies: tuple[str, ...] = ("crossover", *BASELINES)
     slo: dict[str, float] = field(default_factory=dict)
     ignore_eos: bool = True
+    settle: float = 0.0  # seconds of each phase left out of its figures
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -65,6 +67,50 @@ def summarise(
     }  # fmt: skip
 
 
+class Ticker:
+    """While a policy plays, a line a second: the load, and where the requests that ended
+    in that second had been sent, with their median TPOT."""
+
+    def __init__(self, policy: str, trace: Trace, every: float = 1.0) -> None:
+        self.policy, self.trace, self.every = policy, trace, every
+        self.started = self.shown = time.monotonic()
+        self.recent: list[RequestRecord] = []
+
+    def __call__(self, record: RequestRecord) -> None:
+        self.recent.append(record)
+        now = time.monotonic()
+        if now - self.shown < self.every:
+            return
+        done = [r for r in self.recent if r.ok]
+        phase = self.trace.phase_at(now - self.started)
+        load = "-" if phase is None else self.trace.phases[phase].load
+        spec = sum((r.served_by or "").startswith("spec") for r in done)
+        tpot = _ms(_pct([t for r in done if (t := r.tpot()) is not None], 50))
+        print(f"  {self.policy:<20} {now - self.started:>6.1f} s  load {load:>6}  "
+              f"{len(done):>3} done, {spec:>3} on spec, median TPOT {tpot} ms",
+              file=sys.stderr, flush=True)  # fmt: skip
+        self.recent, self.shown = [], now
+
+
+def phase_rows(
+    trace: Trace,
+    records: list[RequestRecord],
+    start: float,
+    slo: dict[str, float],
+    settle: float = 0.0,
+) -> list[dict[str, Any]]:
+    """One summary per phase, its load named: the requests begun in it after its first
+    ``settle`` seconds (while the load changes, routing and batches are in transition;
+    what is left is the phase's steady state), and the tokens that arrived meanwhile."""
+    rows = []
+    for i, (phase, (_, steady, end)) in enumerate(zip(trace.phases, trace.spans(settle),
+                                                      strict=True)):  # fmt: skip
+        mine = [r for r in records if r.repeat == i and r.start >= start + steady]
+        load = {"load": phase.load, "concurrency": phase.concurrency, "rate": phase.rate}
+        rows.append(load | summarise(mine, start + steady, start + end, slo))
+    return rows
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -79,7 +125,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {
         "trace": {"name": plan.trace.name,
                   "phases": [vars(p) for p in plan.trace.phases]},
-        "slo": plan.slo, "dataset": plan.dataset.describe(), "policies": {},
+        "slo": plan.slo, "settle_seconds": plan.settle, "dataset": plan.dataset.describe(),
+        "policies": {},
     }  # fmt: skip
     timeline: dict[str, list[tuple[float, str]]] = {}
     for policy in plan.policies:
@@ -97,16 +144,11 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
                 model = ((await r.json()).get("data") or [{}])[0].get("id", "default")
             bodies = (request_body(p, model, plan.ignore_eos)
                       for p in itertools.cycle(plan.dataset.prompts))  # fmt: skip
-            start, records = await play(session, url, bodies, plan.trace, policy)
-        phases, t = [], start
-        for i, phase in enumerate(plan.trace.phases):
-            mine = [r for r in records if r.repeat == i]
-            phases.append({"concurrency": phase.concurrency}
-                          | summarise(mine, t, t + phase.seconds, plan.slo))  # fmt: skip
-            t += phase.seconds
+            ticker = Ticker(policy, plan.trace)
+            start, records = await play(session, url, bodies, plan.trace, policy, ticker)
         results["policies"][policy] = {
             "overall": summarise(records, start, start + plan.trace.seconds, plan.slo),
-            "phases": phases,
+            "phases": phase_rows(plan.trace, records, start, plan.slo, plan.settle),
         }
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
@@ -133,7 +175,7 @@ def render_row(policy: str, s: dict[str, Any]) -> str:
 def render(results: dict[str, Any]) -> str:
     lines = [f"trace {results['trace']['name']}: per phase, median TPOT ms (spec share)"]
     policies = list(results["policies"])
-    lines.append("phase  conc  " + "  ".join(f"{p:>20}" for p in policies))
+    lines.append("phase    load  " + "  ".join(f"{p:>20}" for p in policies))
     phases = results["trace"]["phases"]
     for i, phase in enumerate(phases):
         cells = []
@@ -142,7 +184,18 @@ def render(results: dict[str, Any]) -> str:
             share = "-" if row["spec_share"] is None else f"{row['spec_share']:.0%}"
             tpot = "-" if row["tpot_ms_p50"] is None else f"{row['tpot_ms_p50']:.2f}"
             cells.append(f"{tpot + ' (' + share + ')':>20}")
-        lines.append(f"{i:>5}  {phase['concurrency']:>4}  " + "  ".join(cells))
+        load = f"{phase['rate']:g}/s" if phase.get("rate") is not None else phase["concurrency"]
+        lines.append(f"{i:>5}  {load:>6}  " + "  ".join(cells))
     lines.append("overall:")
     lines += [render_row(p, results["policies"][p]["overall"]) for p in policies]
+    if "gap" in results:
+        choice = ", ".join(results["oracle"]["choice"])
+        lines.append(f"oracle: each phase to the faster static choice, known in advance ({choice})")
+        for p, g in results["gap"].items():
+            tpot = "-" if g["tpot"] is None else f"{g['tpot']:+.1%}"
+            tps = "-" if g["output_tps"] is None else f"{g['output_tps']:+.1%}"
+            lines.append(
+                f"gap to oracle  {p:<22} median TPOT {tpot} (mean over the phases), "
+                f"output tok/s {tps}"
+            )
     return "\n".join(lines)

@@ -21,9 +21,10 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     ends = np.cumsum([p["seconds"] for p in phases])
     starts = ends - np.array([p["seconds"] for p in phases])
     fig, (load_ax, tpot_ax) = plt.subplots(2, 1, figsize=(9, 7))
-    load_ax.step([0, *ends], [phases[0]["concurrency"], *[p["concurrency"] for p in phases]],
-                 where="pre", color="black", label="concurrency (trace)")  # fmt: skip
-    load_ax.set_ylabel("concurrent requests")
+    rates = any(p.get("rate") is not None for p in phases)
+    load = [p["rate"] if p.get("rate") is not None else p["concurrency"] for p in phases]
+    load_ax.step([0, *ends], [load[0], *load], where="pre", color="black", label="trace")
+    load_ax.set_ylabel("requests per second" if rates else "concurrent requests")
     share_ax = load_ax.twinx()
     bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)
     for policy, points in results["timeline"].items():

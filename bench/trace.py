@@ -1,9 +1,12 @@
 """Time-varying load for a comparison: phases of fixed concurrency (a closed loop whose
-number of clients changes at each phase boundary)."""
+number of clients changes at each phase boundary) or of a fixed request rate (Poisson
+arrivals, an open loop: requests keep coming whether or not the servers keep up)."""
 
 from __future__ import annotations
 
 import json
+import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +18,12 @@ class TraceError(ValueError):
 @dataclass(frozen=True)
 class Phase:
     seconds: float
-    concurrency: int
+    concurrency: int = 0  # clients sending back to back
+    rate: float | None = None  # or: requests per second, Poisson arrivals
+
+    @property
+    def load(self) -> str:
+        return f"{self.rate:g}/s" if self.rate is not None else str(self.concurrency)
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,7 @@ class Trace:
 
     @property
     def peak(self) -> int:
+        """The most clients any closed-loop phase needs."""
         return max(p.concurrency for p in self.phases)
 
     def phase_at(self, elapsed: float) -> int | None:
@@ -40,6 +49,31 @@ class Trace:
                 return i
         return None
 
+    def spans(self, settle: float = 0.0) -> list[tuple[float, float, float]]:
+        """Each phase's start, where its steady state begins (after ``settle`` seconds, at
+        most half the phase) and its end, in seconds from the trace's start."""
+        spans, start = [], 0.0
+        for phase in self.phases:
+            end = start + phase.seconds
+            spans.append((start, start + min(settle, phase.seconds / 2), end))
+            start = end
+        return spans
+
+    def arrivals(self, seed: int = 0) -> list[float]:
+        """When the rate phases' requests arrive, seconds from the start: the same list for
+        the same seed, so live and offline replays of a trace meet the same traffic."""
+        rng = random.Random(f"arrivals|{seed}")
+        times: list[float] = []
+        start = 0.0
+        for phase in self.phases:
+            if phase.rate:
+                t = start + rng.expovariate(phase.rate)
+                while t < start + phase.seconds:
+                    times.append(t)
+                    t += rng.expovariate(phase.rate)
+            start += phase.seconds
+        return times
+
 
 def _doubling(low: int, high: int) -> list[int]:
     levels = [low]
@@ -48,9 +82,22 @@ def _doubling(low: int, high: int) -> list[int]:
     return [*levels, high]
 
 
-def named_trace(name: str, peak: int, phase_seconds: float) -> Trace:
+def diurnal(hour: float) -> float:
+    """A day's traffic relative to its peak: 0.1 at 03:00, 1.0 at 15:00, a cosine between."""
+    return 0.55 - 0.45 * math.cos(2 * math.pi * (hour - 3) / 24)
+
+
+def named_trace(
+    name: str, peak: int, phase_seconds: float, peak_rate: float | None = None
+) -> Trace:
     """``ramp``: doubling from 1 to ``peak`` and back; ``steps``: low, peak, low, peak;
-    anything else is a JSON file of ``[{"seconds": S, "concurrency": C}, ...]``."""
+    ``poisson-day``: 24 hourly phases of Poisson arrivals following :func:`diurnal` up to
+    ``peak_rate`` requests per second; anything else is a JSON file of phases."""
+    if name == "poisson-day":
+        if peak_rate is None or peak_rate <= 0:
+            raise TraceError("poisson-day needs --peak-rate, the busiest hour's requests/s")
+        return Trace(name, tuple(Phase(phase_seconds, rate=round(peak_rate * diurnal(h), 3))
+                                 for h in range(24)))  # fmt: skip
     if name == "ramp":
         up = _doubling(1, peak)
         levels = up + up[-2::-1]
@@ -62,21 +109,36 @@ def named_trace(name: str, peak: int, phase_seconds: float) -> Trace:
 
 
 def load_trace(path: Path) -> Trace:
+    """``[{"seconds": S, "concurrency": C} or {"seconds": S, "rate": R}, ...]``."""
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise TraceError(f"{path}: not ramp, steps or a readable file ({exc.strerror})") from None
+        raise TraceError(
+            f"{path}: not ramp, steps, poisson-day or a readable file ({exc.strerror})"
+        ) from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not JSON: {exc.msg}") from None
     if not isinstance(data, list) or not data:
         raise TraceError(f"{path}: expected a list of phases")
-    phases = []
-    for i, item in enumerate(data):
-        try:
-            phase = Phase(float(item["seconds"]), int(item["concurrency"]))
-        except (KeyError, TypeError, ValueError):
-            raise TraceError(f"{path}: phase {i} needs seconds and concurrency") from None
-        if phase.seconds <= 0 or phase.concurrency < 0:
-            raise TraceError(f"{path}: phase {i} needs seconds > 0 and concurrency >= 0")
-        phases.append(phase)
-    return Trace(path.stem, tuple(phases))
+    phases = tuple(_phase(item, f"{path}: phase {i}") for i, item in enumerate(data))
+    return Trace(path.stem, phases)
+
+
+def _phase(item: object, where: str) -> Phase:
+    if (
+        not isinstance(item, dict)
+        or "seconds" not in item
+        or ("concurrency" in item) == ("rate" in item)
+    ):
+        raise TraceError(f"{where} needs seconds and one of concurrency or rate")
+    try:
+        seconds = float(item["seconds"])
+        if "rate" in item:
+            phase = Phase(seconds, rate=float(item["rate"]))
+        else:
+            phase = Phase(seconds, int(item["concurrency"]))
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: seconds, concurrency and rate must be numbers") from None
+    if not seconds > 0 or phase.concurrency < 0 or (phase.rate is not None and phase.rate < 0):
+        raise TraceError(f"{where} needs seconds > 0 and a load >= 0")
+    return phase

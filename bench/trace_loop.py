@@ -1,6 +1,7 @@
-"""A trace played as a closed loop whose number of clients changes at phase boundaries:
-client ``k`` sends back to back while the phase's concurrency is above ``k`` and idles
-otherwise (a request it started before the phase changed runs to its end)."""
+"""A trace played live: in a concurrency phase client ``k`` sends back to back while the
+phase's concurrency is above ``k`` and idles otherwise (a request it started before the
+phase changed runs to its end); in a rate phase each request is sent at its arrival time,
+whether or not the ones before have ended."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from bench.client import send
 from bench.record import RequestRecord
 from bench.trace import Trace
 
-_IDLE_POLL = 0.02
+IDLE_POLL = 0.02  # how often an idle client looks whether its phase wants it
 
 
 async def play(
@@ -25,6 +26,7 @@ async def play(
     trace: Trace,
     label: str,
     on_record: Callable[[RequestRecord], None] | None = None,
+    seed: int = 0,
 ) -> tuple[float, list[RequestRecord]]:
     """Returns when the last phase ends (requests still running are cancelled) with the
     start time and every request; a record's ``level`` is its phase's concurrency and
@@ -32,21 +34,31 @@ async def play(
     started = time.monotonic()
     records: list[RequestRecord] = []
 
+    async def one(phase: int) -> RequestRecord:
+        record = RequestRecord(label, trace.phases[phase].concurrency, phase, time.monotonic(),
+                               measured=True)  # fmt: skip
+        records.append(record)
+        await send(session, url, next(bodies), record)
+        if on_record is not None:
+            on_record(record)
+        return record
+
     async def client(k: int) -> None:
         while (phase := trace.phase_at(time.monotonic() - started)) is not None:
-            level = trace.phases[phase].concurrency
-            if k >= level:
-                await asyncio.sleep(_IDLE_POLL)
-                continue
-            record = RequestRecord(label, level, phase, time.monotonic(), measured=True)
-            records.append(record)
-            await send(session, url, next(bodies), record)
-            if on_record is not None:
-                on_record(record)
-            if record.error is not None:
-                await asyncio.sleep(_IDLE_POLL)  # a failing backend must not spin the loop
+            if k >= trace.phases[phase].concurrency:
+                await asyncio.sleep(IDLE_POLL)
+            elif (await one(phase)).error is not None:
+                await asyncio.sleep(IDLE_POLL)  # a failing backend must not spin the loop
 
-    tasks = [asyncio.create_task(client(k)) for k in range(trace.peak)]
+    async def arrivals() -> None:
+        for at in trace.arrivals(seed):
+            await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+            phase = trace.phase_at(at)
+            assert phase is not None
+            tasks.append(asyncio.create_task(one(phase)))
+
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(client(k)) for k in range(trace.peak)]
+    tasks.append(asyncio.create_task(arrivals()))
     await asyncio.sleep(trace.seconds)
     for task in tasks:
         task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from itertools import pairwise
 
 from emulator.config import EmulatorConfig
@@ -186,6 +187,45 @@ def as_json(prediction: Prediction) -> dict[str, object]:
             }
             for lv in prediction.levels
         ],
+    }
+
+
+def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, object]:
+    """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
+    can be rehearsed (offline or against emulated servers) before anything is measured.
+    The crossover's interval is the point itself: a model has no sampling error."""
+    points = [(lv.concurrency, lv.speedup) for lv in prediction.levels]
+    at = crossing(points)
+    if at is not None:
+        crossover: dict[str, object] = {"value": round(at, 3), "ci": [round(at, 3)] * 2}
+    else:
+        above = all(r > 1.0 for _, r in points)
+        crossover = {"value": None, "ci": None, "bound": "above" if above else "below",
+                     "limit": points[-1][0] if above else points[0][0]}  # fmt: skip
+    accepts = [a for lv in prediction.levels if (a := lv.spec.accept_length) is not None]
+
+    def cell(s: Speed) -> dict[str, object]:
+        return {"tpot_ms": {"median": round(1000.0 / s.per_request, 4)},
+                "output_tps": {"median": round(s.total, 2)}}  # fmt: skip
+
+    return {
+        "schema": "specroute.profile/v1",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "crossover": crossover | {"metric": "tpot"},
+        "levels": [
+            {"concurrency": lv.concurrency, "spec": cell(lv.spec), "base": cell(lv.base)}
+            for lv in prediction.levels
+        ],
+        "acceptance": {
+            "mean_accept_length": round(statistics.mean(accepts), 3) if accepts else None,
+            "source": "predicted",
+        },
+        "servers": {
+            "spec": {"max_running_requests": prediction.spec_max_running},
+            "base": {"max_running_requests": replace(config, mode="base").effective_max_running},
+        },
+        "workload": {"input_len": prediction.input_len, "output_len": prediction.output_len},
+        "measurement": {"method": "predicted", "hardware": config.hardware.name},
     }
 
 

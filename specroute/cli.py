@@ -8,53 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
-from emulator.config import EmulatorConfig
+from emulator.acceptance import AcceptanceError
 from emulator.hardware import HardwareError, load_hardware
 from specroute import measure
-
-
-def _positive(kind: type[int] | type[float]) -> argparse._ActionType:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-        return value
-
-    return parse
-
-
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--hardware",
-        default="kimi-k2.5-8x-pcie",
-        help="a shipped hardware model's name or a JSON file (default: %(default)s)",
-    )
-    acc = p.add_mutually_exclusive_group()
-    acc.add_argument(
-        "--accept-length",
-        type=float,
-        metavar="TAU",
-        help="mean tokens per verify step, bonus included (default: the model's)",
-    )
-    acc.add_argument(
-        "--accept-rate",
-        type=float,
-        metavar="ALPHA",
-        help="probability that each draft is accepted given the ones before",
-    )
-    p.add_argument("--speculative-num-steps", type=_positive(int), metavar="S")
-    p.add_argument(
-        "--max-running-requests",
-        type=_positive(int),
-        metavar="N",
-        help="default: 48 with speculation (as SGLang), the model's without",
-    )
-    p.add_argument("--cuda-graph-max-bs", type=_positive(int), metavar="N")
-    p.add_argument("--seed", type=int, default=0)
+from specroute.model_flags import add_model_flags, emulator_config, positive
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,29 +27,33 @@ def _parser() -> argparse.ArgumentParser:
     emulate.add_argument("--port", type=int, default=30000)
     emulate.add_argument(
         "--time-scale",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         metavar="F",
         help="multiply every modelled duration by F (0.25 runs 4x faster)",
     )
-    emulate.add_argument("--max-queued-requests", type=_positive(int), metavar="N")
-    emulate.add_argument("--context-length", type=_positive(int), default=131072)
-    emulate.add_argument("--decode-log-interval", type=_positive(int), default=40)
+    emulate.add_argument("--max-queued-requests", type=positive(int), metavar="N")
+    emulate.add_argument("--context-length", type=positive(int), default=131072)
+    emulate.add_argument("--decode-log-interval", type=positive(int), default=40)
     emulate.add_argument("--api-key", metavar="KEY", help="require this bearer key, as SGLang")
     emulate.add_argument(
-        "--stream-interval", type=_positive(int), default=1, metavar="N",
+        "--stream-interval", type=positive(int), default=1, metavar="N",
         help="stream a request's tokens N at a time, as SGLang's flag",
     )  # fmt: skip
-    _add_model_flags(emulate)
+    add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
         type=measure.levels,
         metavar="C1,C2,...",
         help="print steady-state speeds of both modes at these concurrencies",
     )
-    emulate.add_argument("--input-len", type=_positive(int), default=512)
-    emulate.add_argument("--output-len", type=_positive(int), default=256)
+    emulate.add_argument("--input-len", type=positive(int), default=512)
+    emulate.add_argument("--output-len", type=positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
+    emulate.add_argument(
+        "--profile", metavar="FILE",
+        help="with --predict: also write it as a profile (marked predicted), to rehearse routing",
+    )  # fmt: skip
     demo = sub.add_parser(
         "demo", help="the whole loop on emulated servers: calibrate, route, compare",
         description="Two emulated SGLang servers, a quick calibration, the router with its "
@@ -102,10 +63,10 @@ def _parser() -> argparse.ArgumentParser:
         "--hardware", default="kimi-k2.5-8x-pcie",
         help="a shipped hardware model or a JSON file (default: %(default)s)",
     )  # fmt: skip
-    demo.add_argument("--accept-length", type=_positive(float), metavar="TAU")
-    demo.add_argument("--time-scale", type=_positive(float), default=0.1, metavar="F")
-    demo.add_argument("--peak", type=_positive(int), default=16, help="the ramp's top")
-    demo.add_argument("--phase-seconds", type=_positive(float), default=3.0)
+    demo.add_argument("--accept-length", type=positive(float), metavar="TAU")
+    demo.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
+    demo.add_argument("--peak", type=positive(int), default=16, help="the ramp's top")
+    demo.add_argument("--phase-seconds", type=positive(float), default=3.0)
     demo.add_argument("--out", default="specroute-demo", metavar="DIR")
     serve = sub.add_parser(
         "serve", help="run the router in front of speculative and plain backends",
@@ -163,42 +124,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config(args: argparse.Namespace) -> EmulatorConfig:
-    """The emulator settings from ``emulate`` or ``demo`` flags."""
-    hardware = load_hardware(args.hardware)
-    steps = args.speculative_num_steps or hardware.speculative_num_steps
-    if args.accept_rate is not None:
-        if not 0.0 <= args.accept_rate <= 1.0:
-            raise AcceptanceError(f"--accept-rate {args.accept_rate} is outside [0, 1]")
-        rate = args.accept_rate
-    else:
-        length = args.accept_length if args.accept_length is not None else hardware.accept_length
-        rate = (
-            accept_rate(min(length, steps + 1), steps)
-            if args.accept_length is None
-            else (accept_rate(length, steps))
-        )
-    acceptance = Acceptance(steps, rate, parse_rules(list(hardware.acceptance_rules), steps))
-    return EmulatorConfig(
-        mode=getattr(args, "mode", None) or "base",
-        hardware=hardware,
-        acceptance=acceptance,
-        host=getattr(args, "host", "127.0.0.1"),
-        port=getattr(args, "port", 30000),
-        time_scale=args.time_scale,
-        max_running_requests=args.max_running_requests,
-        cuda_graph_max_bs=args.cuda_graph_max_bs,
-        max_queued_requests=getattr(args, "max_queued_requests", None),
-        context_length=getattr(args, "context_length", 131072),
-        decode_log_interval=getattr(args, "decode_log_interval", 40),
-        seed=args.seed,
-        api_key=getattr(args, "api_key", None),
-        stream_interval=getattr(args, "stream_interval", 1),
-    )
-
-
 def _emulate(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = emulator_config(args)
     if args.predict:
         from emulator.predict import as_json, predict, render
 
@@ -207,6 +134,11 @@ def _emulate(args: argparse.Namespace) -> int:
             print(json.dumps(as_json(prediction), indent=1))
         else:
             print(render(prediction, f"{config.hardware.name}: predicted steady state"))
+        if args.profile:
+            from emulator.predict import as_profile
+
+            Path(args.profile).write_text(json.dumps(as_profile(prediction, config), indent=1))
+            print(f"predicted profile written to {args.profile}", file=sys.stderr)
         return 0
     if args.mode is None:
         raise AcceptanceError("--mode spec|base is required to serve (or pass --predict)")

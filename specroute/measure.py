@@ -10,6 +10,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from specroute.model_flags import add_model_flags, emulator_config, positive
+
 T = TypeVar("T")
 
 _SLO_KEYS = ("ttft", "tpot")
@@ -94,9 +96,23 @@ def add_commands(sub: Any) -> None:
     )  # fmt: skip
     compare.add_argument("--router-config", required=True, metavar="FILE.toml",
                          help="the router's settings: spec, base, profile, ...")  # fmt: skip
-    compare.add_argument("--trace", default="ramp", help="ramp, steps or a JSON file")
+    compare.add_argument("--trace", default="ramp", help="ramp, steps, poisson-day or a JSON file")
     compare.add_argument("--peak", type=int, default=16, help="ramp and steps: top concurrency")
+    compare.add_argument("--peak-rate", type=float, metavar="REQ_PER_S",
+                         help="poisson-day: the busiest hour's requests per second")  # fmt: skip
     compare.add_argument("--phase-seconds", type=float, default=20.0)
+    compare.add_argument(
+        "--settle", type=float, default=0.0, metavar="S",
+        help="leave each phase's first S seconds (the load changing) out of its figures",
+    )  # fmt: skip
+    compare.add_argument(
+        "--offline", action="store_true",
+        help="no servers: replay the trace in virtual time through the emulator's engine "
+        "model (the flags below) and report the gap to an oracle",
+    )  # fmt: skip
+    add_model_flags(compare, seed=False)
+    compare.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F",
+                         help="--offline: the emulated servers' time scale")  # fmt: skip
     compare.add_argument("--policies", default="crossover,always-spec,always-base",
                          help="comma-separated, run in this order")  # fmt: skip
     add_dataset_flags(compare)
@@ -246,17 +262,50 @@ def _compare(args: argparse.Namespace) -> int:
     from bench.compare import ComparePlan, compare, render
     from bench.trace import named_trace
 
-    plan = ComparePlan(
-        router_config=Path(args.router_config),
-        trace=named_trace(args.trace, args.peak, args.phase_seconds),
-        dataset=_dataset(args),
-        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
-        slo=args.slo, ignore_eos=args.ignore_eos,
-    )  # fmt: skip
-    results = _run(compare(plan, Path(args.out)))
+    trace = named_trace(args.trace, args.peak, args.phase_seconds, args.peak_rate)
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    if args.offline:
+        results = _offline(args, trace, policies)
+    else:
+        plan = ComparePlan(
+            router_config=Path(args.router_config), trace=trace, dataset=_dataset(args),
+            policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
+        )  # fmt: skip
+        results = _run(compare(plan, Path(args.out)))
     print(render(results))
     if args.plot:
         from bench.compare_plot import plot_compare
 
         draw(lambda: plot_compare(results, Path(args.plot)), args.plot)
     return 0
+
+
+def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) -> dict[str, Any]:
+    """The router's settings from its config, the backends from the model flags."""
+    import json
+
+    from bench.compare import BASELINES
+    from bench.replay import ReplayPlan, compare_offline
+    from policies.profile import load_profile
+    from policies.registry import build_policy
+    from router.settings import RouterSettings
+
+    settings = RouterSettings(config=Path(args.router_config))  # type: ignore[call-arg]
+    profile = load_profile(settings.profile) if settings.profile else None
+    plan = ReplayPlan(
+        trace, _dataset(args),
+        servers={pool: emulator_config(args, pool) for pool in ("spec", "base")},
+        backends={"spec": tuple(settings.spec), "base": tuple(settings.base)},
+        source=settings.concurrency_source, poll_interval=settings.poll_interval,
+        slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle, seed=args.seed,
+    )  # fmt: skip
+    built = {
+        name: build_policy(name, settings.model_copy(update={"policy": name}).policy_params(),
+                           profile)
+        for name in dict.fromkeys((*policies, *BASELINES))
+    }  # fmt: skip
+    results = compare_offline(plan, built, lambda text: print(text, file=sys.stderr))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results

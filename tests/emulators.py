@@ -10,13 +10,14 @@ from aiohttp import web
 
 from emulator.config import EmulatorConfig
 from emulator.server import create_app
-from specroute.cli import _config, _parser
+from specroute.cli import _parser
+from specroute.model_flags import emulator_config as config_from
 
 
 def emulator_config(*flags: str) -> EmulatorConfig:
     """A config built from the same flags a user passes to ``specroute emulate``."""
     args: argparse.Namespace = _parser().parse_args(["emulate", *flags])
-    return _config(args)
+    return config_from(args)
 
 
 @asynccontextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -26,8 +27,31 @@ def test_named_traces_and_files(tmp_path: Path) -> None:
     )
     assert load_trace(path).phases[1].concurrency == 0
     path.write_text(json.dumps([{"seconds": 5}]))
-    with pytest.raises(TraceError, match="phase 0 needs seconds and concurrency"):
+    with pytest.raises(TraceError, match="phase 0 needs seconds and one of concurrency or rate"):
         load_trace(path)
+    path.write_text(json.dumps([{"seconds": 5, "concurrency": 2, "rate": 1}]))
+    with pytest.raises(TraceError, match="one of concurrency or rate"):
+        load_trace(path)
+    path.write_text(json.dumps([{"seconds": 2, "rate": 5}, {"seconds": 1, "concurrency": 2}]))
+    mixed = load_trace(path)
+    assert [p.load for p in mixed.phases] == ["5/s", "2"] and mixed.peak == 2
+
+
+def test_poisson_day() -> None:
+    with pytest.raises(TraceError, match="--peak-rate"):
+        named_trace("poisson-day", 16, 10)
+    day = named_trace("poisson-day", 16, 10, peak_rate=20)
+    rates = [p.rate or 0 for p in day.phases]
+    assert len(rates) == 24 and max(rates) == 20 and rates.index(20) == 15  # busiest at 15:00
+    assert min(rates) == pytest.approx(2) and rates.index(min(rates)) == 3
+    arrivals = day.arrivals(seed=1)
+    assert arrivals == day.arrivals(seed=1) != day.arrivals(seed=2)
+    assert arrivals == sorted(arrivals) and arrivals[0] > 0 and arrivals[-1] < day.seconds
+    expected = sum(rates) * 10
+    assert abs(len(arrivals) - expected) < 4 * expected**0.5  # Poisson: within four sigma
+    busiest = sum(1 for t in arrivals if 150 <= t < 160)
+    quietest = sum(1 for t in arrivals if 30 <= t < 40)
+    assert busiest > 4 * quietest
 
 
 async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> None:
@@ -61,3 +85,40 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
         assert data["overall"]["goodput_rps"] > 0
     assert "overall:" in stdout and "crossover" in stdout
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Path) -> None:
+    """Requests are sent at their arrival times whether or not earlier ones have ended, and
+    the offline replay of the same trace meets exactly the same arrivals."""
+    trace = tmp_path / "burst.json"
+    trace.write_text(json.dumps([{"seconds": 1.5, "rate": 4}, {"seconds": 1.5, "rate": 40}]))
+    config = tmp_path / "router.toml"
+    async with (
+        specroute("emulate", "--mode", "spec", *FLAGS) as (spec, _),
+        specroute("emulate", "--mode", "base", *FLAGS) as (base, _),
+    ):
+        config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\ncrossover = 4\n')
+        code, _, stderr = await run(
+            "bench", "compare", "--router-config", str(config), "--trace", str(trace),
+            "--policies", "crossover", "--output-len", "32", "--input-len", "64",
+            "--out", str(tmp_path / "live"),
+        )  # fmt: skip
+    assert code == 0, stderr
+    arrivals = load_trace(trace).arrivals()
+    records = [json.loads(line) for line in (tmp_path / "live" / "requests.jsonl").open()]
+    assert len(records) == len(arrivals) > 40
+    starts = sorted(r["start"] for r in records)
+    offsets = [b - a for a, b in itertools.pairwise(starts)]
+    planned = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert sum(abs(x - y) for x, y in zip(offsets, planned, strict=True)) / len(planned) < 0.01
+    live = json.loads((tmp_path / "live" / "compare.json").read_text())["policies"]["crossover"]
+    calm, busy = live["phases"]
+    assert calm["spec_share"] == 1 and busy["spec_share"] < 1  # the burst overlaps requests
+    code, _, stderr = await run(
+        "bench", "compare", "--offline", "--router-config", str(config), "--trace", str(trace),
+        "--policies", "crossover", "--output-len", "32", "--input-len", "64", *FLAGS[:4],
+        "--out", str(tmp_path / "offline"),
+    )  # fmt: skip
+    assert code == 0, stderr
+    offline = json.loads((tmp_path / "offline" / "compare.json").read_text())["policies"]
+    assert len(arrivals) - 3 <= offline["crossover"]["overall"]["requests"] <= len(arrivals)

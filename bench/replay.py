@@ -1,0 +1,292 @@
+"""The offline comparison: a trace replayed in virtual time through the emulator's engine
+model and the router's policies, without HTTP, so a day of traffic takes seconds.
+
+Each backend is one engine (the same code an emulated server runs) whose steps advance a
+shared virtual clock instead of being slept. Clients and arrivals follow the trace exactly
+as ``bench compare`` plays it live; each request is routed by the policy from a view built
+as the router builds its own: its in-flight counts, and running, queued and the windowed
+accept length (from counters updated when requests finish, as SGLang's are) read every
+``poll_interval``. A step's answers reach their clients when it ends, after the engine has
+chosen its next batch, so a replacement joins the batch after the next, as in ``--predict``.
+
+The oracle knows each phase's load before it comes and sends the phase's requests to the
+static choice that turns out faster there (lower median time per output token, from the
+replays of both); the gap of a policy to it is what knowing the load would still gain.
+It is the best static choice per phase, not the best possible routing: a policy that
+splits a phase between both servers can beat it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from bench.client import request_body
+from bench.compare import phase_rows, summarise
+from bench.dataset import Dataset
+from bench.record import RequestRecord
+from bench.trace import Trace
+from bench.trace_loop import IDLE_POLL
+from emulator.config import EmulatorConfig
+from emulator.engine import Emission, Step
+from emulator.openai_api import parse
+from policies.decision import Decision
+from policies.policy import Policy, pick
+from policies.view import BackendView, ConcurrencySource, Pool, RequestInfo, View
+from router.backend import Backend
+
+_PATH = "/v1/chat/completions"
+_GOLDEN = 0.6180339887  # spreads the clients' polling beats evenly
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    trace: Trace
+    dataset: Dataset
+    servers: dict[Pool, EmulatorConfig]  # one engine per URL below
+    backends: dict[Pool, tuple[str, ...]]  # the router config's URLs, for names only
+    source: ConcurrencySource = ConcurrencySource.ROUTER
+    poll_interval: float = 0.5
+    slo: dict[str, float] = field(default_factory=dict)
+    ignore_eos: bool = True
+    settle: float = 0.0  # seconds of each phase left out of its figures
+    seed: int = 0
+
+
+class _Server:
+    """One backend: its engine, the step it is running and what the router knows of it."""
+
+    def __init__(self, name: str, pool: Pool, config: EmulatorConfig) -> None:
+        self.name, self.pool, self.config = name, pool, config
+        self.engine = config.engine()
+        self.busy = False  # a step is running, or one is about to be chosen
+        self.inflight = 0
+        self.tokens = self.verifies = 0  # at finish, as SGLang counts them
+        self.polled = (0, 0)
+        self.running: int | None = None
+        self.queued: int | None = None
+        self.accept_length: float | None = None
+
+    def poll(self) -> None:
+        tokens, verifies = self.tokens - self.polled[0], self.verifies - self.polled[1]
+        if verifies > 0:
+            self.accept_length = tokens / verifies
+        self.polled = (self.tokens, self.verifies)
+        self.running, self.queued = len(self.engine.running), len(self.engine.waiting)
+
+    def view(self) -> BackendView:
+        return BackendView(
+            self.name, self.pool, True, self.inflight, self.running, self.queued,
+            self.accept_length, self.config.effective_max_running,
+        )  # fmt: skip
+
+
+class _Replay:
+    def __init__(self, plan: ReplayPlan, policy: Policy, label: str) -> None:
+        self.plan, self.policy, self.label = plan, policy, label
+        self.servers = [_Server(Backend(url, pool).name, pool, plan.servers[pool])
+                        for pool in plan.backends for url in plan.backends[pool]]  # fmt: skip
+        self.now = 0.0
+        spans = plan.trace.spans(plan.settle)
+        self.ends = [end for *_, end in spans]
+        self.windows = sorted({t for span in spans for t in span})  # where figures are cut
+        self.records: list[RequestRecord] = []
+        self.owners: dict[str, tuple[RequestRecord, int | None]] = {}  # by rid, with client
+        self.idle = [True] * plan.trace.peak
+        self.prompts = itertools.cycle(plan.dataset.prompts)
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (t, next(self._order), action))
+
+    def phase(self, t: float) -> int:
+        return bisect_right(self.ends, t)
+
+    def window(self, t: float) -> int:
+        return bisect_right(self.windows, t)
+
+    def run(self) -> list[RequestRecord]:
+        trace = self.plan.trace
+        for i, (start, *_) in enumerate(trace.spans()):
+            self.at(start, partial(self.fill, i))
+        for t in trace.arrivals(self.plan.seed):
+            self.at(t, lambda: self.send(None))
+        for k in range(math.ceil(trace.seconds / self.plan.poll_interval)):
+            self.at(k * self.plan.poll_interval, self.poll)
+        while self._events and self._events[0][0] < trace.seconds:
+            self.now, _, action = heapq.heappop(self._events)
+            action()
+        for record in self.records:
+            if record.end is None:
+                record.error = "cancelled: the trace ended"
+        return self.records
+
+    def poll(self) -> None:
+        for server in self.servers:
+            server.poll()
+
+    def fill(self, phase: int) -> None:
+        """A concurrency phase begins: its idle clients start sending when they next look,
+        as live ones do (each polls on its own beat; at the trace's start all are ready)."""
+        for k in range(self.plan.trace.phases[phase].concurrency):
+            if self.idle[k]:
+                self.idle[k] = False
+                beat = IDLE_POLL * ((k + 1) * _GOLDEN % 1.0) if self.now > 0 else 0.0
+                self.at(self.now + beat, partial(self.send, k))
+
+    def send(self, client: int | None) -> None:
+        phase = self.phase(self.now)
+        body = request_body(next(self.prompts), "replay", self.plan.ignore_eos)
+        view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now)
+        info = RequestInfo(_PATH, stream=True, max_tokens=body.get("max_tokens"))
+        decision = self.policy.choose(info, view)
+        server = next(s for s in self.servers if s.name == decision.backend)
+        config = server.config
+        seq = parse(body, chat=True, context_length=config.context_length).seq
+        record = RequestRecord(self.label, self.plan.trace.phases[phase].concurrency, phase,
+                               self.now, served_by=server.name, measured=True)  # fmt: skip
+        self.records.append(record)
+        self.owners[seq.rid] = (record, client)
+        server.engine.submit(seq)
+        server.inflight += 1
+        if not server.busy:
+            server.busy = True
+            self.at(self.now, lambda: self.step(server))  # after the others arriving now
+
+    def step(self, server: _Server) -> None:
+        step = server.engine.step()
+        if step is None:
+            server.busy = False
+            return
+        end = self.now + step.duration * server.config.time_scale
+        self.at(end, lambda: self.finish_step(server, step))
+
+    def finish_step(self, server: _Server, step: Step) -> None:
+        self.step(server)  # the next batch is chosen before this one's answers arrive
+        for emission in step.emitted:
+            self.deliver(server, emission)
+
+    def deliver(self, server: _Server, emission: Emission) -> None:
+        record, client = self.owners[emission.seq.rid]
+        if emission.ids:
+            if record.first_token is None:
+                record.first_token = self.now
+            n = len(emission.ids)
+            last = record.chunks[-1] if record.chunks else None
+            if last is not None and self.window(last[0]) == self.window(self.now):
+                record.chunks[-1] = (self.now, last[1] + n)  # one chunk per window is enough
+            else:
+                record.chunks.append((self.now, n))
+        if emission.finish is None:
+            return
+        seq = emission.seq
+        del self.owners[seq.rid]
+        record.end, record.output_tokens = self.now, len(seq.output_ids)
+        record.prompt_tokens = seq.prompt_tokens
+        server.inflight -= 1
+        server.tokens += len(seq.output_ids)
+        server.verifies += seq.verify_ct
+        if client is None:
+            return
+        phase = self.phase(self.now)
+        phases = self.plan.trace.phases
+        if phase < len(phases) and client < phases[phase].concurrency:
+            self.send(client)
+        else:
+            self.idle[client] = True
+
+
+def replay(plan: ReplayPlan, policy: Policy, label: str | None = None) -> list[RequestRecord]:
+    """Every request of one policy over the trace, with virtual times from 0."""
+    return _Replay(plan, policy, label or policy.name).run()
+
+
+class Oracle:
+    """Knows the load of every phase before it comes, and which static choice serves each
+    faster: routes every request begun in a phase to that choice's pool."""
+
+    name = "oracle"
+
+    def __init__(self, trace: Trace, choice: list[Pool]) -> None:
+        self.trace, self.choice = trace, choice
+
+    def choose(self, request: RequestInfo, view: View) -> Decision:
+        phase = self.trace.phase_at(view.now)
+        return pick(view, self.choice[phase or 0], "oracle")
+
+    def crossover(self) -> float | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"choice": self.choice}
+
+
+def oracle(plan: ReplayPlan, spec: list[RequestRecord], base: list[RequestRecord]) -> Oracle:
+    """The oracle from both static replays: per phase, the lower median TPOT."""
+    choice: list[Pool] = []
+    for i in range(len(plan.trace.phases)):
+        faster = _median_tpot(spec, i) <= _median_tpot(base, i)
+        choice.append("spec" if faster else "base")
+    return Oracle(plan.trace, choice)
+
+
+def _median_tpot(records: list[RequestRecord], phase: int) -> float:
+    tpots = sorted(t for r in records if r.repeat == phase and (t := r.tpot()) is not None)
+    return tpots[len(tpots) // 2] if tpots else math.inf
+
+
+def compare_offline(
+    plan: ReplayPlan, policies: dict[str, Policy], progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """The same results as a live comparison (per phase and overall, each policy), plus
+    the oracle and each policy's gap to it. Both static choices always run: the oracle
+    is made of them."""
+    runs: dict[str, list[RequestRecord]] = {}
+    for name, policy in policies.items():
+        runs[name] = replay(plan, policy, name)
+        if progress is not None:
+            progress(f"{name}: {len(runs[name])} requests replayed")
+    best = oracle(plan, runs["always-spec"], runs["always-base"])
+    runs["oracle"] = replay(plan, best)
+    results: dict[str, Any] = {
+        "mode": "offline",
+        "trace": {"name": plan.trace.name, "phases": [vars(p) for p in plan.trace.phases]},
+        "slo": plan.slo, "settle_seconds": plan.settle, "dataset": plan.dataset.describe(),
+        "backends": {pool: {"hardware": c.hardware.name, "time_scale": c.time_scale,
+                            "max_running_requests": c.effective_max_running,
+                            "accept_rate": c.acceptance.rate, "count": len(plan.backends[pool])}
+                     for pool, c in plan.servers.items()},
+        "policies": {}, "oracle": best.describe(),
+    }  # fmt: skip
+    for name, records in runs.items():
+        results["policies"][name] = {
+            "overall": summarise(records, 0.0, plan.trace.seconds, plan.slo),
+            "phases": phase_rows(plan.trace, records, 0.0, plan.slo, plan.settle),
+        }
+    best = results["policies"]["oracle"]
+    results["gap"] = {name: gap(plan.trace, results["policies"][name], best) for name in policies}
+    results["timeline"] = {name: [(r.start, r.served_by or "") for r in records if r.ok]
+                           for name, records in runs.items()}  # fmt: skip
+    return results
+
+
+def gap(trace: Trace, mine: dict[str, Any], best: dict[str, Any]) -> dict[str, float | None]:
+    """How far a policy is from the oracle: its median TPOT over the oracle's in each phase,
+    averaged over the trace's time (above 0: slower), and its output tok/s over the
+    oracle's overall (below 0: fewer)."""
+    slower = [(phase.seconds, a["tpot_ms_p50"] / b["tpot_ms_p50"] - 1)
+              for phase, a, b in zip(trace.phases, mine["phases"], best["phases"], strict=True)
+              if a["tpot_ms_p50"] and b["tpot_ms_p50"]]  # fmt: skip
+    seconds = sum(s for s, _ in slower)
+    tps, best_tps = mine["overall"]["output_tps"], best["overall"]["output_tps"]
+    return {
+        "tpot": round(sum(s * r for s, r in slower) / seconds, 4) if seconds else None,
+        "output_tps": round(tps / best_tps - 1, 4) if best_tps else None,
+    }

@@ -1,0 +1,91 @@
+"""The flags that describe one emulated server (hardware, acceptance, batch limits) and the
+settings they resolve to, shared by ``emulate`` and the offline comparison."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal
+
+from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
+from emulator.config import EmulatorConfig
+from emulator.hardware import load_hardware
+
+
+def positive(kind: type[int] | type[float]) -> argparse._ActionType:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        return value
+
+    return parse
+
+
+def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
+    p.add_argument(
+        "--hardware",
+        default="kimi-k2.5-8x-pcie",
+        help="a shipped hardware model's name or a JSON file (default: %(default)s)",
+    )
+    acc = p.add_mutually_exclusive_group()
+    acc.add_argument(
+        "--accept-length",
+        type=float,
+        metavar="TAU",
+        help="mean tokens per verify step, bonus included (default: the model's)",
+    )
+    acc.add_argument(
+        "--accept-rate",
+        type=float,
+        metavar="ALPHA",
+        help="probability that each draft is accepted given the ones before",
+    )
+    p.add_argument("--speculative-num-steps", type=positive(int), metavar="S")
+    p.add_argument(
+        "--max-running-requests",
+        type=positive(int),
+        metavar="N",
+        help="default: 48 with speculation (as SGLang), the model's without",
+    )
+    p.add_argument("--cuda-graph-max-bs", type=positive(int), metavar="N")
+    if seed:  # a command with a dataset has its own, which serves both
+        p.add_argument("--seed", type=int, default=0)
+
+
+def emulator_config(
+    args: argparse.Namespace, mode: Literal["spec", "base"] | None = None
+) -> EmulatorConfig:
+    """One emulated server's settings from ``emulate`` or ``bench compare --offline`` flags."""
+    hardware = load_hardware(args.hardware)
+    steps = args.speculative_num_steps or hardware.speculative_num_steps
+    if args.accept_rate is not None:
+        if not 0.0 <= args.accept_rate <= 1.0:
+            raise AcceptanceError(f"--accept-rate {args.accept_rate} is outside [0, 1]")
+        rate = args.accept_rate
+    else:
+        length = args.accept_length if args.accept_length is not None else hardware.accept_length
+        rate = (
+            accept_rate(min(length, steps + 1), steps)
+            if args.accept_length is None
+            else (accept_rate(length, steps))
+        )
+    acceptance = Acceptance(steps, rate, parse_rules(list(hardware.acceptance_rules), steps))
+    return EmulatorConfig(
+        mode=mode or getattr(args, "mode", None) or "base",
+        hardware=hardware,
+        acceptance=acceptance,
+        host=getattr(args, "host", "127.0.0.1"),
+        port=getattr(args, "port", 30000),
+        time_scale=args.time_scale,
+        max_running_requests=args.max_running_requests,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        max_queued_requests=getattr(args, "max_queued_requests", None),
+        context_length=getattr(args, "context_length", 131072),
+        decode_log_interval=getattr(args, "decode_log_interval", 40),
+        seed=args.seed,
+        api_key=getattr(args, "api_key", None),
+        stream_interval=getattr(args, "stream_interval", 1),
+    )
