@@ -38,6 +38,7 @@ class ComparePlan:
     slo: dict[str, float] = field(default_factory=dict)
     ignore_eos: bool = True
     settle: float = 0.0  # seconds of each phase left out of its figures
+    seed: int = 0  # the rate phases' arrivals
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -145,7 +146,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             bodies = (request_body(p, model, plan.ignore_eos)
                       for p in itertools.cycle(plan.dataset.prompts))  # fmt: skip
             ticker = Ticker(policy, plan.trace)
-            start, records = await play(session, url, bodies, plan.trace, policy, ticker)
+            start, records = await play(session, url, bodies, plan.trace, policy, ticker,
+                                        plan.seed)  # fmt: skip
         results["policies"][policy] = {
             "overall": summarise(records, start, start + plan.trace.seconds, plan.slo),
             "phases": phase_rows(plan.trace, records, start, plan.slo, plan.settle),

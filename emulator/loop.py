@@ -126,8 +126,9 @@ class EngineLoop:
             last = now
             if now - deadline > _CATCH_UP_LIMIT:
                 deadline = now
-            if delay <= 0:
-                await asyncio.sleep(0)  # let handlers run even when behind schedule
+            # let the handlers write what was delivered before the next sleep: after waking
+            # hundreds of streams a timer alone leaves them waiting past the next deadline
+            await asyncio.sleep(0)
 
     def _deliver(self, step: Step) -> None:
         tokens = 0

@@ -194,15 +194,14 @@ def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, obje
     """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
     can be rehearsed (offline or against emulated servers) before anything is measured.
     The crossover's interval is the point itself: a model has no sampling error."""
-    points = [(lv.concurrency, lv.speedup) for lv in prediction.levels]
-    at = crossing(points)
+    at, levels = prediction.crossover, prediction.levels
     if at is not None:
         crossover: dict[str, object] = {"value": round(at, 3), "ci": [round(at, 3)] * 2}
     else:
-        above = all(r > 1.0 for _, r in points)
+        above = all(lv.speedup > 1.0 for lv in levels)
         crossover = {"value": None, "ci": None, "bound": "above" if above else "below",
-                     "limit": points[-1][0] if above else points[0][0]}  # fmt: skip
-    accepts = [a for lv in prediction.levels if (a := lv.spec.accept_length) is not None]
+                     "limit": levels[-1 if above else 0].concurrency}  # fmt: skip
+    accepts = [a for lv in levels if (a := lv.spec.accept_length) is not None]
 
     def cell(s: Speed) -> dict[str, object]:
         return {"tpot_ms": {"median": round(1000.0 / s.per_request, 4)},
@@ -214,7 +213,7 @@ def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, obje
         "crossover": crossover | {"metric": "tpot"},
         "levels": [
             {"concurrency": lv.concurrency, "spec": cell(lv.spec), "base": cell(lv.base)}
-            for lv in prediction.levels
+            for lv in levels
         ],
         "acceptance": {
             "mean_accept_length": round(statistics.mean(accepts), 3) if accepts else None,

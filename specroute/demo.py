@@ -3,25 +3,32 @@
 Two emulated SGLang servers of one hardware model (one with EAGLE-3), a quick calibration
 of where speculation stops paying, the router started with the profile it wrote, and a
 load ramp up and down played through it with the ``crossover`` policy and with both static
-choices, shown per phase and drawn to a file. Every process it starts is stopped at the end.
+choices, shown per phase and drawn to a file; then the same ramp replayed offline in
+virtual time beside it, with an oracle's gap. Every process it starts is stopped at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.compare import ComparePlan, compare, render
 from bench.dataset import synthetic
+from bench.replay import ReplayPlan, compare_offline
 from bench.spawn import spawned
 from bench.sweep import SweepPlan
 from bench.trace import named_trace
-from policies.profile import save_profile
+from policies.profile import load_profile, save_profile
+from policies.registry import build_policy
+from policies.view import POOLS
 from profiler.analysis import profile_document
 from profiler.calibration import CalibrationPlan, calibrate
 from specroute.measure import draw
+from specroute.model_flags import config_from_flags
 
 
 @dataclass(frozen=True)
@@ -42,10 +49,8 @@ def _say(text: str) -> None:
 
 async def run_demo(plan: DemoPlan) -> dict[str, object]:
     plan.out.mkdir(parents=True, exist_ok=True)
-    flags = (
-        "--hardware", plan.hardware, "--time-scale", f"{plan.time_scale:g}",
-        "--max-running-requests", "256", "--stream-interval", "4", *plan.server_flags,
-    )  # fmt: skip
+    model = ("--hardware", plan.hardware, "--max-running-requests", "256", *plan.server_flags)
+    flags = (*model, "--time-scale", f"{plan.time_scale:g}", "--stream-interval", "4")
     dataset = synthetic(plan.input_len, plan.output_len)
     async with AsyncExitStack() as stack:
         spec = await stack.enter_async_context(spawned("emulate", "--mode", "spec", *flags))
@@ -75,14 +80,36 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
         _say(f"3/3 a load ramp 1 to {plan.peak} and back ({trace.seconds:.0f} s) through the "
              "router, with the crossover policy and with each static choice")  # fmt: skip
         results = await compare(ComparePlan(config, trace, dataset), plan.out / "compare")
+        replay = ReplayPlan(
+            trace, dataset, {pool: config_from_flags(model, pool, plan.time_scale)
+                             for pool in POOLS},
+            backends={"spec": (spec,), "base": (base,)},
+        )  # fmt: skip
+        profile = load_profile(profile_path)
+        offline = compare_offline(replay, {name: build_policy(name, {}, profile)
+                                           for name in results["policies"]})  # fmt: skip
     _say("")
     _say(render(results))
+    (plan.out / "offline.json").write_text(json.dumps(offline, indent=1) + "\n")
+    _say("")
+    _say(_agreement(results, offline))
     from bench.compare_plot import plot_compare
 
     _say("")
     draw(lambda: plot_compare(results, plan.out / "demo.png"), plan.out / "demo.png")
     _say("all servers and routers stopped")
     return results
+
+
+def _agreement(live: dict[str, Any], offline: dict[str, Any]) -> str:
+    """The offline replay of the same ramp beside the live run, and the oracle's gap."""
+    tps = {m: {p: r["overall"]["output_tps"] for p, r in results["policies"].items()}
+           for m, results in (("live", live), ("offline", offline))}  # fmt: skip
+    pairs = ", ".join(f"{p} {tps['live'][p]:,.0f} / {tps['offline'][p]:,.0f}" for p in tps["live"])
+    gap = offline["gap"]["crossover"]
+    return (f"offline replay of the same ramp in virtual time, tok/s live / offline: {pairs}; "
+            f"an oracle knowing each phase's load in advance: {tps['offline']['oracle']:,.0f} "
+            f"tok/s (crossover {gap['tpot']:+.1%} median TPOT against it)")  # fmt: skip
 
 
 def demo(plan: DemoPlan) -> None:

@@ -270,6 +270,7 @@ def _compare(args: argparse.Namespace) -> int:
         plan = ComparePlan(
             router_config=Path(args.router_config), trace=trace, dataset=_dataset(args),
             policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
+            seed=args.seed,
         )  # fmt: skip
         results = _run(compare(plan, Path(args.out)))
     print(render(results))

@@ -4,6 +4,7 @@ settings they resolve to, shared by ``emulate`` and the offline comparison."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Literal
 
 from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
@@ -89,3 +90,14 @@ def emulator_config(
         api_key=getattr(args, "api_key", None),
         stream_interval=getattr(args, "stream_interval", 1),
     )
+
+
+def config_from_flags(
+    flags: Sequence[str], mode: Literal["spec", "base"], time_scale: float = 1.0
+) -> EmulatorConfig:
+    """The settings of a server started with these model flags, for a replay beside it."""
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser)
+    args = parser.parse_args(list(flags))
+    args.time_scale = time_scale
+    return emulator_config(args, mode)

@@ -25,6 +25,9 @@ async def test_demo_runs_the_loop_and_cleans_up(tmp_path: Path) -> None:
     results = json.loads((out / "compare" / "compare.json").read_text())
     assert list(results["policies"]) == ["crossover", "always-spec", "always-base"]
     assert (out / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    offline = json.loads((out / "offline.json").read_text())
+    assert offline["mode"] == "offline" and "crossover" in offline["gap"]
+    assert "offline replay of the same ramp" in stdout
     urls = set(re.findall(r"http://127\.0\.0\.1:\d+", stdout))
     assert len(urls) == 2
     async with aiohttp.ClientSession() as s:

@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from emulator.predict import crossing, predict, verdict
+from emulator.predict import as_profile, crossing, predict, verdict
+from policies.curves import curves
+from policies.profile import load_profile, parse_profile
 from tests.emulators import emulator_config
 
 
@@ -34,16 +37,35 @@ def test_weak_drafter_never_pays_on_kimi() -> None:
     assert all(level.speedup < 1 for level in prediction.levels)
 
 
-def test_predict_command_prints_json() -> None:
+def test_predict_command_prints_json_and_writes_a_profile(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "specroute", "emulate", "--hardware", "llama3.1-8b-h100",
-         "--max-running-requests", "256", "--predict", "1,16,64,128", "--json"],
+         "--max-running-requests", "256", "--predict", "1,16,64,128", "--json",
+         "--profile", str(tmp_path / "predicted.json")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     result = json.loads(out.stdout)
     assert [lv["concurrency"] for lv in result["levels"]] == [1, 16, 64, 128]
     assert 16 < result["crossover"] < 128
     assert result["levels"][0]["spec"]["per_request_tok_s"] == pytest.approx(373, rel=0.1)
+    profile = load_profile(tmp_path / "predicted.json")  # what the router and policies read
+    assert profile.crossover.value == pytest.approx(result["crossover"], abs=0.001)
+    assert profile.raw["measurement"]["method"] == "predicted"
+    found = curves(profile)
+    assert found.crossover() == pytest.approx(result["crossover"], rel=0.05)
+    assert found.tpot["spec"].at(1) == pytest.approx(1 / 373, rel=0.1)
+    assert found.max_running == {"spec": 256, "base": 256}
+
+
+def test_a_prediction_without_a_crossover_gives_the_bound() -> None:
+    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    above = parse_profile(as_profile(predict(config, [1, 2], 128, 64), config))
+    assert (above.crossover.value, above.crossover.bound, above.crossover.limit) == (
+        None, "above", 2,
+    )  # fmt: skip
+    weak = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--accept-length", "2.1")
+    below = parse_profile(as_profile(predict(weak, [1, 2], 128, 64), weak))
+    assert below.crossover.bound == "below" and below.crossover.threshold == 0
 
 
 def test_predict_command_prints_a_table_and_refuses_bad_flags() -> None:
