@@ -81,10 +81,9 @@ class _Server:
         self.running, self.queued = len(self.engine.running), len(self.engine.waiting)
 
     def view(self) -> BackendView:
-        return BackendView(
-            self.name, self.pool, True, self.inflight, self.running, self.queued,
-            self.accept_length, self.config.effective_max_running,
-        )  # fmt: skip
+        """As the router sees it: no ``max_running_requests`` (a policy takes the profile's)."""
+        return BackendView(self.name, self.pool, True, self.inflight, self.running,
+                           self.queued, self.accept_length)  # fmt: skip
 
 
 class _Replay:

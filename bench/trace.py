@@ -95,7 +95,7 @@ def named_trace(
     ``peak_rate`` requests per second; anything else is a JSON file of phases."""
     if name == "poisson-day":
         if peak_rate is None or peak_rate <= 0:
-            raise TraceError("poisson-day needs --peak-rate, the busiest hour's requests/s")
+            raise TraceError("poisson-day needs --peak-rate > 0, the busiest hour's requests/s")
         return Trace(name, tuple(Phase(phase_seconds, rate=round(peak_rate * diurnal(h), 3))
                                  for h in range(24)))  # fmt: skip
     if name == "ramp":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,6 +49,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+_CREATED = re.compile(r"(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*_created[{ ]")
 
 
 def _api_key(key: str) -> Middleware:
@@ -229,8 +231,11 @@ async def _loads(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[LOOP].metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    """SGLang's multiprocess collector exports no ``_created`` samples, so neither do we."""
+    text = generate_latest(request.app[LOOP].metrics.registry).decode()
+    kept = [line for line in text.splitlines() if not _CREATED.match(line)]
+    body = "\n".join(kept) + "\n"
+    return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _get_acceptance(request: web.Request) -> web.Response:

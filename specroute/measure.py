@@ -97,7 +97,9 @@ def add_commands(sub: Any) -> None:
     compare.add_argument("--router-config", required=True, metavar="FILE.toml",
                          help="the router's settings: spec, base, profile, ...")  # fmt: skip
     compare.add_argument("--trace", default="ramp", help="ramp, steps, poisson-day or a JSON file")
-    compare.add_argument("--peak", type=int, default=16, help="ramp and steps: top concurrency")
+    compare.add_argument("--peak", type=int, default=16,
+                         help="ramp and steps: top concurrency; poisson-day: the busiest "
+                         "hour's requests per second unless --peak-rate")  # fmt: skip
     compare.add_argument("--peak-rate", type=float, metavar="REQ_PER_S",
                          help="poisson-day: the busiest hour's requests per second")  # fmt: skip
     compare.add_argument("--phase-seconds", type=float, default=20.0)
@@ -262,7 +264,8 @@ def _compare(args: argparse.Namespace) -> int:
     from bench.compare import ComparePlan, compare, render
     from bench.trace import named_trace
 
-    trace = named_trace(args.trace, args.peak, args.phase_seconds, args.peak_rate)
+    rate = args.peak_rate if args.peak_rate is not None else float(args.peak)
+    trace = named_trace(args.trace, args.peak, args.phase_seconds, rate)
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     if args.offline:
         results = _offline(args, trace, policies)

@@ -46,7 +46,7 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
             sys.executable, "-m", "specroute", "calibrate", "--spec", spec, "--base", base,
             "-o", str(out), "--report", str(tmp_path / "report.md"),
             "--plot", str(tmp_path / "crossover.png"), "--repeats", "2",
-            "--max-concurrency", highest, "--budget", "4", "--input-len", str(prompt),
+            "--max-concurrency", highest, "--budget", "3", "--input-len", str(prompt),
             "--output-len", str(OUTPUT), stdout=PIPE, stderr=STDOUT,
         )  # fmt: skip
         output = (await process.communicate())[0].decode()

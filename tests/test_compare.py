@@ -38,7 +38,7 @@ def test_named_traces_and_files(tmp_path: Path) -> None:
 
 
 def test_poisson_day() -> None:
-    with pytest.raises(TraceError, match="--peak-rate"):
+    with pytest.raises(TraceError, match="--peak-rate > 0"):
         named_trace("poisson-day", 16, 10)
     day = named_trace("poisson-day", 16, 10, peak_rate=20)
     rates = [p.rate or 0 for p in day.phases]

@@ -308,6 +308,9 @@ async def test_metrics_count_tokens_and_verifies(spec_url: str) -> None:
         async with aiohttp.ClientSession() as s, s.get(f"{spec_url}/metrics") as r:
             assert f"sglang:{gauge}{{" in await r.text()
     assert await metric(spec_url, "specroute_emulator_step_intended_seconds_total") > 0
+    async with aiohttp.ClientSession() as s, s.get(f"{spec_url}/metrics") as r:
+        text = await r.text()
+    assert "_created" not in text and "sglang:num_requests_total{" in text  # as SGLang
 
 
 async def test_disconnect_aborts_request(spec_url: str) -> None:

@@ -135,20 +135,27 @@ def level_noise(trace: list[dict[str, Any]], *runs: list[float]) -> dict[int, fl
     return noise
 
 
+async def kimi_setup(
+    tmp_path: Path, max_running: int, phases: list[tuple[float, int]]
+) -> tuple[Path, tuple[str, ...], Path]:
+    """A predicted Kimi profile, the servers' flags, and a trace of (seconds, concurrency)."""
+    model = ("--hardware", "kimi-k2.5-8x-pcie")
+    profile = tmp_path / "profile.json"
+    await predicted_profile(model, "1,2,4,6,8,12,16", profile)
+    server = (*model, "--max-running-requests", str(max_running), "--time-scale", "0.1",
+              "--stream-interval", "4")  # fmt: skip
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"seconds": t, "concurrency": c} for t, c in phases]))
+    return profile, server, trace
+
+
 async def test_expected_latency_beats_crossover_when_partitioned_pools_overload(
     tmp_path: Path,
 ) -> None:
     """Both servers hold 8 requests; 24 clients. The threshold fills the speculative pool
     only to the crossover and queues the rest on the plain one; expected-latency counts
     the queue and balances."""
-    model = ("--hardware", "kimi-k2.5-8x-pcie")
-    profile = tmp_path / "profile.json"
-    await predicted_profile(model, "1,2,4,6,8,12,16", profile)
-    server = (*model, "--max-running-requests", "8", "--time-scale", "0.1",
-              "--stream-interval", "4")  # fmt: skip
-    trace = tmp_path / "overload.json"
-    trace.write_text(json.dumps([{"seconds": 2, "concurrency": 2},
-                                 {"seconds": 5, "concurrency": 24}]))  # fmt: skip
+    profile, server, trace = await kimi_setup(tmp_path, 8, [(2, 2), (5, 24)])
     async with (
         specroute("emulate", "--mode", "spec", *server) as (spec, _),
         specroute("emulate", "--mode", "base", *server) as (base, _),
@@ -174,14 +181,7 @@ async def test_acceptance_crossover_follows_a_drop_in_acceptance(tmp_path: Path)
     """Profiled at the model's accept length (3.0, crossover near 5); at four clients both
     policies speculate. Then the drafter gets worse (2.1: speculation stops paying even at
     one stream); the fixed crossover keeps speculating, the acceptance-aware one stops."""
-    model = ("--hardware", "kimi-k2.5-8x-pcie")
-    profile = tmp_path / "profile.json"
-    await predicted_profile(model, "1,2,4,6,8,12,16", profile)
-    server = (*model, "--max-running-requests", "64", "--time-scale", "0.1",
-              "--stream-interval", "4")  # fmt: skip
-    trace = tmp_path / "drift.json"
-    trace.write_text(json.dumps([{"seconds": 3, "concurrency": 4},
-                                 {"seconds": 4, "concurrency": 4}]))  # fmt: skip
+    profile, server, trace = await kimi_setup(tmp_path, 64, [(3, 4), (4, 4)])
     results = {}
     async with (
         specroute("emulate", "--mode", "spec", *server) as (spec, _),

@@ -95,7 +95,7 @@ async def test_offline_errors_are_clear(tmp_path: Path) -> None:
     config.write_text('spec = ["http://127.0.0.1:1"]\nbase = ["http://127.0.0.1:2"]\n')
     code, _, stderr = await run(
         "bench", "compare", "--offline", "--router-config", str(config), "--trace",
-        "poisson-day", "--out", str(tmp_path / "x"),
+        "poisson-day", "--peak-rate", "0", "--out", str(tmp_path / "x"),
     )  # fmt: skip
     assert code == 2 and "poisson-day needs --peak-rate" in stderr
     code, _, stderr = await run(
