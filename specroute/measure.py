@@ -94,8 +94,10 @@ def add_commands(sub: Any) -> None:
         "compare", help="the same time-varying load through the router, one policy at a time",
         description="Each policy in turn (router processes from one config), per phase.",
     )  # fmt: skip
-    compare.add_argument("--router-config", required=True, metavar="FILE.toml",
+    compare.add_argument("--router-config", metavar="FILE.toml",
                          help="the router's settings: spec, base, profile, ...")  # fmt: skip
+    compare.add_argument("--profile", metavar="FILE",
+                         help="--offline: the profile to route by, over the config's")  # fmt: skip
     compare.add_argument("--trace", default="ramp", help="ramp, steps, poisson-day or a JSON file")
     compare.add_argument("--peak", type=int, default=16,
                          help="ramp and steps: top concurrency; poisson-day: the busiest "
@@ -269,6 +271,8 @@ def _compare(args: argparse.Namespace) -> int:
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     if args.offline:
         results = _offline(args, trace, policies)
+    elif args.router_config is None:
+        raise ValueError("compare needs --router-config FILE.toml (or --offline)")
     else:
         plan = ComparePlan(
             router_config=Path(args.router_config), trace=trace, dataset=_dataset(args),
@@ -294,7 +298,10 @@ def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) ->
     from policies.registry import build_policy
     from router.settings import RouterSettings
 
-    settings = RouterSettings(config=Path(args.router_config))  # type: ignore[call-arg]
+    given = {"config": args.router_config, "profile": args.profile}
+    if args.router_config is None:  # no servers: names for them are all that is needed
+        given |= {"spec": ["http://spec"], "base": ["http://base"]}
+    settings = RouterSettings(**{k: v for k, v in given.items() if v is not None})
     profile = load_profile(settings.profile) if settings.profile else None
     plan = ReplayPlan(
         trace, _dataset(args),

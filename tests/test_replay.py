@@ -60,13 +60,10 @@ async def test_a_day_replays_in_seconds_with_the_oracles_gap(tmp_path: Path) -> 
         "--input-len", "128", "--output-len", "128", "--profile", str(profile),
     )  # fmt: skip
     assert code == 0, stderr
-    config = tmp_path / "router.toml"
-    config.write_text(f'spec = ["http://127.0.0.1:30001"]\nbase = ["http://127.0.0.1:30002"]\n'
-                      f'profile = "{profile}"\n')  # fmt: skip
     started = time.monotonic()
     code, stdout, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config),
-        "--trace", "poisson-day", "--peak-rate", "16", "--phase-seconds", "3",
+        "bench", "compare", "--offline", "--profile", str(profile),
+        "--trace", "poisson-day", "--peak", "16", "--phase-seconds", "3",
         "--policies", "crossover,expected-latency", "--time-scale", "0.1",
         "--max-running-requests", "256", "--input-len", "128", "--output-len", "128",
         "--out", str(tmp_path / "day"), "--plot", str(tmp_path / "day.png"),
@@ -103,3 +100,5 @@ async def test_offline_errors_are_clear(tmp_path: Path) -> None:
         "expected-latency", "--out", str(tmp_path / "x"),
     )  # fmt: skip
     assert code == 2 and "needs a profile" in stderr
+    code, _, stderr = await run("bench", "compare", "--out", str(tmp_path / "x"))
+    assert code == 2 and "needs --router-config" in stderr
