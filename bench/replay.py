@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import statistics
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ from emulator.engine import Emission, Step
 from emulator.openai_api import parse
 from policies.decision import Decision
 from policies.policy import Policy, pick
-from policies.view import BackendView, ConcurrencySource, Pool, RequestInfo, View
+from policies.static import AlwaysPolicy
+from policies.view import POOLS, BackendView, ConcurrencySource, Pool, RequestInfo, View
 from router.backend import Backend
 
 _PATH = "/v1/chat/completions"
@@ -237,18 +239,20 @@ def oracle(plan: ReplayPlan, spec: list[RequestRecord], base: list[RequestRecord
 
 
 def _median_tpot(records: list[RequestRecord], phase: int) -> float:
-    tpots = sorted(t for r in records if r.repeat == phase and (t := r.tpot()) is not None)
-    return tpots[len(tpots) // 2] if tpots else math.inf
+    tpots = [t for r in records if r.repeat == phase and (t := r.tpot()) is not None]
+    return statistics.median(tpots) if tpots else math.inf
 
 
 def compare_offline(
     plan: ReplayPlan, policies: dict[str, Policy], progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """The same results as a live comparison (per phase and overall, each policy), plus
-    the oracle and each policy's gap to it. Both static choices always run: the oracle
-    is made of them."""
+    the oracle and each policy's gap to it. Both static choices run whether asked for or
+    not: the oracle is made of them."""
+    statics = {f"always-{pool}": AlwaysPolicy(pool) for pool in POOLS}
+    everyone = policies | {name: p for name, p in statics.items() if name not in policies}
     runs: dict[str, list[RequestRecord]] = {}
-    for name, policy in policies.items():
+    for name, policy in everyone.items():
         runs[name] = replay(plan, policy, name)
         if progress is not None:
             progress(f"{name}: {len(runs[name])} requests replayed")
@@ -269,8 +273,9 @@ def compare_offline(
             "overall": summarise(records, 0.0, plan.trace.seconds, plan.slo),
             "phases": phase_rows(plan.trace, records, 0.0, plan.slo, plan.settle),
         }
-    best = results["policies"]["oracle"]
-    results["gap"] = {name: gap(plan.trace, results["policies"][name], best) for name in policies}
+    ideal = results["policies"]["oracle"]
+    results["gap"] = {name: gap(plan.trace, results["policies"][name], ideal) for name in runs
+                      if name != "oracle"}  # fmt: skip
     results["timeline"] = {name: [(r.start, r.served_by or "") for r in records if r.ok]
                            for name, records in runs.items()}  # fmt: skip
     return results

@@ -80,14 +80,13 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
         _say(f"3/3 a load ramp 1 to {plan.peak} and back ({trace.seconds:.0f} s) through the "
              "router, with the crossover policy and with each static choice")  # fmt: skip
         results = await compare(ComparePlan(config, trace, dataset), plan.out / "compare")
-        replay = ReplayPlan(
-            trace, dataset, {pool: config_from_flags(model, pool, plan.time_scale)
-                             for pool in POOLS},
-            backends={"spec": (spec,), "base": (base,)},
-        )  # fmt: skip
-        profile = load_profile(profile_path)
-        offline = compare_offline(replay, {name: build_policy(name, {}, profile)
-                                           for name in results["policies"]})  # fmt: skip
+    replay = ReplayPlan(
+        trace, dataset, {pool: config_from_flags(model, pool, plan.time_scale) for pool in POOLS},
+        backends={"spec": (spec,), "base": (base,)},
+    )  # fmt: skip
+    profile = load_profile(profile_path)
+    offline = compare_offline(replay, {name: build_policy(name, {}, profile)
+                                       for name in results["policies"]})  # fmt: skip
     _say("")
     _say(render(results))
     (plan.out / "offline.json").write_text(json.dumps(offline, indent=1) + "\n")

@@ -292,7 +292,6 @@ def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) ->
     """The router's settings from its config, the backends from the model flags."""
     import json
 
-    from bench.compare import BASELINES
     from bench.replay import ReplayPlan, compare_offline
     from policies.profile import load_profile
     from policies.registry import build_policy
@@ -313,7 +312,7 @@ def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) ->
     built = {
         name: build_policy(name, settings.model_copy(update={"policy": name}).policy_params(),
                            profile)
-        for name in dict.fromkeys((*policies, *BASELINES))
+        for name in policies
     }  # fmt: skip
     results = compare_offline(plan, built, lambda text: print(text, file=sys.stderr))
     out = Path(args.out)
