@@ -92,7 +92,8 @@ def add_commands(sub: Any) -> None:
     sweep.add_argument("--out", required=True, metavar="DIR")
     compare = bench_sub.add_parser(
         "compare", help="the same time-varying load through the router, one policy at a time",
-        description="Each policy in turn (router processes from one config), per phase.",
+        description="Each policy in turn through router processes from one config, per phase; "
+        "with --offline, the trace replayed in virtual time, with an oracle's gap.",
     )  # fmt: skip
     compare.add_argument("--router-config", metavar="FILE.toml",
                          help="the router's settings: spec, base, profile, ...")  # fmt: skip
