@@ -26,3 +26,14 @@ async def specroute(*args: str) -> AsyncIterator[tuple[str, Process]]:
         if process.returncode is None:
             process.kill()
         await process.communicate()
+
+
+@asynccontextmanager
+async def emulator_pair(*flags: str) -> AsyncIterator[tuple[str, str]]:
+    """A speculative and a plain emulated server started with the same flags; yields their
+    URLs."""
+    async with (
+        specroute("emulate", "--mode", "spec", *flags) as (spec, _),
+        specroute("emulate", "--mode", "base", *flags) as (base, _),
+    ):
+        yield spec, base

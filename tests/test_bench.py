@@ -15,7 +15,7 @@ import pytest
 from bench.dataset import DatasetError, jsonl, sharegpt, synthetic
 from bench.record import RequestRecord
 from policies.profile import load_profile
-from tests.processes import specroute
+from tests.processes import emulator_pair, specroute
 
 FAST = ("--time-scale", "0.05")
 H100 = ("--hardware", "llama3.1-8b-h100")  # speculation wins clearly at low load
@@ -72,11 +72,8 @@ def test_datasets(tmp_path: Path) -> None:
 
 async def test_sweep_keeps_everything_and_warns_when_unfair(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    async with (
-        # SGLang's default: a speculative server runs at most 48 requests, the plain one more
-        specroute("emulate", "--mode", "spec", *FAST, *H100) as (spec, _),
-        specroute("emulate", "--mode", "base", *FAST, *H100) as (base, _),
-    ):
+    # SGLang's default: a speculative server runs at most 48 requests, the plain one more
+    async with emulator_pair(*FAST, *H100) as (spec, base):
         code, stdout, stderr = await run(
             "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "1,2",
             "--input-len", "64", "--output-len", "16", "--repeats", "2",
@@ -150,10 +147,7 @@ async def test_bad_flags_are_refused(tmp_path: Path) -> None:
 
 async def test_duration_mode_measures_what_starts_in_the_window(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    async with (
-        specroute("emulate", "--mode", "spec", *FAST, *H100) as (spec, _),
-        specroute("emulate", "--mode", "base", *FAST, *H100) as (base, _),
-    ):
+    async with emulator_pair(*FAST, *H100) as (spec, base):
         code, _, stderr = await run(
             "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "2",
             "--output-len", "16", "--repeats", "1", "--duration-per-level", "0.3",

@@ -15,7 +15,7 @@ import pytest
 from emulator.predict import predict
 from policies.profile import load_profile
 from tests.emulators import emulator_config
-from tests.processes import specroute
+from tests.processes import emulator_pair
 from tests.routers import running_router
 
 # time scale, highest level, prompt tokens: fast, yet slow enough for one Python client to
@@ -38,10 +38,7 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     flags = ("--hardware", hardware, "--time-scale", scale, "--stream-interval", "16",
              "--max-running-requests", "256")  # fmt: skip
     out = tmp_path / "profile.json"
-    async with (
-        specroute("emulate", "--mode", "spec", *flags) as (spec, _),
-        specroute("emulate", "--mode", "base", *flags) as (base, _),
-    ):
+    async with emulator_pair(*flags) as (spec, base):
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "specroute", "calibrate", "--spec", spec, "--base", base,
             "-o", str(out), "--report", str(tmp_path / "report.md"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.trace import TraceError, load_trace, named_trace
-from tests.processes import specroute
+from tests.processes import emulator_pair
 from tests.test_bench import run
 
 FLAGS = ("--time-scale", "0.1", "--max-running-requests", "64", "--stream-interval", "4")
@@ -58,10 +58,7 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"schema": "specroute.profile/v1",
                                    "crossover": {"value": 4.5, "ci": [4, 5]}}))  # fmt: skip
-    async with (
-        specroute("emulate", "--mode", "spec", *FLAGS) as (spec, _),
-        specroute("emulate", "--mode", "base", *FLAGS) as (base, _),
-    ):
+    async with emulator_pair(*FLAGS) as (spec, base):
         config = tmp_path / "router.toml"
         config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\nprofile = "{profile}"\n')
         code, stdout, stderr = await run(
@@ -93,10 +90,7 @@ async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Pat
     trace = tmp_path / "burst.json"
     trace.write_text(json.dumps([{"seconds": 1.5, "rate": 4}, {"seconds": 1.5, "rate": 40}]))
     config = tmp_path / "router.toml"
-    async with (
-        specroute("emulate", "--mode", "spec", *FLAGS) as (spec, _),
-        specroute("emulate", "--mode", "base", *FLAGS) as (base, _),
-    ):
+    async with emulator_pair(*FLAGS) as (spec, base):
         config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\ncrossover = 4\n')
         code, _, stderr = await run(
             "bench", "compare", "--router-config", str(config), "--trace", str(trace),

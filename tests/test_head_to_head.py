@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from router.backend_stats import parse
-from tests.processes import specroute
+from tests.processes import emulator_pair
 from tests.test_bench import run
 
 _WORKLOAD = ("--input-len", "128", "--output-len", "128")
@@ -85,10 +85,7 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     trace = ("--trace", "ramp", "--peak", str(case.peak),
              "--phase-seconds", str(case.phase_seconds), "--settle", str(case.settle),
              *_NATURAL)  # fmt: skip
-    async with (
-        specroute("emulate", "--mode", "spec", *server) as (spec, _),
-        specroute("emulate", "--mode", "base", *server) as (base, _),
-    ):
+    async with emulator_pair(*server) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile)
         code, stdout, stderr = await run(
             "bench", "compare", "--router-config", str(config), *trace, "--out",
@@ -156,10 +153,7 @@ async def test_expected_latency_beats_crossover_when_partitioned_pools_overload(
     only to the crossover and queues the rest on the plain one; expected-latency counts
     the queue and balances."""
     profile, server, trace = await kimi_setup(tmp_path, 8, [(2, 2), (5, 24)])
-    async with (
-        specroute("emulate", "--mode", "spec", *server) as (spec, _),
-        specroute("emulate", "--mode", "base", *server) as (base, _),
-    ):
+    async with emulator_pair(*server) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile,
                                topology="partitioned")  # fmt: skip
         code, stdout, stderr = await run(
@@ -184,8 +178,7 @@ async def test_acceptance_crossover_follows_a_drop_in_acceptance(tmp_path: Path)
     profile, server, trace = await kimi_setup(tmp_path, 64, [(3, 4), (4, 4)])
     results = {}
     async with (
-        specroute("emulate", "--mode", "spec", *server) as (spec, _),
-        specroute("emulate", "--mode", "base", *server) as (base, _),
+        emulator_pair(*server) as (spec, base),
         aiohttp.ClientSession() as session,
     ):
         config = router_config(tmp_path / "router.toml", spec, base, profile)
