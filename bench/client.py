@@ -8,13 +8,15 @@ ignores it is counted one token per content chunk, corrected by the final usage.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 
-from bench.dataset import Prompt
+from bench.dataset import Dataset, Prompt
 from bench.record import RequestRecord
 
 
@@ -28,6 +30,22 @@ def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]
     if ignore_eos:
         body["ignore_eos"] = True  # SGLang's and vLLM's extra field: fixed output lengths
     return body
+
+
+def request_bodies(dataset: Dataset, model: str, ignore_eos: bool) -> Iterator[dict[str, Any]]:
+    """The dataset's prompts as request bodies, round and round."""
+    return (request_body(p, model, ignore_eos) for p in itertools.cycle(dataset.prompts))
+
+
+async def served_model(session: aiohttp.ClientSession, url: str) -> str:
+    """The model a server (or the router) names first in ``/v1/models``; "default" when it
+    names none."""
+    try:
+        async with session.get(f"{url}/v1/models") as r:
+            data = (await r.json()).get("data") or [{}]
+            return str(data[0].get("id", "default"))
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+        return "default"
 
 
 async def send(

@@ -8,7 +8,6 @@ user runs it; the backends stay up throughout, so every policy meets the same se
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.client import request_body
+from bench.client import request_bodies, served_model
 from bench.dataset import Dataset
 from bench.record import RequestRecord, tokens_between
 from bench.spawn import spawned
@@ -141,10 +140,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         ):
             print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip
-            async with session.get(f"{url}/v1/models") as r:
-                model = ((await r.json()).get("data") or [{}])[0].get("id", "default")
-            bodies = (request_body(p, model, plan.ignore_eos)
-                      for p in itertools.cycle(plan.dataset.prompts))  # fmt: skip
+            model = await served_model(session, url)
+            bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
             ticker = Ticker(policy, plan.trace)
             start, records = await play(session, url, bodies, plan.trace, policy, ticker,
                                         plan.seed)  # fmt: skip

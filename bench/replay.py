@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from bench.client import request_body
+from bench.client import request_bodies
 from bench.compare import phase_rows, summarise
 from bench.dataset import Dataset
 from bench.record import RequestRecord
 from bench.trace import Trace
-from bench.trace_loop import IDLE_POLL
+from bench.trace_loop import IDLE_POLL, TRACE_ENDED
 from emulator.config import EmulatorConfig
 from emulator.engine import Emission, Step
 from emulator.openai_api import parse
@@ -100,7 +100,7 @@ class _Replay:
         self.records: list[RequestRecord] = []
         self.owners: dict[str, tuple[RequestRecord, int | None]] = {}  # by rid, with client
         self.idle = [True] * plan.trace.peak
-        self.prompts = itertools.cycle(plan.dataset.prompts)
+        self.bodies = request_bodies(plan.dataset, "replay", plan.ignore_eos)
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
 
@@ -126,7 +126,7 @@ class _Replay:
             action()
         for record in self.records:
             if record.end is None:
-                record.error = "cancelled: the trace ended"
+                record.error = TRACE_ENDED
         return self.records
 
     def poll(self) -> None:
@@ -144,7 +144,7 @@ class _Replay:
 
     def send(self, client: int | None) -> None:
         phase = self.phase(self.now)
-        body = request_body(next(self.prompts), "replay", self.plan.ignore_eos)
+        body = next(self.bodies)
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now)
         info = RequestInfo(_PATH, stream=True, max_tokens=body.get("max_tokens"))
         decision = self.policy.choose(info, view)

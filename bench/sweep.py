@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.client import request_body
+from bench.client import request_bodies, served_model
 from bench.closed_loop import LevelRun, run_level
 from bench.dataset import Dataset
 from bench.fairness import banner, fairness_warnings, server_info
@@ -80,10 +80,8 @@ class Sweep:
         warnings = fairness_warnings(infos["spec"], infos["base"])
         if warnings and self.progress is not None:
             self.progress.note(banner(warnings))
-        model = await _model(session, plan.spec)
-        self._bodies = (
-            request_body(p, model, plan.ignore_eos) for p in itertools.cycle(plan.dataset.prompts)
-        )
+        model = await served_model(session, plan.spec)
+        self._bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
         self.meta = {
             "schema": SCHEMA,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -147,15 +145,6 @@ class Sweep:
         self._write_meta()
         if self._session is not None:
             await self._session.close()
-
-
-async def _model(session: aiohttp.ClientSession, url: str) -> str:
-    try:
-        async with session.get(f"{url}/v1/models") as r:
-            data = (await r.json()).get("data") or [{}]
-            return str(data[0].get("id", "default"))
-    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
-        return "default"
 
 
 async def sweep(plan: SweepPlan, levels: list[int], out: Path) -> Sweep:

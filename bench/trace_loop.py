@@ -16,6 +16,7 @@ from bench.client import send
 from bench.record import RequestRecord
 from bench.trace import Trace
 
+TRACE_ENDED = "cancelled: the trace ended"  # what a request still running at the end says
 IDLE_POLL = 0.02  # how often an idle client looks whether its phase wants it
 
 
@@ -65,5 +66,5 @@ async def play(
     await asyncio.gather(*tasks, return_exceptions=True)
     for record in records:
         if record.end is None and record.error is None:
-            record.error = "cancelled: the trace ended"
+            record.error = TRACE_ENDED
     return started, records
