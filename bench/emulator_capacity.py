@@ -39,12 +39,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
+
+from bench.event_loop import run as run_loop
 
 HOST = "127.0.0.1"
 LAG_LIMIT = 0.05
@@ -492,15 +494,6 @@ async def bench(run: Run) -> None:
             stop_emulator(proc)
 
 
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coro)
-    else:
-        uvloop.run(coro)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
     print(f"emulator capacity: {opts.hardware}, {opts.mode}, time scale 1, "
@@ -508,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(machine_note(), flush=True)
     run = Run(opts)
     try:
-        _run(bench(run))
+        run_loop(bench(run))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     if not run.results:

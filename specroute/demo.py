@@ -9,7 +9,6 @@ virtual time beside it, with an oracle's gap. Every process it starts is stopped
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from bench.compare import ComparePlan, compare, render
 from bench.dataset import synthetic
+from bench.event_loop import run as run_loop
 from bench.replay import ReplayPlan, compare_offline
 from bench.spawn import spawned
 from bench.sweep import SweepPlan
@@ -112,9 +112,4 @@ def _agreement(live: dict[str, Any], offline: dict[str, Any]) -> str:
 
 
 def demo(plan: DemoPlan) -> None:
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(run_demo(plan))
-        return
-    uvloop.run(run_demo(plan))
+    run_loop(run_demo(plan))

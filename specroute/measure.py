@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from bench.event_loop import run as run_loop
 from specroute.model_flags import add_model_flags, emulator_config, positive
-
-T = TypeVar("T")
 
 _SLO_KEYS = ("ttft", "tpot")
 
@@ -154,15 +152,6 @@ def draw(plot: Callable[[], None], path: str | Path) -> None:
         print("no plot: matplotlib is not installed (pip install 'specroute[plot]')")
 
 
-def _run(work: Coroutine[Any, Any, T]) -> T:
-    """On uvloop where installed: a load generator's own latency bends what it measures."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(work)
-    return uvloop.run(work)
-
-
 def _dataset(args: argparse.Namespace) -> Any:
     from bench.dataset import jsonl, sharegpt, synthetic
 
@@ -222,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
             from bench.sweep import sweep
 
             plan = _plan(args)
-            _run(sweep(plan, args.concurrency, Path(args.out)))
+            run_loop(sweep(plan, args.concurrency, Path(args.out)))
             print(
                 f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json"
             )
@@ -250,7 +239,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         budget_seconds=args.budget * 60, precision=args.precision,
     )  # fmt: skip
     out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
-    result = _run(calibrate(plan, out))
+    result = run_loop(calibrate(plan, out))
     document = profile_document(result.analysis)
     document["measurement"]["calibration"] = result.as_json()
     _write(document, args)
@@ -280,7 +269,7 @@ def _compare(args: argparse.Namespace) -> int:
             policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
             seed=args.seed,
         )  # fmt: skip
-        results = _run(compare(plan, Path(args.out)))
+        results = run_loop(compare(plan, Path(args.out)))
     print(render(results))
     if args.plot:
         from bench.compare_plot import plot_compare
