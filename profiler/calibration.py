@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,19 @@ def _spec_surely_lost(analysis: Analysis, level: int) -> bool:
     return cells[("spec", level)].tpot.value > cells[("base", level)].tpot.high
 
 
+def _bracket(value: float, measured: Collection[int]) -> tuple[int | None, int | None]:
+    """The measured levels around ``value``: the highest at or below it, the lowest above."""
+    below = max((lvl for lvl in measured if lvl <= value), default=None)
+    above = min((lvl for lvl in measured if lvl > value), default=None)
+    return below, above
+
+
 def _next_level(analysis: Analysis, measured: set[int]) -> int | None:
     """The unmeasured level nearest the middle of the bracket around the crossover."""
     value = analysis.tpot_crossover.value
     if value is None:
         return None
-    below = max((lvl for lvl in measured if lvl <= value), default=None)
-    above = min((lvl for lvl in measured if lvl > value), default=None)
+    below, above = _bracket(value, measured)
     if below is None or above is None or above - below <= 1:
         return None
     return round(math.sqrt(below * above)) if above > 2 * below else (below + above) // 2
@@ -97,9 +104,10 @@ def _why_stop(analysis: Analysis, measured: list[int], precision: float) -> str 
         side = "wins" if crossover.bound == "above" else "loses"
         return f"no crossover to refine: speculation {side} at every level measured"
     assert crossover.low is not None and crossover.high is not None
-    below = max(lvl for lvl in measured if lvl <= crossover.value)
-    above = min((lvl for lvl in measured if lvl > crossover.value), default=below)
-    narrow = max(crossover.high - crossover.low, above - below) <= precision * crossover.value
+    below, above = _bracket(crossover.value, measured)
+    assert below is not None  # a crossover lies at or above the first level measured
+    width = 0 if above is None else above - below
+    narrow = max(crossover.high - crossover.low, width) <= precision * crossover.value
     if narrow:  # the bracket too: interpolating across a wide one can miss a bent curve
         return f"interval and bracket within {precision:.0%} of the crossover"
     return None
