@@ -16,7 +16,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.emulators import running_emulator
+from emulator.predict import as_profile, predict
+from tests.emulators import emulator_config, running_emulator
 from tests.processes import specroute
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric
@@ -245,3 +246,39 @@ async def test_metrics_have_the_right_values() -> None:
     assert one("specroute_ttft_seconds_sum", pool="spec") < one(
         "specroute_request_duration_seconds_sum", pool="spec"
     )
+
+
+async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
+    """``acceptance-crossover`` behind the router: when the speculative server's drafter
+    gets worse, the accept length the router reads from its counters falls, and so does
+    the threshold it routes by and shows as ``specroute_crossover``."""
+    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "64")
+    predicted = as_profile(predict(config, [1, 2, 4, 6, 8, 12], 128, 64), config)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(predicted))
+    async with (
+        running_emulator("--mode", "spec", *FAST) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(
+            spec=[spec], base=[base], policy="acceptance-crossover", profile=path, poll_interval=0.1
+        ) as (url, _),
+        aiohttp.ClientSession() as s,
+    ):
+
+        async def shown_after_traffic() -> float:
+            for _ in range(8):  # one at a time: every poll window sees finished requests
+                await client(url).chat.completions.create(
+                    model="m", messages=CHAT, max_tokens=32, extra_body={"ignore_eos": True}
+                )
+            await asyncio.sleep(0.3)  # a poll after the last of them
+            await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=1)
+            return await metric(url, "specroute_crossover")
+
+        before = await shown_after_traffic()
+        async with s.post(f"{spec}/emulator/acceptance", json={"accept_length": 2.1}) as r:
+            assert r.status == 200
+        after = await shown_after_traffic()
+    # before: the profile's threshold or above (these short requests count the prefill's
+    # token in the counters' accept length, which reads a little high against the profile)
+    assert before >= 0.9 * predicted["crossover"]["value"]  # type: ignore[index]
+    assert after < 2  # at 2.1 it pays, if at all, for a request alone (82 against 90 tok/s)
