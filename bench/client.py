@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.dataset import Dataset, Prompt
-from bench.record import RequestRecord
+from specroute.bench.dataset import Dataset, Prompt
+from specroute.bench.record import RequestRecord
 
 
 def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
-from bench.client import send
-from bench.record import RequestRecord, tokens_between
-from router.backend_stats import BackendStats, parse, window_accept_length
+from specroute.bench.client import send
+from specroute.bench.record import RequestRecord, tokens_between
+from specroute.router.backend_stats import BackendStats, parse, window_accept_length
 
 CANCELLED = "cancelled: the measurement window ended"
 WARMUP_REQUESTS = 1  # per client, after the staggered start has spread their phases

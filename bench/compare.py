@@ -18,12 +18,12 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.client import request_bodies, served_model
-from bench.dataset import Dataset
-from bench.record import RequestRecord, tokens_between
-from bench.spawn import spawned
-from bench.trace import Trace
-from bench.trace_loop import play
+from specroute.bench.client import request_bodies, served_model
+from specroute.bench.dataset import Dataset
+from specroute.bench.record import RequestRecord, tokens_between
+from specroute.bench.spawn import spawned
+from specroute.bench.trace import Trace
+from specroute.bench.trace_loop import play
 
 BASELINES = ("always-spec", "always-base")
 

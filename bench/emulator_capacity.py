@@ -46,7 +46,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from bench.event_loop import run as run_loop
+from specroute.bench.event_loop import run as run_loop
 
 HOST = "127.0.0.1"
 LAG_LIMIT = 0.05

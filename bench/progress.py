@@ -8,8 +8,8 @@ import sys
 import time
 from typing import TextIO
 
-from bench.closed_loop import LevelRun
-from bench.record import RequestRecord
+from specroute.bench.closed_loop import LevelRun
+from specroute.bench.record import RequestRecord
 
 
 class Progress:

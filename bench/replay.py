@@ -28,20 +28,20 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from bench.client import request_bodies
-from bench.compare import phase_rows, summarise
-from bench.dataset import Dataset
-from bench.record import RequestRecord
-from bench.trace import Trace
-from bench.trace_loop import IDLE_POLL, TRACE_ENDED
-from emulator.config import EmulatorConfig
-from emulator.engine import Emission, Step
-from emulator.openai_api import parse
-from policies.decision import Decision
-from policies.policy import Policy, pick
-from policies.static import AlwaysPolicy
-from policies.view import POOLS, BackendView, ConcurrencySource, Pool, RequestInfo, View
-from router.backend import Backend
+from specroute.bench.client import request_bodies
+from specroute.bench.compare import phase_rows, summarise
+from specroute.bench.dataset import Dataset
+from specroute.bench.record import RequestRecord
+from specroute.bench.trace import Trace
+from specroute.bench.trace_loop import IDLE_POLL, TRACE_ENDED
+from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.engine import Emission, Step
+from specroute.emulator.openai_api import parse
+from specroute.policies.decision import Decision
+from specroute.policies.policy import Policy, pick
+from specroute.policies.static import AlwaysPolicy
+from specroute.policies.view import POOLS, BackendView, ConcurrencySource, Pool, RequestInfo, View
+from specroute.router.backend import Backend
 
 _PATH = "/v1/chat/completions"
 _GOLDEN = 0.6180339887  # spreads the clients' polling beats evenly

@@ -20,11 +20,11 @@ from typing import Any
 
 import aiohttp
 
-from bench.client import request_bodies, served_model
-from bench.closed_loop import LevelRun, run_level
-from bench.dataset import Dataset
-from bench.fairness import banner, fairness_warnings, server_info
-from bench.progress import Progress
+from specroute.bench.client import request_bodies, served_model
+from specroute.bench.closed_loop import LevelRun, run_level
+from specroute.bench.dataset import Dataset
+from specroute.bench.fairness import banner, fairness_warnings, server_info
+from specroute.bench.progress import Progress
 
 SCHEMA = "specroute.sweep/v1"
 BACKENDS = ("spec", "base")

@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 
-from bench.client import send
-from bench.record import RequestRecord
-from bench.trace import Trace
+from specroute.bench.client import send
+from specroute.bench.record import RequestRecord
+from specroute.bench.trace import Trace
 
 TRACE_ENDED = "cancelled: the trace ended"  # what a request still running at the end says
 IDLE_POLL = 0.02  # how often an idle client looks whether its phase wants it

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from emulator.acceptance import Acceptance
-from emulator.engine import Engine
-from emulator.hardware import HardwareModel
+from specroute.emulator.acceptance import Acceptance
+from specroute.emulator.engine import Engine
+from specroute.emulator.hardware import HardwareModel
 
 VERSION = "0.5.23"
 SPEC_DEFAULT_MAX_RUNNING = 48  # SGLang's cap for EAGLE-family servers left unset

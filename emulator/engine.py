@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from emulator.acceptance import Acceptance, accepted_drafts
-from emulator.hardware import HardwareModel
-from emulator.vocabulary import EOS_TOKEN_ID, TOKEN_ID_BASE, WORDS, word
+from specroute.emulator.acceptance import Acceptance, accepted_drafts
+from specroute.emulator.hardware import HardwareModel
+from specroute.emulator.vocabulary import EOS_TOKEN_ID, TOKEN_ID_BASE, WORDS, word
 
 FinishType = Literal["stop", "length", "abort"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "specroute.hardware/v1"
-_PACKAGE_DIR = "hardware_models"
+_SHIPPED = "specroute.emulator.hardware_models"
 
 
 class HardwareError(ValueError):
@@ -133,7 +133,7 @@ class HardwareModel:
 
 
 def available_models() -> list[str]:
-    folder = resources.files("emulator").joinpath(_PACKAGE_DIR)
+    folder = resources.files(_SHIPPED)
     return sorted(
         p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
     )
@@ -148,7 +148,7 @@ def load_hardware(name_or_path: str) -> HardwareModel:
         except OSError as exc:
             raise HardwareError(f"cannot read hardware model {name_or_path!r}: {exc}") from None
     else:
-        shipped = resources.files("emulator").joinpath(_PACKAGE_DIR, f"{name_or_path}.json")
+        shipped = resources.files(_SHIPPED).joinpath(f"{name_or_path}.json")
         if not shipped.is_file():
             names = ", ".join(available_models())
             raise HardwareError(f"unknown hardware model {name_or_path!r}; shipped: {names}")

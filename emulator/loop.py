@@ -12,8 +12,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from emulator.engine import Emission, Engine, Finish, Sequence, Step
-from emulator.metrics import EngineMetrics
+from specroute.emulator.engine import Emission, Engine, Finish, Sequence, Step
+from specroute.emulator.metrics import EngineMetrics
 
 Listener = Callable[[Emission], None]
 _CATCH_UP_LIMIT = 0.05  # seconds behind schedule after which the loop stops catching up

@@ -7,11 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
-from emulator.engine import Sequence
-from emulator.errors import BadRequest, read_json, sse_event
-from emulator.loop import EngineLoop, QueueFull
-from emulator.request import ActiveRequest
-from emulator.vocabulary import count_tokens
+from specroute.emulator.engine import Sequence
+from specroute.emulator.errors import BadRequest, read_json, sse_event
+from specroute.emulator.loop import EngineLoop, QueueFull
+from specroute.emulator.request import ActiveRequest
+from specroute.emulator.vocabulary import count_tokens
 
 
 def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence, bool]:

@@ -14,11 +14,17 @@ from typing import Any
 
 from aiohttp import web
 
-from emulator.engine import Finish, Sequence
-from emulator.errors import BadRequest, error_body, read_json, sse_event, stream_error_event
-from emulator.loop import EngineLoop, QueueFull
-from emulator.request import ActiveRequest
-from emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
+from specroute.emulator.engine import Finish, Sequence
+from specroute.emulator.errors import (
+    BadRequest,
+    error_body,
+    read_json,
+    sse_event,
+    stream_error_event,
+)
+from specroute.emulator.loop import EngineLoop, QueueFull
+from specroute.emulator.request import ActiveRequest
+from specroute.emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import pairwise
 
-from emulator.config import EmulatorConfig
-from emulator.engine import Sequence as EngineSequence
+from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.engine import Sequence as EngineSequence
 
 _MIN_REQUESTS = 400
 

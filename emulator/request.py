@@ -11,8 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from emulator.engine import Emission, Finish, Sequence
-from emulator.loop import EngineLoop
+from specroute.emulator.engine import Emission, Finish, Sequence
+from specroute.emulator.loop import EngineLoop
 
 
 class ActiveRequest:

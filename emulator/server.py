@@ -15,14 +15,14 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from emulator.acceptance import AcceptanceError
-from emulator.config import VERSION, EmulatorConfig
-from emulator.engine import Emission, Sequence
-from emulator.errors import BadRequest, error_body, error_response, read_json
-from emulator.loop import EngineLoop
-from emulator.metrics import EngineMetrics
-from emulator.native_api import NativeHandlers
-from emulator.openai_api import OpenAIHandlers
+from specroute.emulator.acceptance import AcceptanceError
+from specroute.emulator.config import VERSION, EmulatorConfig
+from specroute.emulator.engine import Emission, Sequence
+from specroute.emulator.errors import BadRequest, error_body, error_response, read_json
+from specroute.emulator.loop import EngineLoop
+from specroute.emulator.metrics import EngineMetrics
+from specroute.emulator.native_api import NativeHandlers
+from specroute.emulator.openai_api import OpenAIHandlers
 
 LOOP = web.AppKey("loop", EngineLoop)
 CONFIG = web.AppKey("config", EmulatorConfig)

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.crossover import CrossoverParams, CrossoverPolicy
-from policies.curves import Curves, curves
-from policies.decision import Decision, PolicyError
-from policies.params import parse_params
-from policies.profile import Profile
-from policies.view import RequestInfo, View
+from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
+from specroute.policies.curves import Curves, curves
+from specroute.policies.decision import Decision, PolicyError
+from specroute.policies.params import parse_params
+from specroute.policies.profile import Profile
+from specroute.policies.view import RequestInfo, View
 
 _RESOLUTION = 0.02  # accept lengths this close share one computed crossover
 

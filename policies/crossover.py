@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from policies.decision import Decision, PolicyError
-from policies.params import parse_params
-from policies.policy import pick
-from policies.profile import Profile
-from policies.view import RequestInfo, View
+from specroute.policies.decision import Decision, PolicyError
+from specroute.policies.params import parse_params
+from specroute.policies.policy import pick
+from specroute.policies.profile import Profile
+from specroute.policies.view import RequestInfo, View
 
 
 @dataclass(frozen=True)

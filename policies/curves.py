@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from policies.profile import Profile, ProfileError
-from policies.view import POOLS, Pool
+from specroute.policies.profile import Profile, ProfileError
+from specroute.policies.view import POOLS, Pool
 
 
 @dataclass(frozen=True)

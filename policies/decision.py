@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.view import Pool
+from specroute.policies.view import Pool
 
 
 @dataclass(frozen=True)

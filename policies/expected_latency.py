@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from policies.curves import Curves, curves
-from policies.decision import Decision, PolicyError
-from policies.params import parse_params
-from policies.profile import Profile
-from policies.view import POOLS, RequestInfo, View
+from specroute.policies.curves import Curves, curves
+from specroute.policies.decision import Decision, PolicyError
+from specroute.policies.params import parse_params
+from specroute.policies.profile import Profile
+from specroute.policies.view import POOLS, RequestInfo, View
 
 
 @dataclass(frozen=True)

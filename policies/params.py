@@ -7,7 +7,7 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from policies.decision import PolicyError
+from specroute.policies.decision import PolicyError
 
 P = TypeVar("P")
 

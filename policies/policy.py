@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from policies.decision import Decision
-from policies.view import POOLS, Pool, RequestInfo, View
+from specroute.policies.decision import Decision
+from specroute.policies.view import POOLS, Pool, RequestInfo, View
 
 
 class Policy(Protocol):

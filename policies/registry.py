@@ -6,13 +6,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from policies.acceptance_crossover import AcceptanceCrossoverPolicy, AcceptanceParams
-from policies.crossover import CrossoverParams, CrossoverPolicy
-from policies.decision import PolicyError
-from policies.expected_latency import ExpectedLatencyParams, ExpectedLatencyPolicy
-from policies.policy import Policy
-from policies.profile import Profile
-from policies.static import AlwaysPolicy, NoParams, RoundRobinPolicy
+from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy, AcceptanceParams
+from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
+from specroute.policies.decision import PolicyError
+from specroute.policies.expected_latency import ExpectedLatencyParams, ExpectedLatencyPolicy
+from specroute.policies.policy import Policy
+from specroute.policies.profile import Profile
+from specroute.policies.static import AlwaysPolicy, NoParams, RoundRobinPolicy
 
 Factory = Callable[[Mapping[str, Any], Profile | None], Policy]
 

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.decision import Decision
-from policies.params import parse_params
-from policies.policy import pick
-from policies.profile import Profile
-from policies.view import POOLS, Pool, RequestInfo, View
+from specroute.policies.decision import Decision
+from specroute.policies.params import parse_params
+from specroute.policies.policy import pick
+from specroute.policies.profile import Profile
+from specroute.policies.view import POOLS, Pool, RequestInfo, View
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from policies.profile import SCHEMA
-from profiler.stats import Array, Crossing, Estimate, crossing_with_ci, estimate, median_replicates
-from profiler.sweep_data import Cell, SweepData, SweepError
+from specroute.policies.profile import SCHEMA
+from specroute.profiler.stats import (
+    Array,
+    Crossing,
+    Estimate,
+    crossing_with_ci,
+    estimate,
+    median_replicates,
+)
+from specroute.profiler.sweep_data import Cell, SweepData, SweepError
 
 BOOTSTRAP = 2000
 # A level's median moves by about this much (1 sigma) with what the requests cannot show:

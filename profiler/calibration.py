@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.progress import Progress
-from bench.sweep import BACKENDS, Sweep, SweepPlan
-from profiler.analysis import Analysis, analyse
-from profiler.sweep_data import SweepData, load_sweep
+from specroute.bench.progress import Progress
+from specroute.bench.sweep import BACKENDS, Sweep, SweepPlan
+from specroute.profiler.analysis import Analysis, analyse
+from specroute.profiler.sweep_data import SweepData, load_sweep
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,16 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from policies.profile import Profile, load_profile, parse_profile
-from policies.registry import build_policy
-from router.auth import auth_middleware
-from router.backend import Backend
-from router.errors import error_response
-from router.metrics import RouterMetrics
-from router.monitor import check_health, every, poll_metrics
-from router.proxy import proxy
-from router.settings import RouterSettings
-from router.state import RouterState
+from specroute.policies.profile import Profile, load_profile, parse_profile
+from specroute.policies.registry import build_policy
+from specroute.router.auth import auth_middleware
+from specroute.router.backend import Backend
+from specroute.router.errors import error_response
+from specroute.router.metrics import RouterMetrics
+from specroute.router.monitor import check_health, every, poll_metrics
+from specroute.router.proxy import proxy
+from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
 
 STATE = web.AppKey("state", RouterState)
 PROXIED = ("/v1/chat/completions", "/v1/completions", "/generate")

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
-from router.errors import error_response
+from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 ADMIN_PATHS = frozenset({"/router/profile"})

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from policies.view import BackendView, Pool
-from router.backend_stats import BackendStats, window_accept_length
+from specroute.policies.view import BackendView, Pool
+from specroute.router.backend_stats import BackendStats, window_accept_length
 
 
 @dataclass

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from router.backend import Backend
-from router.backend_stats import parse
-from router.state import RouterState
+from specroute.router.backend import Backend
+from specroute.router.backend_stats import parse
+from specroute.router.state import RouterState
 
 
 async def check_health(state: RouterState, backend: Backend) -> None:

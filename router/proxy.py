@@ -17,11 +17,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from policies.decision import Decision
-from policies.view import POOLS, Pool, RequestInfo
-from router.backend import Backend
-from router.errors import error_response, sse_error
-from router.state import RouterState
+from specroute.policies.decision import Decision
+from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.router.backend import Backend
+from specroute.router.errors import error_response, sse_error
+from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
 

@@ -10,9 +10,9 @@ import time
 
 from aiohttp import web
 
-from router.app import STATE, create_app
-from router.settings import RouterSettings
-from router.state import RouterState
+from specroute.router.app import STATE, create_app
+from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
 
 _DRAIN_POLL = 0.05
 _CUT_OFF_GRACE = 1.0

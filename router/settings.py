@@ -13,8 +13,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from policies.registry import entry
-from policies.view import ConcurrencySource
+from specroute.policies.registry import entry
+from specroute.policies.view import ConcurrencySource
 
 
 class RouterSettings(BaseSettings):

@@ -10,13 +10,13 @@ from typing import Any
 
 from aiohttp import ClientResponse, ClientSession
 
-from policies.decision import Decision
-from policies.policy import Policy
-from policies.profile import Profile
-from policies.view import View
-from router.backend import Backend
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
+from specroute.policies.decision import Decision
+from specroute.policies.policy import Policy
+from specroute.policies.profile import Profile
+from specroute.policies.view import View
+from specroute.router.backend import Backend
+from specroute.router.metrics import RouterMetrics
+from specroute.router.settings import RouterSettings
 
 
 @dataclass

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from emulator.acceptance import AcceptanceError
-from emulator.hardware import HardwareError, load_hardware
 from specroute import measure
+from specroute.emulator.acceptance import AcceptanceError
+from specroute.emulator.hardware import HardwareError, load_hardware
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 
@@ -102,10 +102,10 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from policies.decision import PolicyError
-    from policies.profile import ProfileError
-    from router.serve import run
-    from router.settings import RouterSettings
+    from specroute.policies.decision import PolicyError
+    from specroute.policies.profile import ProfileError
+    from specroute.router.serve import run
+    from specroute.router.settings import RouterSettings
 
     flags = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
@@ -127,7 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _emulate(args: argparse.Namespace) -> int:
     config = emulator_config(args)
     if args.predict:
-        from emulator.predict import as_json, predict, render
+        from specroute.emulator.predict import as_json, predict, render
 
         prediction = predict(config, args.predict, args.input_len, args.output_len)
         if args.json:
@@ -135,14 +135,14 @@ def _emulate(args: argparse.Namespace) -> int:
         else:
             print(render(prediction, f"{config.hardware.name}: predicted steady state"))
         if args.profile:
-            from emulator.predict import as_profile
+            from specroute.emulator.predict import as_profile
 
             Path(args.profile).write_text(json.dumps(as_profile(prediction, config), indent=1))
             print(f"predicted profile written to {args.profile}", file=sys.stderr)
         return 0
     if args.mode is None:
         raise AcceptanceError("--mode spec|base is required to serve (or pass --predict)")
-    from emulator.server import serve
+    from specroute.emulator.server import serve
 
     serve(config)
     return 0

@@ -15,20 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.compare import ComparePlan, compare, render
-from bench.dataset import synthetic
-from bench.event_loop import run as run_loop
-from bench.replay import ReplayPlan, compare_offline
-from bench.spawn import spawned
-from bench.sweep import SweepPlan
-from bench.trace import named_trace
-from policies.profile import load_profile, save_profile
-from policies.registry import build_policy
-from policies.view import POOLS
-from profiler.analysis import profile_document
-from profiler.calibration import CalibrationPlan, calibrate
+from specroute.bench.compare import ComparePlan, compare, render
+from specroute.bench.dataset import synthetic
+from specroute.bench.event_loop import run as run_loop
+from specroute.bench.replay import ReplayPlan, compare_offline
+from specroute.bench.spawn import spawned
+from specroute.bench.sweep import SweepPlan
+from specroute.bench.trace import named_trace
 from specroute.measure import draw
 from specroute.model_flags import config_from_flags
+from specroute.policies.profile import load_profile, save_profile
+from specroute.policies.registry import build_policy
+from specroute.policies.view import POOLS
+from specroute.profiler.analysis import profile_document
+from specroute.profiler.calibration import CalibrationPlan, calibrate
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
     (plan.out / "offline.json").write_text(json.dumps(offline, indent=1) + "\n")
     _say("")
     _say(_agreement(results, offline))
-    from bench.compare_plot import plot_compare
+    from specroute.bench.compare_plot import plot_compare
 
     _say("")
     draw(lambda: plot_compare(results, plan.out / "demo.png"), plan.out / "demo.png")

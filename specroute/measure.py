@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.event_loop import run as run_loop
+from specroute.bench.event_loop import run as run_loop
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 _SLO_KEYS = ("ttft", "tpot")
@@ -153,7 +153,7 @@ def draw(plot: Callable[[], None], path: str | Path) -> None:
 
 
 def _dataset(args: argparse.Namespace) -> Any:
-    from bench.dataset import jsonl, sharegpt, synthetic
+    from specroute.bench.dataset import jsonl, sharegpt, synthetic
 
     kind, *rest = args.dataset
     if kind == "synthetic" and not rest:
@@ -168,7 +168,7 @@ def _dataset(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace) -> Any:
-    from bench.sweep import SweepPlan
+    from specroute.bench.sweep import SweepPlan
 
     return SweepPlan(
         spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=_dataset(args),
@@ -179,8 +179,8 @@ def _plan(args: argparse.Namespace) -> Any:
 
 
 def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
-    from policies.profile import save_profile
-    from profiler.report import render_report
+    from specroute.policies.profile import save_profile
+    from specroute.profiler.report import render_report
 
     save_profile(document, args.output)
     print(f"profile written to {args.output}")
@@ -188,7 +188,7 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
         Path(args.report).write_text(render_report(document))
         print(f"report written to {args.report}")
     if args.plot:
-        from profiler.plot import plot_profile
+        from specroute.profiler.plot import plot_profile
 
         draw(lambda: plot_profile(document, Path(args.plot)), args.plot)
     for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
@@ -201,14 +201,14 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.dataset import DatasetError
-    from profiler.sweep_data import SweepError
+    from specroute.bench.dataset import DatasetError
+    from specroute.profiler.sweep_data import SweepError
 
     try:
         if args.command == "bench" and args.bench_command == "compare":
             return _compare(args)
         if args.command == "bench":
-            from bench.sweep import sweep
+            from specroute.bench.sweep import sweep
 
             plan = _plan(args)
             run_loop(sweep(plan, args.concurrency, Path(args.out)))
@@ -216,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
                 f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json"
             )
         elif args.command == "profile":
-            from profiler.analysis import analyse, profile_document
-            from profiler.sweep_data import load_sweep
+            from specroute.profiler.analysis import analyse, profile_document
+            from specroute.profiler.sweep_data import load_sweep
 
             data = load_sweep(Path(args.sweep))
             slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
@@ -231,8 +231,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from profiler.analysis import profile_document
-    from profiler.calibration import CalibrationPlan, calibrate
+    from specroute.profiler.analysis import profile_document
+    from specroute.profiler.calibration import CalibrationPlan, calibrate
 
     plan = CalibrationPlan(
         _plan(args), max_concurrency=args.max_concurrency,
@@ -253,8 +253,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from bench.compare import ComparePlan, compare, render
-    from bench.trace import named_trace
+    from specroute.bench.compare import ComparePlan, compare, render
+    from specroute.bench.trace import named_trace
 
     rate = args.peak_rate if args.peak_rate is not None else float(args.peak)
     trace = named_trace(args.trace, args.peak, args.phase_seconds, rate)
@@ -272,7 +272,7 @@ def _compare(args: argparse.Namespace) -> int:
         results = run_loop(compare(plan, Path(args.out)))
     print(render(results))
     if args.plot:
-        from bench.compare_plot import plot_compare
+        from specroute.bench.compare_plot import plot_compare
 
         draw(lambda: plot_compare(results, Path(args.plot)), args.plot)
     return 0
@@ -282,10 +282,10 @@ def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) ->
     """The router's settings from its config, the backends from the model flags."""
     import json
 
-    from bench.replay import ReplayPlan, compare_offline
-    from policies.profile import load_profile
-    from policies.registry import build_policy
-    from router.settings import RouterSettings
+    from specroute.bench.replay import ReplayPlan, compare_offline
+    from specroute.policies.profile import load_profile
+    from specroute.policies.registry import build_policy
+    from specroute.router.settings import RouterSettings
 
     given = {"config": args.router_config, "profile": args.profile}
     if args.router_config is None:  # no servers: names for them are all that is needed

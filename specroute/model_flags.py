@@ -7,9 +7,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Literal
 
-from emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
-from emulator.config import EmulatorConfig
-from emulator.hardware import load_hardware
+from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
+from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.hardware import load_hardware
 
 
 def positive(kind: type[int] | type[float]) -> argparse._ActionType:

@@ -8,9 +8,9 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from emulator.config import EmulatorConfig
-from emulator.server import create_app
 from specroute.cli import _parser
+from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.server import create_app
 from specroute.model_flags import emulator_config as config_from
 
 

@@ -8,7 +8,7 @@ from asyncio.subprocess import PIPE, STDOUT, Process
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from bench.spawn import free_port, wait_ready
+from specroute.bench.spawn import free_port, wait_ready
 
 
 @asynccontextmanager

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from router.app import STATE, create_app
-from router.settings import RouterSettings
-from router.state import RouterState
+from specroute.router.app import STATE, create_app
+from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
 
 
 @asynccontextmanager

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from emulator.acceptance import (
+from specroute.emulator.acceptance import (
     Acceptance,
     AcceptanceError,
     accept_length,

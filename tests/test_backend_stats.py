@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.backend_stats import BackendStats, parse, window_accept_length
+from specroute.router.backend_stats import BackendStats, parse, window_accept_length
 
 DATA = Path(__file__).parent / "data"
 

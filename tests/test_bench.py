@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from bench.dataset import DatasetError, jsonl, sharegpt, synthetic
-from bench.record import RequestRecord
-from policies.profile import load_profile
+from specroute.bench.dataset import DatasetError, jsonl, sharegpt, synthetic
+from specroute.bench.record import RequestRecord
+from specroute.policies.profile import load_profile
 from tests.processes import emulator_pair, specroute
 
 FAST = ("--time-scale", "0.05")

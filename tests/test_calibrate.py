@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.predict import predict
-from policies.profile import load_profile
+from specroute.emulator.predict import predict
+from specroute.policies.profile import load_profile
 from tests.emulators import emulator_config
 from tests.processes import emulator_pair
 from tests.routers import running_router

@@ -7,7 +7,7 @@ import time
 import openai
 import pytest
 
-from emulator.hardware import available_models, load_hardware
+from specroute.emulator.hardware import available_models, load_hardware
 from tests.emulators import running_emulator
 
 TIME_SCALE = 0.5

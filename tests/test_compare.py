@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.trace import TraceError, load_trace, named_trace
+from specroute.bench.trace import TraceError, load_trace, named_trace
 from tests.processes import emulator_pair
 from tests.test_bench import run
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from emulator.engine import Engine, Sequence
-from emulator.hardware import load_hardware
+from specroute.emulator.engine import Engine, Sequence
+from specroute.emulator.hardware import load_hardware
 from tests.emulators import emulator_config
 
 

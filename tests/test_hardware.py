@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.hardware import Curve, HardwareError, load_hardware, parse_hardware
+from specroute.emulator.hardware import Curve, HardwareError, load_hardware, parse_hardware
 
 
 def test_curve_interpolates_and_extrapolates() -> None:

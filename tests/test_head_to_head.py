@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.backend_stats import parse
+from specroute.router.backend_stats import parse
 from tests.processes import emulator_pair
 from tests.test_bench import run
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from policies.decision import PolicyError
-from policies.profile import ProfileError, parse_profile
-from policies.registry import build_policy
-from policies.view import BackendView, ConcurrencySource, RequestInfo, View
+from specroute.policies.decision import PolicyError
+from specroute.policies.profile import ProfileError, parse_profile
+from specroute.policies.registry import build_policy
+from specroute.policies.view import BackendView, ConcurrencySource, RequestInfo, View
 
 REQUEST = RequestInfo(path="/v1/chat/completions")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.predict import as_profile, crossing, predict, verdict
-from policies.curves import curves
-from policies.profile import load_profile, parse_profile
+from specroute.emulator.predict import as_profile, crossing, predict, verdict
+from specroute.policies.curves import curves
+from specroute.policies.profile import load_profile, parse_profile
 from tests.emulators import emulator_config
 
 

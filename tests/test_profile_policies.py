@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from policies.curves import curves
-from policies.decision import PolicyError
-from policies.profile import Profile, ProfileError, parse_profile
-from policies.registry import build_policy
-from policies.view import BackendView, RequestInfo, View
+from specroute.policies.curves import curves
+from specroute.policies.decision import PolicyError
+from specroute.policies.profile import Profile, ProfileError, parse_profile
+from specroute.policies.registry import build_policy
+from specroute.policies.view import BackendView, RequestInfo, View
 
 REQUEST = RequestInfo(path="/v1/chat/completions")
 # spec: 5, 10, 30 ms per token at 1, 4, 16; base: 10, 12, 20; spec capped at 8 running

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.dataset import synthetic
-from bench.replay import ReplayPlan, replay
-from bench.trace import Phase, Trace
-from emulator.config import EmulatorConfig
-from emulator.predict import predict
-from policies.static import AlwaysPolicy
-from policies.view import Pool
+from specroute.bench.dataset import synthetic
+from specroute.bench.replay import ReplayPlan, replay
+from specroute.bench.trace import Phase, Trace
+from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.predict import predict
+from specroute.policies.static import AlwaysPolicy
+from specroute.policies.view import Pool
 from tests.emulators import emulator_config
 from tests.test_bench import run
 

@@ -11,7 +11,7 @@ import aiohttp
 import openai
 import pytest
 
-from router.state import RouterState
+from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric

@@ -16,7 +16,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from emulator.predict import as_profile, predict
+from specroute.emulator.predict import as_profile, predict
 from tests.emulators import emulator_config, running_emulator
 from tests.processes import specroute
 from tests.routers import running_router
