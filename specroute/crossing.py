@@ -1,0 +1,67 @@
+"""Where one curve stops beating another: the project's one crossing finder.
+
+Every number called a crossover (the profile's, the predictor's, a policy's threshold and so
+``specroute_crossover``) and the capacity benchmark's lag limit come from ``crossing``, by
+one rule: between two measured levels the margin is linear in log concurrency.
+
+Why that rule: levels are spaced geometrically (1, 2, 4, ...), so log concurrency spaces
+them evenly and no segment dominates by its width; and for two curves the margin is the log
+of their ratio (``log_margin``), which is linear in log concurrency wherever both curves are
+power laws between levels (how a profile's curves are interpolated), and is the same number
+whether the curves are times (TPOT) or rates (tok/s), so the crossover of a time and of its
+reciprocal agree. Pure Python: the router imports it, and it must not load numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Where the margin first falls from positive to zero or below; when it never does
+    among the levels, ``at`` is None and ``bound`` says on which side of them it lies:
+    ``"above"`` (positive at every level, so above ``limit``, the last one) or ``"below"``
+    (not positive even at ``limit``, the first one)."""
+
+    at: float | None
+    bound: Literal["above", "below"] | None = None
+    limit: float | None = None
+
+
+def log_margin(ours: Sequence[float], theirs: Sequence[float]) -> list[float]:
+    """log(theirs / ours) per level, for measures where lower is better (times): positive
+    while ``ours`` is lower. For rates, pass them the other way round."""
+    return [math.log(b / a) for a, b in zip(ours, theirs, strict=True)]
+
+
+def crossing(
+    levels: Sequence[float], margin: Sequence[float], extend_to: float | None = None
+) -> Crossing:
+    """The first crossing of ``margin`` (one value per level, levels ascending and > 0).
+
+    With ``extend_to``, a margin still positive at the last level is carried on along its
+    last segment, by the same rule, up to ``extend_to``."""
+    if len(levels) != len(margin) or not levels:
+        raise ValueError("crossing needs one margin per level, and at least one level")
+    if margin[0] <= 0:
+        return Crossing(None, "below", float(levels[0]))
+    for (x0, m0), (x1, m1) in pairwise(zip(levels, margin, strict=True)):
+        if m1 <= 0:
+            return Crossing(_between(x0, m0, x1, m1))
+    if extend_to is not None and len(levels) > 1:
+        (x0, m0), (x1, m1) = zip(levels[-2:], margin[-2:], strict=True)
+        if m1 < m0:  # falling: where the line through the last two levels reaches 0
+            at = _between(x0, m0, x1, m1)
+            if at <= extend_to:
+                return Crossing(at)
+    return Crossing(None, "above", float(levels[-1]))
+
+
+def _between(x0: float, m0: float, x1: float, m1: float) -> float:
+    """Where the line through (log x0, m0) and (log x1, m1) reaches 0."""
+    return float(x0 * (x1 / x0) ** (m0 / (m0 - m1)))
