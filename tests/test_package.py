@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,10 +16,13 @@ PARTS = ("bench", "emulator", "policies", "profiler", "router")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """Built from a copy of the sources, so that no build folder of the checkout's (where
+    setuptools keeps files that were since deleted) leaks into it."""
+    out, sources = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src") / "src"
+    shutil.copytree(REPO, sources, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(REPO)],
+         "--wheel-dir", str(out), str(sources)],
         check=True, capture_output=True,
     )  # fmt: skip
     (found,) = out.glob("specroute-*.whl")
