@@ -9,6 +9,12 @@ them ends, so each runs at the full concurrency and slow requests are not cut fr
 sample. Requests still running then are
 cancelled (the server aborts them), not drained. Acceptance comes from the backend's
 counters read at both ends of the window.
+
+A capacity test asks for less and cannot wait as long: with ``ramp="at-once"`` every client
+starts at once and the window opens when each has its first token (a staggered start of
+thousands of clients would outlast the measurement), and with ``cut_off`` the window ends
+``duration`` seconds after it opened, cutting off what is in flight; its rates then come
+from the chunks' times, not from whole requests.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -29,6 +35,8 @@ from specroute.router.backend_stats import BackendStats, parse, window_accept_le
 CANCELLED = "cancelled: the measurement window ended"
 WARMUP_REQUESTS = 1  # per client, after the staggered start has spread their phases
 _GIVE_UP_AFTER = 3  # consecutive failures per client before the level stops
+
+Ramp = Literal["staggered", "at-once"]
 
 
 @dataclass
@@ -112,16 +120,20 @@ class _Loop:
         assert self.duration is not None
         return time.monotonic() >= self.t0 + self.duration
 
-    def finished(self, worker: int, record: RequestRecord) -> None:
-        if record.error is None and self.t0 is None:
+    def finished(self, worker: int, record: RequestRecord, warming: bool) -> None:
+        if warming and record.error is None and self.t0 is None:
             self.finished_by[worker] = self.finished_by.get(worker, 0) + 1
             warm = [n for n in self.finished_by.values() if n >= WARMUP_REQUESTS]
             if len(warm) == self.level:
-                self.t0 = time.monotonic()
-                self.opened.set()
+                self.open()
         self.pending.discard(id(record))
         if self.closed() and not self.pending:
             self.stop()
+
+    def open(self) -> None:
+        if self.t0 is None:
+            self.t0 = time.monotonic()
+            self.opened.set()
 
     def stop(self) -> None:
         if self.t1 is None:
@@ -142,19 +154,28 @@ async def run_level(
     give_up_after: float = 600.0,
     headers: dict[str, str] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    ramp: Ramp = "staggered",
+    cut_off: bool = False,
+    at_window: Callable[[], Awaitable[None]] | None = None,
 ) -> LevelRun:
+    """One level; see the module's docstring. ``at_window`` is awaited as the window opens
+    and again as it closes, after the backend's counters are read and while the load is
+    still on: for what else the caller reads over the same window (the second call is
+    skipped when the first did not happen)."""
     if (requests is None) == (duration is None):
         raise ValueError("give exactly one of requests and duration")
+    if cut_off and duration is None:
+        raise ValueError("cut_off needs a duration")
     loop = _Loop(level, requests, duration)
     records: list[RequestRecord] = []
     scrapes: dict[str, BackendStats | None] = {}
-
-    started = [asyncio.Event() for _ in range(level + 1)]
-    started[0].set()
+    first_token = [asyncio.Event() for _ in range(level)]
+    staggered = ramp == "staggered"
 
     async def client(worker: int) -> None:
-        await started[worker].wait()
-        ramp: asyncio.Event | None = started[worker + 1]
+        if staggered and worker > 0:
+            await first_token[worker - 1].wait()
+        ramped: asyncio.Event | None = first_token[worker]
         failures = 0
         while not loop.done.is_set():
             measured = loop.measure_next()
@@ -162,25 +183,40 @@ async def run_level(
             records.append(record)
             if measured:
                 loop.pending.add(id(record))
-            await send(session, url, next(bodies), record, headers, ramp)
-            ramp = None
+            await send(session, url, next(bodies), record, headers, ramped)
+            ramped = None
             if on_record is not None:
                 on_record(record)
             failures = failures + 1 if record.error else 0
             if failures >= _GIVE_UP_AFTER:
                 loop.stop()
-            loop.finished(worker, record)
+            loop.finished(worker, record, warming=staggered)
 
-    async def scrape_at_start() -> None:
+    watched = False
+
+    async def window() -> None:
+        nonlocal watched
+        if not staggered:
+            await asyncio.gather(*(e.wait() for e in first_token))
+            loop.open()
         await loop.opened.wait()
         scrapes["before"] = await _scrape(session, url)
+        if at_window is not None:
+            await at_window()
+        watched = True
+        if cut_off:
+            assert loop.t0 is not None and duration is not None
+            await asyncio.sleep(loop.t0 + duration - time.monotonic())
+            loop.stop()
 
     tasks = [asyncio.create_task(client(i)) for i in range(level)]
-    watcher = asyncio.create_task(scrape_at_start())
+    watcher = asyncio.create_task(window())
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(loop.done.wait(), give_up_after)
     loop.stop()
     scrapes["after"] = await _scrape(session, url)
+    if at_window is not None and watched:
+        await at_window()
     for task in (*tasks, watcher):
         task.cancel()
     await asyncio.gather(*tasks, watcher, return_exceptions=True)

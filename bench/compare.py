@@ -132,7 +132,7 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
     for policy in plan.policies:
         router = ("serve", "--config", str(plan.router_config), "--policy", policy)
         async with (
-            spawned(*router, ready="/ready") as url,
+            spawned(*router, ready="/ready") as proxy,
             aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=300),
@@ -140,10 +140,10 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         ):
             print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip
-            model = await served_model(session, url)
+            model = await served_model(session, proxy.url)
             bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
             ticker = Ticker(policy, plan.trace)
-            start, records = await play(session, url, bodies, plan.trace, policy, ticker,
+            start, records = await play(session, proxy.url, bodies, plan.trace, policy, ticker,
                                         plan.seed)  # fmt: skip
         results["policies"][policy] = {
             "overall": summarise(records, start, start + plan.trace.seconds, plan.slo),

@@ -1,19 +1,30 @@
-"""``specroute`` subcommands as processes of their own on loopback, waited for until they
-answer and stopped (SIGTERM, then kill) when done: how a comparison starts routers and
-the demo starts its servers."""
+"""The project's one process spawner: a ``specroute`` subcommand as a process of its own on
+a free loopback port, waited for until it answers, and stopped when the block ends.
+
+How a comparison starts routers, the demo its servers, the capacity benchmark its emulator
+and the tests what must be able to die. What the process prints goes to a temporary file
+(a pipe nobody reads would stall a chatty process once it filled), for the error raised
+when it exits at start and for ``Spawned.said``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import IO
 
 import aiohttp
 
 _STARTUP_SECONDS = 60.0
+_STOP_SECONDS = 10.0  # after the stop signal, before the kill
+_SAID_CHARS = 4000
 
 
 def free_port() -> int:
@@ -23,44 +34,67 @@ def free_port() -> int:
         return port
 
 
+@dataclass(frozen=True)
+class Spawned:
+    url: str  # http://127.0.0.1:PORT
+    process: asyncio.subprocess.Process
+    output: IO[bytes]  # its stdout and stderr
+
+    def said(self, chars: int = _SAID_CHARS) -> str:
+        """The end of what the process has printed so far (read without moving the file's
+        offset, which the process shares)."""
+        fd = self.output.fileno()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, chars, max(0, size - chars)).decode(errors="replace").strip()
+
+
 @asynccontextmanager
-async def spawned(*args: str, ready: str = "/health") -> AsyncIterator[str]:
-    """Run ``specroute ARGS --port P`` until the block ends; yields its base URL once
-    ``ready`` answers 200. A process that exits first raises with what it said."""
+async def spawned(
+    *args: str, ready: str = "/health", stop: signal.Signals = signal.SIGTERM
+) -> AsyncIterator[Spawned]:
+    """Run ``specroute ARGS --port P`` until the block ends; yields it once ``ready`` answers
+    200. A process that exits first raises with what it said. At the end it is sent
+    ``stop`` (``SIGKILL`` for a test that need not wait) and killed if still running
+    ``_STOP_SECONDS`` later."""
     port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specroute", *args, "--port", str(port),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_ready(process, url + ready, " ".join(args[:3]))
-        yield url
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+    with tempfile.TemporaryFile() as output:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "specroute", *args, "--port", str(port),
+            stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        server = Spawned(f"http://127.0.0.1:{port}", process, output)
+        try:
+            await _wait_ready(server, ready, " ".join(args[:3]))
+            yield server
+        finally:
+            await _stop(process, stop)
 
 
-async def wait_ready(process: asyncio.subprocess.Process, url: str, what: str) -> None:
-    """Until ``url`` answers 200; raises if the process exits first or time runs out."""
+async def _stop(process: asyncio.subprocess.Process, how: signal.Signals) -> None:
+    if process.returncode is None:
+        process.send_signal(how)
+        try:
+            await asyncio.wait_for(process.wait(), _STOP_SECONDS)
+        except TimeoutError:
+            process.kill()
+    await process.wait()
+
+
+async def _wait_ready(server: Spawned, path: str, what: str) -> None:
+    """Until ``path`` answers 200; raises if the process exits first or time runs out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _STARTUP_SECONDS
     async with aiohttp.ClientSession() as session:
         while loop.time() < deadline:
-            if process.returncode is not None:
-                stream = process.stderr or process.stdout
-                said = "" if stream is None else (await stream.read()).decode().strip()
-                raise RuntimeError(f"specroute {what} exited at start: {said}")
+            if server.process.returncode is not None:
+                raise RuntimeError(f"specroute {what} exited at start: {server.said()}")
             try:
-                async with session.get(url) as r:
+                async with session.get(server.url + path) as r:
                     if r.status == 200:
                         return
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
-    raise RuntimeError(f"specroute {what} did not answer {url} within {_STARTUP_SECONDS:g} s")
+    raise RuntimeError(
+        f"specroute {what} did not answer {server.url + path} within {_STARTUP_SECONDS:g} s"
+    )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from aiohttp import web
 
 from specroute.emulator.engine import Sequence
-from specroute.emulator.errors import BadRequest, read_json, sse_event
+from specroute.emulator.errors import BadRequest, read_json, request_id, sse_event
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import count_tokens
@@ -40,11 +39,8 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
         stop = (stop,)
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
         raise BadRequest("sampling_params.stop must be a string or a list of strings.")
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        raise BadRequest("Field 'rid' must be a string.")
     seq = Sequence(
-        rid=rid or uuid.uuid4().hex,
+        rid=request_id(body),
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         max_new_tokens=max_new,

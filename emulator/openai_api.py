@@ -8,7 +8,6 @@ send no role chunk and carry ``finish_reason`` on the last content chunk.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ from specroute.emulator.errors import (
     BadRequest,
     error_body,
     read_json,
+    request_id,
     sse_event,
     stream_error_event,
 )
@@ -74,11 +74,8 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("Field 'stream_options' must be an object.")
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        raise BadRequest("Field 'rid' must be a string.")
     seq = Sequence(
-        rid=rid or uuid.uuid4().hex,
+        rid=request_id(body),
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         max_new_tokens=max_tokens,

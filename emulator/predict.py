@@ -8,12 +8,13 @@ decode speed as 1 / median TPOT, and total output tok/s, over a steady-state win
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from itertools import pairwise
 
+from specroute.crossing import Crossing, crossing
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Sequence as EngineSequence
 
@@ -46,7 +47,7 @@ class Level:
 class Prediction:
     levels: tuple[Level, ...]
     crossover: float | None  # per-request decode speed: where speculation stops paying
-    crossover_total: float | None  # the same for total throughput
+    throughput_crossover: float | None  # the same for total throughput
     input_len: int
     output_len: int
     spec_max_running: int
@@ -116,22 +117,19 @@ def simulate(
     )
 
 
-def crossing(points: Sequence[tuple[float, float]]) -> float | None:
-    """Where the ratio (second of each pair) first falls from above 1 to 1 or below,
-    interpolated linearly between the two levels around it; None if it never does."""
-    for (c0, r0), (c1, r1) in pairwise(points):
-        if r0 > 1.0 >= r1:
-            return c0 + (r0 - 1.0) * (c1 - c0) / (r0 - r1)
-    return None
+def speedup_crossing(points: Sequence[tuple[float, float]]) -> Crossing:
+    """The crossing finder on (concurrency, speculative over plain speed) pairs: the margin
+    is the log of the ratio, as for any two curves (``log_margin``)."""
+    return crossing([c for c, _ in points], [math.log(r) for _, r in points])
 
 
 def verdict(points: Sequence[tuple[float, float]], what: str) -> str:
     """The crossover in words, or the bound when speculation wins or loses everywhere."""
-    at = crossing(points)
-    if at is not None:
-        return f"speculation stops paying for {what} at concurrency {at:.1f}"
+    found = speedup_crossing(points)
+    if found.at is not None:
+        return f"speculation stops paying for {what} at concurrency {found.at:.1f}"
     lo, hi = points[0][0], points[-1][0]
-    if all(r > 1.0 for _, r in points):
+    if found.bound == "above":
         return f"speculation pays for {what} at every level measured: crossover above {hi:g}"
     if all(r <= 1.0 for _, r in points):
         return f"speculation pays for {what} at no level measured: crossover below {lo:g}"
@@ -176,7 +174,7 @@ def as_json(prediction: Prediction) -> dict[str, object]:
         "input_len": prediction.input_len,
         "output_len": prediction.output_len,
         "crossover": prediction.crossover,
-        "crossover_total": prediction.crossover_total,
+        "throughput_crossover": prediction.throughput_crossover,
         "levels": [
             {
                 "concurrency": lv.concurrency,
@@ -193,19 +191,20 @@ def as_json(prediction: Prediction) -> dict[str, object]:
 def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, object]:
     """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
     can be rehearsed (offline or against emulated servers) before anything is measured.
-    The crossover's interval is the point itself: a model has no sampling error."""
-    at, levels = prediction.crossover, prediction.levels
-    if at is not None:
-        crossover: dict[str, object] = {"value": round(at, 3), "ci": [round(at, 3)] * 2}
+    The crossover's interval is the point itself: a model has no sampling error. Curves
+    and crossover are written unrounded, so a policy reading the curves finds the crossover
+    written."""
+    levels = prediction.levels
+    found = speedup_crossing([(lv.concurrency, lv.speedup) for lv in levels])
+    if found.at is not None:
+        crossover: dict[str, object] = {"value": found.at, "ci": [found.at] * 2}
     else:
-        above = all(lv.speedup > 1.0 for lv in levels)
-        crossover = {"value": None, "ci": None, "bound": "above" if above else "below",
-                     "limit": levels[-1 if above else 0].concurrency}  # fmt: skip
+        crossover = {"value": None, "ci": None, "bound": found.bound, "limit": found.limit}
     accepts = [a for lv in levels if (a := lv.spec.accept_length) is not None]
 
     def cell(s: Speed) -> dict[str, object]:
-        return {"tpot_ms": {"median": round(1000.0 / s.per_request, 4)},
-                "output_tps": {"median": round(s.total, 2)}}  # fmt: skip
+        return {"tpot_ms": {"median": 1000.0 / s.per_request},
+                "output_tps": {"median": s.total}}  # fmt: skip
 
     return {
         "schema": "specroute.profile/v1",
@@ -240,10 +239,12 @@ def predict(
         )
         for c in sorted(set(concurrencies))
     )
+    per_request = [(lv.concurrency, lv.speedup) for lv in levels]
+    total = [(lv.concurrency, lv.total_speedup) for lv in levels]
     return Prediction(
         levels=levels,
-        crossover=crossing([(lv.concurrency, lv.speedup) for lv in levels]),
-        crossover_total=crossing([(lv.concurrency, lv.total_speedup) for lv in levels]),
+        crossover=speedup_crossing(per_request).at,
+        throughput_crossover=speedup_crossing(total).at,
         input_len=input_len,
         output_len=output_len,
         spec_max_running=spec_config.effective_max_running,

@@ -23,6 +23,7 @@ from specroute.emulator.loop import EngineLoop
 from specroute.emulator.metrics import EngineMetrics
 from specroute.emulator.native_api import NativeHandlers
 from specroute.emulator.openai_api import OpenAIHandlers
+from specroute.event_loop import new_event_loop
 
 LOOP = web.AppKey("loop", EngineLoop)
 CONFIG = web.AppKey("config", EmulatorConfig)
@@ -256,10 +257,6 @@ async def _set_acceptance(request: web.Request) -> web.Response:
 
 def serve(config: EmulatorConfig) -> None:
     """Serve until interrupted, on uvloop where it is installed."""
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
     speculation = (
         f"EAGLE3, {config.acceptance.steps} steps, accept length "
         f"{config.acceptance.describe()['accept_length']:.2f}"
@@ -277,4 +274,5 @@ def serve(config: EmulatorConfig) -> None:
         handler_cancellation=True,
         access_log=None,
         print=lambda _: print(banner, flush=True),
+        loop=new_event_loop(),
     )

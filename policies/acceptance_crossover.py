@@ -23,8 +23,6 @@ from specroute.policies.params import parse_params
 from specroute.policies.profile import Profile
 from specroute.policies.view import RequestInfo, View
 
-_RESOLUTION = 0.02  # accept lengths this close share one computed crossover
-
 
 @dataclass(frozen=True)
 class AcceptanceParams:
@@ -39,7 +37,7 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         super().__init__(params, curves.crossover())
         self.curves, self.measured = curves, measured
         self.live: float | None = None
-        self._cache: dict[int, float] = {}
+        self._last = (measured, self.threshold)  # accept length and its crossover
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> AcceptanceCrossoverPolicy:
@@ -53,10 +51,11 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         return cls(params, found, found.accept_length)
 
     def threshold_at(self, accept_length: float) -> float:
-        key = round(accept_length / _RESOLUTION)
-        if key not in self._cache:
-            self._cache[key] = self.curves.crossover(self.measured / (key * _RESOLUTION))
-        return self._cache[key]
+        """At the measured accept length, the profile's crossover exactly. Computed again
+        only when the accept length changes (a new polling window), not per request."""
+        if accept_length != self._last[0]:
+            self._last = (accept_length, self.curves.crossover(self.measured / accept_length))
+        return self._last[1]
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         live = [b.accept_length for b in view.healthy("spec") if b.accept_length is not None]

@@ -1,13 +1,21 @@
 """A profile's measured curves: each backend's median time per output token against
-concurrency, interpolated in log concurrency and extended past the last level along the
-last segment. What ``expected-latency`` and the acceptance-aware crossover predict with."""
+concurrency, a power law between levels (log time linear in log concurrency) and extended
+past the last level along the last segment. What ``expected-latency`` and the
+acceptance-aware crossover predict with.
+
+Power laws because then the margin of two curves (the log of their ratio) is linear in log
+concurrency between levels, the rule of the crossing finder: the crossover read from the
+curves is the profile's own, and comparing two curves at a load agrees with it exactly."""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
+from specroute.crossing import crossing, log_margin
 from specroute.policies.profile import Profile, ProfileError
 from specroute.policies.view import POOLS, Pool
 
@@ -18,15 +26,15 @@ class Curve:
     values: tuple[float, ...]  # seconds per output token at each level
 
     def at(self, concurrency: float) -> float:
+        """Below the first level, the first value; at a level, its value exactly."""
         c = max(concurrency, self.levels[0])
         if len(self.levels) == 1:
             return self.values[0] * c / self.levels[0]
-        i = next(
-            (k for k in range(1, len(self.levels)) if self.levels[k] >= c), len(self.levels) - 1
-        )
-        x0, x1 = math.log(self.levels[i - 1]), math.log(self.levels[i])
-        y0, y1 = self.values[i - 1], self.values[i]
-        return y0 + (y1 - y0) * (math.log(c) - x0) / (x1 - x0)
+        i = bisect_left(self.levels, c, 1, len(self.levels) - 1)
+        (x0, x1), (y0, y1) = self.levels[i - 1 : i + 1], self.values[i - 1 : i + 1]
+        if c == x1:
+            return y1
+        return y0 * math.pow(y1 / y0, math.log(c / x0) / math.log(x1 / x0))
 
 
 @dataclass(frozen=True)
@@ -37,16 +45,18 @@ class Curves:
 
     def crossover(self, accept_scale: float = 1.0, limit: float = 4096) -> float:
         """Where speculation's TPOT, scaled by ``accept_scale`` (measured over live accept
-        length), stops being below the plain server's, found on a fine log grid."""
-        c, step = 1.0, 1.02
-        if self.tpot["spec"].at(c) * accept_scale >= self.tpot["base"].at(c):
-            return 0.0
-        while c < limit:
-            nxt = c * step
-            if self.tpot["spec"].at(nxt) * accept_scale >= self.tpot["base"].at(nxt):
-                return nxt
-            c = nxt
-        return math.inf
+        length), stops being below the plain server's: the crossing finder on the levels,
+        carried on along the last segment up to ``limit``. 0 when speculation loses from
+        the first level, infinity when it still wins at ``limit``."""
+        spec, base = self.tpot["spec"], self.tpot["base"]
+        levels = sorted(set(spec.levels) | set(base.levels))
+        margin = log_margin(
+            [spec.at(c) * accept_scale for c in levels], [base.at(c) for c in levels]
+        )
+        found = crossing(levels, margin, extend_to=limit)
+        if found.at is not None:
+            return found.at
+        return math.inf if found.bound == "above" else 0.0
 
 
 def curves(profile: Profile) -> Curves:
@@ -62,6 +72,11 @@ def curves(profile: Profile) -> Curves:
         }  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise ProfileError(f"a profile level lacks {exc}: expected tpot_ms.median") from None
+    concurrency = tpot["spec"].levels
+    if concurrency[0] <= 0 or any(b <= a for a, b in pairwise(concurrency)):
+        raise ProfileError(f"profile levels must be distinct and positive, got {concurrency}")
+    if any(v <= 0 for curve in tpot.values() for v in curve.values):
+        raise ProfileError("a profile level's tpot_ms.median must be positive")
     servers: dict[str, Any] = profile.raw.get("servers") or {}
     accept = (profile.raw.get("acceptance") or {}).get("mean_accept_length")
     return Curves(

@@ -32,7 +32,7 @@ class ExpectedLatencyPolicy:
 
     def __init__(self, params: ExpectedLatencyParams, curves: Curves) -> None:
         self.params, self.curves = params, curves
-        self._crossover = round(curves.crossover(), 2)  # shown, not routed by
+        self._crossover = curves.crossover()  # shown, not routed by
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> ExpectedLatencyPolicy:

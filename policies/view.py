@@ -6,7 +6,7 @@ with the time each backend's numbers were read so a policy can tell stale data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
@@ -56,9 +56,6 @@ class View:
     source: ConcurrencySource = ConcurrencySource.ROUTER
     now: float = 0.0
 
-    def pool(self, pool: Pool) -> tuple[BackendView, ...]:
-        return tuple(b for b in self.backends if b.pool == pool)
-
     def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
         return tuple(b for b in self.backends if b.pool == pool and b.healthy)
 
@@ -79,6 +76,4 @@ class RequestInfo:
 
     path: str
     stream: bool = False
-    prompt_chars: int = 0
     max_tokens: int | None = None
-    headers: dict[str, str] = field(default_factory=dict)

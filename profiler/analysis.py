@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from specroute.crossing import log_margin
 from specroute.policies.profile import SCHEMA
 from specroute.profiler.stats import (
     Array,
@@ -55,9 +56,10 @@ class CellStats:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "requests": self.n, "tpot_ms": self.tpot.as_json(1000, 3),
+            "requests": self.n, "tpot_ms": self.tpot.as_json(1000, 3, exact=True),
             "decode_tps": self.decode_tps.as_json(1, 2), "ttft_ms": self.ttft.as_json(1000, 2),
-            "output_tps": self.output_tps.as_json(1, 2), "accept_length": self.accept_length,
+            "output_tps": self.output_tps.as_json(1, 2, exact=True),
+            "accept_length": self.accept_length,
             "slo_met": self.slo_met, "goodput_rps": self.goodput_rps,
             "failures": self.failures, "invalid_runs": self.invalid_runs,
         }  # fmt: skip
@@ -126,37 +128,39 @@ def analyse(data: SweepData, slo: dict[str, float] | None = None, seed: int = 0)
     if not levels:
         raise SweepError(f"{data.path}: too few requests measured at every level")
 
-    def advantage(pick: str, lower_is_better: bool) -> tuple[Array, Array]:
-        """spec relative to base, negative where speculation is better."""
-
-        def stat(b: str, lvl: int) -> tuple[float, Array]:
-            c = cells[(b, lvl)]
-            if pick == "tpot":
-                return c.tpot.value, c.tpot_replicates
-            return c.output_tps.value, c.output_replicates
-
-        points, reps = [], []
-        for lvl in levels:
-            (s, s_reps), (b, b_reps) = stat("spec", lvl), stat("base", lvl)
-            if lower_is_better:
-                points.append(s / b - 1)
-                reps.append(s_reps / b_reps - 1)
-            else:
-                points.append(b / s - 1)
-                reps.append(b_reps / s_reps - 1)
-        return np.array(points), np.stack(reps, axis=1)
-
-    tpot = crossing_with_ci(levels, *advantage("tpot", lower_is_better=True))
-    output = crossing_with_ci(levels, *advantage("output", lower_is_better=False))
+    tpot = crossing_with_ci(levels, *_margins(cells, levels, "tpot"))
+    output = crossing_with_ci(levels, *_margins(cells, levels, "output"))
     return Analysis(data, levels, cells, tpot, output, slo)
 
 
+def _margins(
+    cells: dict[tuple[str, int], CellStats], levels: list[int], metric: Literal["tpot", "output"]
+) -> tuple[list[float], list[list[float]]]:
+    """Speculation's margin over the plain server at each level (``log_margin``, positive
+    where speculation is better), of the medians and of each bootstrap replicate."""
+
+    def curve(backend: str) -> tuple[list[float], list[list[float]]]:
+        row = [cells[(backend, lvl)] for lvl in levels]
+        if metric == "tpot":
+            points, reps = [c.tpot.value for c in row], [c.tpot_replicates for c in row]
+        else:
+            points, reps = [c.output_tps.value for c in row], [c.output_replicates for c in row]
+        return points, np.stack(reps, axis=1).tolist()
+
+    spec, base = curve("spec"), curve("base")
+    ours, theirs = (spec, base) if metric == "tpot" else (base, spec)  # a rate: higher is better
+    replicates = [log_margin(o, t) for o, t in zip(ours[1], theirs[1], strict=True)]
+    return log_margin(ours[0], theirs[0]), replicates
+
+
 def _crossover_json(c: Crossing, metric: str) -> dict[str, Any]:
+    """The value unrounded: it is the crossing of the curves the profile records, and a
+    reader computing it again from them (a policy's threshold) finds the same number."""
     if c.value is None:
         return {"value": None, "ci": None, "bound": c.bound, "limit": c.limit, "metric": metric}
     assert c.low is not None and c.high is not None
-    return {"value": round(c.value, 3), "ci": [round(c.low, 3), round(c.high, 3)],
-            "confidence": 0.95, "metric": metric}  # fmt: skip
+    ci = [min(round(c.low, 3), c.value), max(round(c.high, 3), c.value)]
+    return {"value": c.value, "ci": ci, "confidence": 0.95, "metric": metric}
 
 
 def _server(meta: dict[str, Any], backend: str) -> dict[str, Any]:

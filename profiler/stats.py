@@ -1,18 +1,21 @@
-"""Bootstrap statistics and the crossing of two curves, vectorised with numpy.
+"""Bootstrap statistics, vectorised with numpy, and the crossover with its interval.
 
-A crossing is where speculation's relative advantage ``spec / base - 1`` (on a measure where
-lower is better) turns from negative to non-negative, interpolated linearly between the two
-levels around it. Bootstrap replicates resample each level's requests with replacement.
+The crossover is the project's one crossing finder (``specroute.crossing``) applied to the
+margin of the two curves (the log of their ratio), once for the point estimates and once
+per bootstrap replicate. Bootstrap replicates resample each level's requests with
+replacement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
+from specroute.crossing import crossing
 
 Array = NDArray[np.float64]
 CONFIDENCE = 0.95
@@ -24,14 +27,19 @@ class Estimate:
     low: float
     high: float
 
-    def as_json(self, scale: float = 1.0, digits: int = 4) -> dict[str, object]:
+    def as_json(
+        self, scale: float = 1.0, digits: int = 4, exact: bool = False
+    ) -> dict[str, object]:
+        """``exact``: the median unrounded, for the curves a crossover is computed from, so
+        that a reader computing it again from them finds the same number."""
         low, high = round(self.low * scale, digits), round(self.high * scale, digits)
-        return {"median": round(self.value * scale, digits), "ci": [low, high]}
+        median = self.value * scale
+        return {"median": median if exact else round(median, digits), "ci": [low, high]}
 
 
 @dataclass(frozen=True)
 class Crossing:
-    """Where the advantage turns, or a bound when it never does among the levels measured."""
+    """Where the margin turns, or a bound when it never does among the levels measured."""
 
     value: float | None
     low: float | None
@@ -56,29 +64,21 @@ def estimate(point: float, replicates: Array) -> Estimate:
     return Estimate(point, *percentile_interval(replicates))
 
 
-def crossing(levels: Sequence[float], advantage: Array) -> float:
-    """First level where ``advantage`` (rows: levels) turns >= 0 after being < 0; inf when it
-    stays < 0, 0 when it is >= 0 from the first level. Works on one curve (1-D)."""
-    for i in range(len(levels)):
-        if advantage[i] >= 0:
-            if i == 0:
-                return 0.0
-            a, b = advantage[i - 1], advantage[i]
-            return float(levels[i - 1] + (levels[i] - levels[i - 1]) * (-a) / (b - a))
-    return float("inf")
+def crossing_with_ci(
+    levels: Sequence[float], point: Sequence[float], replicates: Iterable[Sequence[float]]
+) -> Crossing:
+    """``point``: the margin at each level; ``replicates``: its bootstrap copies. The
+    interval comes from the replicates' crossings, each without one counted at the edge of
+    the range measured on its side, and always contains the point."""
+    found = crossing(levels, point)
+    if found.at is None:
+        return Crossing(None, None, None, found.bound, found.limit)
+    low, high = percentile_interval(np.array([_at_or_edge(levels, m) for m in replicates]))
+    return Crossing(found.at, min(low, found.at), max(high, found.at))
 
 
-def crossing_with_ci(levels: Sequence[float], point: Array, replicates: Array) -> Crossing:
-    """``point``: the advantage at each level; ``replicates``: bootstrap copies, shape
-    (count, levels). The interval comes from the replicates' crossings, clamped to the
-    range measured."""
-    value = crossing(levels, point)
-    lowest, highest = float(levels[0]), float(levels[-1])
-    if value == float("inf"):
-        return Crossing(None, None, None, "above", highest)
-    if value == 0.0:
-        return Crossing(None, None, None, "below", lowest)
-    found = np.array([crossing(levels, row) for row in replicates], dtype=float)
-    found = np.clip(found, lowest, highest)
-    low, high = percentile_interval(found)
-    return Crossing(value, min(low, value), max(high, value))
+def _at_or_edge(levels: Sequence[float], margin: Sequence[float]) -> float:
+    found = crossing(levels, margin)
+    if found.at is not None:
+        return found.at
+    return float(levels[-1] if found.bound == "above" else levels[0])

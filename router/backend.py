@@ -19,13 +19,12 @@ class Backend:
     stats: BackendStats | None = None
     stats_at: float = 0.0  # monotonic time of the last successful scrape
     accept_length: float | None = None
-    consecutive_failures: int = 0
+    name: str = field(init=False)  # "{pool}:{host}:{port}", the label metrics and views use
     _previous: BackendStats | None = field(default=None, repr=False)
 
-    @property
-    def name(self) -> str:
+    def __post_init__(self) -> None:
         parts = urlsplit(self.url)
-        return f"{self.pool}:{parts.hostname}:{parts.port}"
+        self.name = f"{self.pool}:{parts.hostname}:{parts.port}"
 
     def record_stats(self, stats: BackendStats, at: float) -> None:
         if self._previous is not None:

@@ -1,4 +1,5 @@
-"""A pure parser of a backend's Prometheus text into the numbers routing needs.
+"""The numbers routing needs, read from a backend's Prometheus text by the project's one
+reader (``specroute.prometheus``); ``parse`` is pure, tested on captured scrapes.
 
 Understands SGLang (``sglang:``) and vLLM (``vllm:``) names. Counts add up over label sets
 (one engine reports per data-parallel rank); the accept-length gauge is averaged over them.
@@ -9,8 +10,11 @@ length, never the cumulative average.
 
 from __future__ import annotations
 
-import re
+import math
+import statistics
 from dataclasses import dataclass
+
+from specroute import prometheus
 
 _SUMMED = {
     "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
@@ -21,7 +25,6 @@ _SUMMED = {
 }
 _AVERAGED = {"accept_length_gauge": ("sglang:spec_accept_length",)}
 _WANTED = {n for names in (_SUMMED | _AVERAGED).values() for n in names}
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -36,38 +39,13 @@ class BackendStats:
     accepted_tokens: float | None = None
 
 
-def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
-    brace = line.find("{")
-    if brace >= 0:
-        close = line.rfind("}")
-        name, labels, rest = (
-            line[:brace],
-            dict(_LABEL.findall(line[brace:close])),
-            line[close + 1 :],
-        )
-    else:
-        name, _, rest = line.partition(" ")
-        labels = {}
-    try:
-        return name.strip(), labels, float(rest.split()[0])
-    except (ValueError, IndexError):
-        return None
-
-
 def parse(text: str) -> BackendStats:
-    values: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line.startswith(("sglang:", "vllm:")):
-            continue
-        sample = _sample(line)
-        if sample is None or sample[0] not in _WANTED or sample[1].get("priority"):
-            continue
-        values.setdefault(sample[0], []).append(sample[2])
+    values = prometheus.values(text, _WANTED, keep=lambda labels: not labels.get("priority"))
     found: dict[str, float | None] = {}
     for field, names in _SUMMED.items():
-        found[field] = next((sum(values[n]) for n in names if n in values), None)
+        found[field] = next((math.fsum(values[n]) for n in names if n in values), None)
     for field, names in _AVERAGED.items():
-        found[field] = next((sum(values[n]) / len(values[n]) for n in names if n in values), None)
+        found[field] = next((statistics.fmean(values[n]) for n in names if n in values), None)
     return BackendStats(**found)
 
 

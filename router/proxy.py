@@ -1,17 +1,23 @@
 """Forward one request to the backend a policy chose, relaying the answer as it arrives.
 
-Bodies go upstream byte for byte (SGLang's extra fields survive); answers come back chunk
-by chunk with their status and content type. A connection error or a 503 before any byte
-reached the client is retried once on the other pool; a stream that breaks later ends with
-an SSE error event, never a silent truncation. The in-flight count goes up at dispatch and
-down in one ``finally``, whatever happens.
+Three steps. *Choose*: read from the body what the policy needs, ask it, record its
+decision. *Open*: send the body upstream byte for byte (SGLang's extra fields survive) and
+wait for the first byte of the answer; nothing has reached the client yet, so a connection
+error, a 503 or an answer that breaks now is retried once on the other pool. *Relay*:
+committed; the answer goes back chunk by chunk with its status and content type, and a
+backend that fails from here ends a stream with an SSE error event and a plain body with
+a cut connection, never a silent truncation or a retry. Each backend's in-flight count
+goes up at dispatch and down in one place whatever happens, and how the request ended
+there is one ``Outcome``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -21,36 +27,48 @@ from specroute.policies.decision import Decision
 from specroute.policies.view import POOLS, Pool, RequestInfo
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response, sse_error
+from specroute.router.outcome import Outcome
 from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
+_RELAYED_HEADERS = ("Content-Type", "Cache-Control")
+_SHUTTING_DOWN = "The router is shutting down; its drain timeout cut this off."
 
 
-def _forwarded(request: web.Request) -> dict[str, str]:
-    return {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+class Failure(Exception):
+    """The backend's answer failed, or the drain timeout cut it off: ``outcome`` says which."""
 
-
-class Retry(Exception):
-    """The upstream failed before any byte was relayed; another backend may serve."""
-
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, outcome: Outcome, message: str, cause: BaseException | None = None):
         super().__init__(message)
-        self.kind = kind
-
-
-def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    params = body.get("sampling_params")
-    if max_tokens is None and isinstance(params, dict):
-        max_tokens = params.get("max_new_tokens")
-    return RequestInfo(
-        path=path,
-        stream=bool(body.get("stream", False)),
-        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-    )
+        self.outcome, self.cause = outcome, cause
 
 
 async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
+    chosen = await _choose(request, state)
+    if isinstance(chosen, web.Response):
+        return chosen  # refused: shutting down, or a body the router cannot read
+    raw, body, decision = chosen
+    tried: set[str] = set()
+    while decision.backend is not None:
+        backend = state.backend(decision.backend)
+        tried.add(backend.name)
+        try:
+            return await _forward(request, state, backend, raw, body)
+        except Failure as failure:  # nothing reached the client: once more, elsewhere
+            decision = _retry_decision(state, decision.pool, tried)
+            if decision.backend is None:
+                return error_response(502, f"The backend failed: {failure}", "upstream_error")
+            state.record(decision, state.view().load())
+    return error_response(503, "No healthy backend can serve this request.", "service_unavailable")
+
+
+# 1. Choose
+
+
+async def _choose(
+    request: web.Request, state: RouterState
+) -> tuple[bytes, dict[str, Any], Decision] | web.Response:
+    """The body as it came and as read, and the policy's decision, recorded; or a refusal."""
     if state.draining:
         return error_response(503, "The router is shutting down.", "service_unavailable")
     if request.content_type != "application/json":
@@ -64,23 +82,22 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
         return error_response(400, f"The request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    info = request_info(request.path, body)
     view = state.view()
-    decision = state.policy.choose(info, view)
+    decision = state.policy.choose(request_info(request.path, body), view)
     state.record(decision, view.load())
-    tried: set[str] = set()
-    while decision.backend is not None:
-        backend = state.backend(decision.backend)
-        tried.add(backend.name)
-        try:
-            return await _forward(request, state, backend, raw, body)
-        except Retry as exc:
-            state.metrics.upstream_errors.labels(backend=backend.name, kind=exc.kind).inc()
-            decision = _retry_decision(state, decision.pool, tried)
-            if decision.backend is None:
-                return error_response(502, f"The backend failed: {exc}", "upstream_error")
-            state.record(decision, state.view().load())
-    return error_response(503, "No healthy backend can serve this request.", "service_unavailable")
+    return raw, body, decision
+
+
+def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    params = body.get("sampling_params")
+    if max_tokens is None and isinstance(params, dict):
+        max_tokens = params.get("max_new_tokens")
+    return RequestInfo(
+        path=path,
+        stream=bool(body.get("stream", False)),
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+    )
 
 
 def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decision:
@@ -97,86 +114,169 @@ def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decisi
     return Decision(failed, None, "retry")
 
 
+# One backend: 2 and 3, in flight all along
+
+
+class _Flight:
+    """One request at one backend, from dispatch to the end of its answer: in flight all
+    along, then counted once by its outcome. One the backend failed before its first byte
+    is not counted here (the backend's error is, by kind): another may still serve it."""
+
+    def __init__(self, state: RouterState, backend: Backend) -> None:
+        self.state, self.backend = state, backend
+        self.started = time.monotonic()
+        self.outcome: Outcome | None = None
+        self.status = 0  # the backend's HTTP status: the label of an answered request
+        self._inflight = state.metrics.inflight.labels(pool=backend.pool, backend=backend.name)
+        backend.inflight += 1
+        self._inflight.set(backend.inflight)
+
+    def first_byte(self) -> None:
+        ttft = self.state.metrics.ttft.labels(pool=self.backend.pool)
+        ttft.observe(time.monotonic() - self.started)
+
+    def land(self) -> None:
+        m, backend = self.state.metrics, self.backend
+        backend.inflight -= 1
+        self._inflight.set(backend.inflight)
+        if self.outcome is not None:
+            status = str(self.status) if self.outcome is Outcome.ANSWERED else self.outcome
+            m.requests.labels(pool=backend.pool, backend=backend.name, status=status).inc()
+            m.duration.labels(pool=backend.pool).observe(time.monotonic() - self.started)
+
+
 async def _forward(
     request: web.Request, state: RouterState, backend: Backend, raw: bytes, body: dict[str, Any]
 ) -> web.StreamResponse:
+    """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
+    flight = _Flight(state, backend)
+    try:
+        async with _open(request, state, backend, raw) as (upstream, first):
+            return await _relay(request, flight, upstream, first)
+    except Failure as failure:
+        if failure.outcome.retryable:
+            raise
+        flight.outcome = failure.outcome  # the drain cut it off before its first byte
+        return error_response(503, str(failure), "service_unavailable")
+    except asyncio.CancelledError:
+        flight.outcome = Outcome.CANCELLED  # the client went away
+        _abort_upstream(state, backend, body)
+        raise
+    finally:
+        flight.land()
+
+
+# 2. Open: until the first byte, nothing reached the client
+
+
+@contextlib.asynccontextmanager
+async def _open(
+    request: web.Request, state: RouterState, backend: Backend, raw: bytes
+) -> AsyncIterator[tuple[aiohttp.ClientResponse, bytes]]:
+    """The backend's answer and its first chunk (empty if it has no body), or a Failure."""
     assert state.session is not None  # set at startup, before any request is served
-    m, pool = state.metrics, backend.pool
     settings = state.settings
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=settings.connect_timeout, sock_read=settings.idle_timeout
     )
-    started = time.monotonic()
-    backend.inflight += 1
-    m.inflight.labels(pool=pool, backend=backend.name).set(backend.inflight)
-    status = "error"
-    response: web.StreamResponse | None = None
     try:
+        upstream = await state.session.post(
+            backend.url + request.path, data=raw, headers=_forwarded(request),
+            timeout=timeout, auto_decompress=False,
+        )  # fmt: skip
+    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+        raise _upstream_failed(state, backend, Outcome.CONNECT, exc) from None
+    async with upstream:
+        if upstream.status == 503:
+            await upstream.read()
+            raise _upstream_failed(state, backend, Outcome.UNAVAILABLE)
+        state.upstreams.add(upstream)  # from here the drain timeout may close it
         try:
-            upstream = await state.session.post(
-                backend.url + request.path, data=raw, headers=_forwarded(request),
-                timeout=timeout, auto_decompress=False,
-            )  # fmt: skip
-        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-            raise Retry("connect", f"{backend.name}: {exc!r}") from None
-        async with upstream:
-            if upstream.status == 503:
-                await upstream.read()
-                raise Retry("unavailable", f"{backend.name} answered 503")
-            response = web.StreamResponse(status=upstream.status)
-            for key in ("Content-Type", "Cache-Control"):
-                if key in upstream.headers:
-                    response.headers[key] = upstream.headers[key]
-            response.headers["x-specroute-backend"] = backend.name
-            if upstream.content_length is not None:
-                response.content_length = upstream.content_length
-            first = True
-            state.upstreams.add(upstream)
             try:
-                async for chunk in upstream.content.iter_any():
-                    if first:
-                        await response.prepare(request)
-                        m.ttft.labels(pool=pool).observe(time.monotonic() - started)
-                        first = False
-                    await response.write(chunk)
+                first = await upstream.content.readany()
             except (aiohttp.ClientError, TimeoutError) as exc:
-                if state.draining:  # the drain timeout closed the upstream
-                    status = "cut_off"
-                    message = "The router is shutting down; its drain timeout cut this off."
-                else:
-                    m.upstream_errors.labels(backend=backend.name, kind="midstream").inc()
-                    if first:
-                        raise Retry("midstream", f"{backend.name}: {exc!r}") from None
-                    status = "broken"
-                    message = (
-                        f"The backend {backend.name} failed mid-stream "
-                        f"({type(exc).__name__}); the answer is incomplete."
-                    )
-                if first:
-                    return error_response(503, message, "service_unavailable")
-                if upstream.content_type != "text/event-stream":
-                    status = "truncated"  # a truncated JSON body must not look complete
-                    if request.transport is not None:
-                        request.transport.close()
-                    return response
-                await response.write(sse_error(message))
-            finally:
-                state.upstreams.discard(upstream)
-            if first:
-                await response.prepare(request)
-            await response.write_eof()
-            status = str(upstream.status) if status == "error" else status
-            return response
-    except asyncio.CancelledError:
-        status = "cancelled"
-        _abort_upstream(state, backend, body)
-        raise
-    finally:
-        backend.inflight -= 1
-        m.inflight.labels(pool=pool, backend=backend.name).set(backend.inflight)
-        if status != "error":
-            m.requests.labels(pool=pool, backend=backend.name, status=status).inc()
-            m.duration.labels(pool=pool).observe(time.monotonic() - started)
+                raise _stopped(state, backend, exc) from None
+            yield upstream, first
+        finally:
+            state.upstreams.discard(upstream)
+
+
+def _forwarded(request: web.Request) -> dict[str, str]:
+    return {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+
+
+def _upstream_failed(
+    state: RouterState, backend: Backend, kind: Outcome, cause: BaseException | None = None
+) -> Failure:
+    """The backend's failure, counted once, here, by its kind."""
+    state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
+    message = f"{backend.name} answered 503" if cause is None else f"{backend.name}: {cause!r}"
+    return Failure(kind, message, cause)
+
+
+def _stopped(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    """The answer stopped: the drain timeout closed it, or the backend failed."""
+    if state.draining:
+        return Failure(Outcome.CUT_OFF, _SHUTTING_DOWN)
+    return _upstream_failed(state, backend, Outcome.MIDSTREAM, exc)
+
+
+# 3. Relay: committed, never retried
+
+
+async def _relay(
+    request: web.Request, flight: _Flight, upstream: aiohttp.ClientResponse, first: bytes
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream.status)
+    for key in _RELAYED_HEADERS:
+        if key in upstream.headers:
+            response.headers[key] = upstream.headers[key]
+    response.headers["x-specroute-backend"] = flight.backend.name
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    chunk = first
+    try:
+        await response.prepare(request)
+        if chunk:
+            flight.first_byte()
+        while chunk:
+            await response.write(chunk)  # the client's side (see the except below)
+            chunk = await upstream.content.readany()  # the backend's side
+    # Known issue: a client gone while the answer is written to it lands here too, and is
+    # counted as the backend's failure; telling the two apart belongs above.
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        failure = _stopped(flight.state, flight.backend, exc)
+        return await _end_early(request, flight, upstream, response, failure)
+    await response.write_eof()
+    flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
+    return response
+
+
+async def _end_early(
+    request: web.Request,
+    flight: _Flight,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    failure: Failure,
+) -> web.StreamResponse:
+    """A stream ends with an error event saying why; a plain body, cut short, with a cut
+    connection, so that a truncated JSON body cannot look complete."""
+    if upstream.content_type != "text/event-stream":
+        flight.outcome = Outcome.TRUNCATED
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    if failure.outcome is Outcome.CUT_OFF:
+        flight.outcome, message = Outcome.CUT_OFF, str(failure)
+    else:
+        flight.outcome = Outcome.BROKEN
+        message = (
+            f"The backend {flight.backend.name} failed mid-stream "
+            f"({type(failure.cause).__name__}); the answer is incomplete."
+        )
+    await response.write(sse_error(message))
+    await response.write_eof()
+    return response
 
 
 def _abort_upstream(state: RouterState, backend: Backend, body: dict[str, Any]) -> None:

@@ -4,12 +4,12 @@ are refused, and requests in flight get up to ``drain_timeout`` seconds to finis
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 
 from aiohttp import web
 
+from specroute.event_loop import run as run_loop
 from specroute.router.app import STATE, create_app
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -19,11 +19,7 @@ _CUT_OFF_GRACE = 1.0
 
 
 def run(settings: RouterSettings) -> None:
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
-    asyncio.run(serve(settings))
+    run_loop(serve(settings))
 
 
 async def serve(settings: RouterSettings) -> None:

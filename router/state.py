@@ -28,11 +28,18 @@ class RouterState:
     metrics: RouterMetrics
     profile_source: str | None = None
     profile_loaded_at: float = field(default_factory=time.time)
-    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
+    recent: deque[dict[str, Any]] = field(init=False)  # the last decisions, for /router/status
     session: ClientSession | None = None
     draining: bool = False
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: set[ClientResponse] = field(default_factory=set)  # answers being relayed
+    _by_name: dict[str, Backend] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.recent = deque(maxlen=self.settings.recent_decisions)
+        self._by_name: dict[str, Backend] = {}
+        for b in self.backends:  # a URL given twice in one pool is served by the first
+            self._by_name.setdefault(b.name, b)
 
     def adopt(self, policy: Policy, profile: Profile | None, source: str | None) -> None:
         """Route by a new policy from now on; requests in flight are not touched."""
@@ -57,7 +64,7 @@ class RouterState:
         return sum(b.inflight for b in self.backends)
 
     def backend(self, name: str) -> Backend:
-        return next(b for b in self.backends if b.name == name)
+        return self._by_name[name]
 
     def record(self, decision: Decision, load: int) -> None:
         self.metrics.decisions.labels(pool=decision.pool, reason=decision.reason).inc()

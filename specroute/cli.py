@@ -1,22 +1,91 @@
-"""The ``specroute`` command: parses arguments and hands over; no logic lives here."""
+"""The ``specroute`` command line: builds the parser, and each sub-command names its handler."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specroute import measure
-from specroute.emulator.acceptance import AcceptanceError
-from specroute.emulator.hardware import HardwareError, load_hardware
+from specroute.emulator.hardware import load_hardware
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
+if TYPE_CHECKING:
+    from specroute.measure import Subcommands
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specroute", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+Handler = Callable[[argparse.Namespace], int]
+
+_ABOUT = """\
+Serve an LLM with speculative decoding (EAGLE-3) while it pays, and without it when the GPUs
+are busy: an OpenAI-compatible router in front of a speculative and a plain SGLang server,
+the calibration that measures where speculation stops paying on your deployment, and an
+emulated SGLang server to rehearse all of it without a GPU."""
+
+_EXAMPLES = """\
+typical use:
+  specroute calibrate --spec URL --base URL -o profile.json   measure the crossover
+  specroute serve --spec URL --base URL --profile profile.json  route by it (port 8000)
+  specroute demo                                               the whole loop, emulated
+
+'specroute COMMAND --help' tells more of each command."""
+
+
+def _version() -> str:
+    try:
+        return version("specroute")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="specroute", description=_ABOUT, epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    root.add_argument("--version", action="version", version=f"specroute {_version()}")
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_serve, measure.add_calibrate, measure.add_profile, measure.add_bench,
+                _add_emulate, _add_demo):  # fmt: skip
+        add(sub)
+    return root
+
+
+def _add_serve(sub: Subcommands) -> None:
+    serve = sub.add_parser(
+        "serve", help="run the router in front of speculative and plain backends",
+        description="An OpenAI-compatible proxy that routes by live concurrency.",
+    )  # fmt: skip
+    serve.add_argument("--spec", action="append", metavar="URL", help="a speculative backend")
+    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend")
+    serve.add_argument(
+        "--policy",
+        help="crossover (default), acceptance-crossover, expected-latency, always-spec, "
+        "always-base, round-robin",
+    )
+    serve.add_argument("--crossover", type=float, metavar="N")
+    serve.add_argument("--topology", choices=["shared", "partitioned"])
+    serve.add_argument("--hysteresis", type=float)
+    serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
+    serve.add_argument("--concurrency-source", choices=["router", "backend", "max"])
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
+    keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
+    serve.add_argument(
+        "--api-key", dest="api_keys", action="append", metavar="KEY",
+        help=f"a client key (repeatable); {keys}",
+    )  # fmt: skip
+    serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
+    serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
+    serve.add_argument("--drain-timeout", type=float, metavar="S")
+    serve.set_defaults(handler=_serve)
+
+
+def _add_emulate(sub: Subcommands) -> None:
     emulate = sub.add_parser(
         "emulate",
         help="serve an emulated SGLang server, or print its predicted speeds",
@@ -54,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
         "--profile", metavar="FILE",
         help="with --predict: also write it as a profile (marked predicted), to rehearse routing",
     )  # fmt: skip
+    emulate.set_defaults(handler=_emulate)
+
+
+def _add_demo(sub: Subcommands) -> None:
     demo = sub.add_parser(
         "demo", help="the whole loop on emulated servers: calibrate, route, compare",
         description="Two emulated SGLang servers, a quick calibration, the router with its "
@@ -68,46 +141,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--peak", type=positive(int), default=16, help="the ramp's top")
     demo.add_argument("--phase-seconds", type=positive(float), default=3.0)
     demo.add_argument("--out", default="specroute-demo", metavar="DIR")
-    serve = sub.add_parser(
-        "serve", help="run the router in front of speculative and plain backends",
-        description="An OpenAI-compatible proxy that routes by live concurrency.",
-    )  # fmt: skip
-    serve.add_argument("--spec", action="append", metavar="URL", help="a speculative backend")
-    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend")
-    serve.add_argument(
-        "--policy",
-        help="crossover (default), acceptance-crossover, expected-latency, always-spec, "
-        "always-base, round-robin",
-    )
-    serve.add_argument("--crossover", type=float, metavar="N")
-    serve.add_argument("--topology", choices=["shared", "partitioned"])
-    serve.add_argument("--hysteresis", type=float)
-    serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
-    serve.add_argument("--concurrency-source", choices=["router", "backend", "max"])
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
-    keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
-    serve.add_argument(
-        "--api-key", dest="api_keys", action="append", metavar="KEY",
-        help=f"a client key (repeatable); {keys}",
-    )  # fmt: skip
-    serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
-    serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
-    serve.add_argument("--drain-timeout", type=float, metavar="S")
-    measure.add_commands(sub)
-    return parser
+    demo.set_defaults(handler=_demo)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from specroute.policies.decision import PolicyError
-    from specroute.policies.profile import ProfileError
     from specroute.router.serve import run
     from specroute.router.settings import RouterSettings
 
-    flags = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    flags = {k: v for k, v in vars(args).items() if k not in _DISPATCH and v is not None}
     try:
         settings = RouterSettings(**flags)
     except ValidationError as exc:
@@ -116,11 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
             value = "***" if "key" in key else error.get("input")
             print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
         return 2
-    try:
-        run(settings)
-    except (PolicyError, ProfileError) as exc:
-        print(f"specroute serve: {exc}", file=sys.stderr)
-        return 2
+    run(settings)
     return 0
 
 
@@ -141,7 +180,7 @@ def _emulate(args: argparse.Namespace) -> int:
             print(f"predicted profile written to {args.profile}", file=sys.stderr)
         return 0
     if args.mode is None:
-        raise AcceptanceError("--mode spec|base is required to serve (or pass --predict)")
+        raise ValueError("--mode spec|base is required to serve (or pass --predict)")
     from specroute.emulator.server import serve
 
     serve(config)
@@ -161,12 +200,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+_DISPATCH = ("command", "handler")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = {"emulate": _emulate, "demo": _demo, "serve": _serve, "bench": measure.run,
-               "profile": measure.run, "calibrate": measure.run}[args.command]  # fmt: skip
+    args = parser().parse_args(argv)
+    handler: Handler = args.handler
     try:
-        return command(args)
-    except (HardwareError, AcceptanceError) as exc:
+        return handler(args)
+    except (ValueError, RuntimeError) as exc:  # bad input, or a process that would not start
         print(f"specroute {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -17,11 +17,11 @@ from typing import Any
 
 from specroute.bench.compare import ComparePlan, compare, render
 from specroute.bench.dataset import synthetic
-from specroute.bench.event_loop import run as run_loop
 from specroute.bench.replay import ReplayPlan, compare_offline
 from specroute.bench.spawn import spawned
 from specroute.bench.sweep import SweepPlan
 from specroute.bench.trace import named_trace
+from specroute.event_loop import run as run_loop
 from specroute.measure import draw
 from specroute.model_flags import config_from_flags
 from specroute.policies.profile import load_profile, save_profile
@@ -53,8 +53,8 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
     flags = (*model, "--time-scale", f"{plan.time_scale:g}", "--stream-interval", "4")
     dataset = synthetic(plan.input_len, plan.output_len)
     async with AsyncExitStack() as stack:
-        spec = await stack.enter_async_context(spawned("emulate", "--mode", "spec", *flags))
-        base = await stack.enter_async_context(spawned("emulate", "--mode", "base", *flags))
+        spec = (await stack.enter_async_context(spawned("emulate", "--mode", "spec", *flags))).url
+        base = (await stack.enter_async_context(spawned("emulate", "--mode", "base", *flags))).url
         _say(f"1/3 two emulated SGLang servers of {plan.hardware} (time scale "
              f"{plan.time_scale:g}): EAGLE-3 at {spec}, plain at {base}")  # fmt: skip
         _say("2/3 calibrating: closed-loop load at rising concurrency on both, then levels "

@@ -1,17 +1,26 @@
-"""The measuring commands' flags and hand-over: ``bench sweep``, ``profile``, ``calibrate``."""
+"""The measuring commands, each with its handler: ``bench sweep``, ``bench compare``,
+``profile`` and ``calibrate``. Heavy modules (numpy, the analysis) load only in the handler
+that needs them, so ``specroute serve`` starts without them."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specroute.bench.event_loop import run as run_loop
+from specroute.event_loop import run as run_loop
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
+if TYPE_CHECKING:
+    from specroute.bench.dataset import Dataset
+    from specroute.bench.sweep import SweepPlan
+    from specroute.bench.trace import Trace
+
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 _SLO_KEYS = ("ttft", "tpot")
 
 
@@ -78,8 +87,11 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="crossover.png", help="needs matplotlib")
 
 
-def add_commands(sub: Any) -> None:
-    bench = sub.add_parser("bench", help="measure backends", description="Benchmarks.")
+def add_bench(sub: Subcommands) -> None:
+    bench = sub.add_parser(
+        "bench", help="measure backends and the router: sweep, compare, capacity",
+        description="Benchmarks, each a command of its own.",
+    )  # fmt: skip
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     sweep = bench_sub.add_parser(
         "sweep", help="both backends across concurrency levels, kept raw in a folder",
@@ -88,6 +100,7 @@ def add_commands(sub: Any) -> None:
     add_workload_flags(sweep)
     sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
     sweep.add_argument("--out", required=True, metavar="DIR")
+    sweep.set_defaults(handler=_sweep)
     compare = bench_sub.add_parser(
         "compare", help="the same time-varying load through the router, one policy at a time",
         description="Each policy in turn through router processes from one config, per phase; "
@@ -121,6 +134,10 @@ def add_commands(sub: Any) -> None:
     add_dataset_flags(compare)
     compare.add_argument("--out", required=True, metavar="DIR")
     compare.add_argument("--plot", metavar="compare.png")
+    compare.set_defaults(handler=_compare)
+
+
+def add_profile(sub: Subcommands) -> None:
     profile = sub.add_parser(
         "profile", help="turn a sweep folder into a specroute.profile/v1 file",
         description="Medians, bootstrap intervals and the crossover of a sweep.",
@@ -129,6 +146,10 @@ def add_commands(sub: Any) -> None:
     add_report_flags(profile)
     profile.add_argument("--slo", type=slo, default=None, metavar="ttft=S,tpot=S")
     profile.add_argument("--seed", type=int, default=0)
+    profile.set_defaults(handler=_profile)
+
+
+def add_calibrate(sub: Subcommands) -> None:
     calibrate = sub.add_parser(
         "calibrate", help="sweep and profile in one go, refining around the crossover",
         description="A coarse sweep, then levels inside the bracket until the crossover's "
@@ -141,6 +162,7 @@ def add_commands(sub: Any) -> None:
     calibrate.add_argument("--precision", type=float, default=0.3,
                            help="stop when the interval is this fraction of the value")  # fmt: skip
     calibrate.add_argument("--out", metavar="DIR", help="the sweep folder (default: beside -o)")
+    calibrate.set_defaults(handler=_calibrate)
 
 
 def draw(plot: Callable[[], None], path: str | Path) -> None:
@@ -152,7 +174,7 @@ def draw(plot: Callable[[], None], path: str | Path) -> None:
         print("no plot: matplotlib is not installed (pip install 'specroute[plot]')")
 
 
-def _dataset(args: argparse.Namespace) -> Any:
+def _dataset(args: argparse.Namespace) -> Dataset:
     from specroute.bench.dataset import jsonl, sharegpt, synthetic
 
     kind, *rest = args.dataset
@@ -167,7 +189,7 @@ def _dataset(args: argparse.Namespace) -> Any:
     return dataset
 
 
-def _plan(args: argparse.Namespace) -> Any:
+def _plan(args: argparse.Namespace) -> SweepPlan:
     from specroute.bench.sweep import SweepPlan
 
     return SweepPlan(
@@ -200,33 +222,21 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"{label}: crossover {c['value']:.1f} (95% {c['ci'][0]:.1f} to {c['ci'][1]:.1f})")
 
 
-def run(args: argparse.Namespace) -> int:
-    from specroute.bench.dataset import DatasetError
-    from specroute.profiler.sweep_data import SweepError
+def _sweep(args: argparse.Namespace) -> int:
+    from specroute.bench.sweep import sweep
 
-    try:
-        if args.command == "bench" and args.bench_command == "compare":
-            return _compare(args)
-        if args.command == "bench":
-            from specroute.bench.sweep import sweep
+    run_loop(sweep(_plan(args), args.concurrency, Path(args.out)))
+    print(f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json")
+    return 0
 
-            plan = _plan(args)
-            run_loop(sweep(plan, args.concurrency, Path(args.out)))
-            print(
-                f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json"
-            )
-        elif args.command == "profile":
-            from specroute.profiler.analysis import analyse, profile_document
-            from specroute.profiler.sweep_data import load_sweep
 
-            data = load_sweep(Path(args.sweep))
-            slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
-            _write(profile_document(analyse(data, slo_, args.seed)), args)
-        else:
-            return _calibrate(args)
-    except (DatasetError, SweepError, ValueError, RuntimeError) as exc:
-        print(f"specroute {args.command}: {exc}", file=sys.stderr)
-        return 2
+def _profile(args: argparse.Namespace) -> int:
+    from specroute.profiler.analysis import analyse, profile_document
+    from specroute.profiler.sweep_data import load_sweep
+
+    data = load_sweep(Path(args.sweep))
+    slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
+    _write(profile_document(analyse(data, slo_, args.seed)), args)
     return 0
 
 
@@ -278,10 +288,8 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offline(args: argparse.Namespace, trace: Any, policies: tuple[str, ...]) -> dict[str, Any]:
+def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) -> dict[str, Any]:
     """The router's settings from its config, the backends from the model flags."""
-    import json
-
     from specroute.bench.replay import ReplayPlan, compare_offline
     from specroute.policies.profile import load_profile
     from specroute.policies.registry import build_policy

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from specroute.cli import _parser
+from specroute.cli import parser
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.server import create_app
 from specroute.model_flags import emulator_config as config_from
@@ -16,7 +16,7 @@ from specroute.model_flags import emulator_config as config_from
 
 def emulator_config(*flags: str) -> EmulatorConfig:
     """A config built from the same flags a user passes to ``specroute emulate``."""
-    args: argparse.Namespace = _parser().parse_args(["emulate", *flags])
+    args: argparse.Namespace = parser().parse_args(["emulate", *flags])
     return config_from(args)
 
 

@@ -1,31 +1,21 @@
-"""``specroute`` commands as real processes on loopback, for what needs a process to die."""
+"""``specroute`` commands as real processes on loopback, for what needs a process to die:
+the one spawner (``specroute.bench.spawn``), killed at the end since a test need not wait."""
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from asyncio.subprocess import PIPE, STDOUT, Process
+import signal
+from asyncio.subprocess import Process
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from specroute.bench.spawn import free_port, wait_ready
+from specroute.bench.spawn import spawned
 
 
 @asynccontextmanager
 async def specroute(*args: str) -> AsyncIterator[tuple[str, Process]]:
-    """Run ``specroute ARGS --port P``; yields its URL and process, killed at the end."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specroute", *args, "--port", str(port), stdout=PIPE, stderr=STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_ready(process, f"{url}/health", args[0])
-        yield url, process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.communicate()
+    """Run ``specroute ARGS --port P``; yields its URL and process."""
+    async with spawned(*args, stop=signal.SIGKILL) as server:
+        yield server.url, server.process
 
 
 @asynccontextmanager

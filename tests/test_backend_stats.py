@@ -1,11 +1,15 @@
-"""The pure metrics parser on scrapes of real engines' exposition text."""
+"""The Prometheus text reader, and the backend-metrics parser on it, on scrapes of real
+engines' exposition text and on lines made to be awkward."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from specroute import prometheus
 from specroute.router.backend_stats import BackendStats, parse, window_accept_length
 
 DATA = Path(__file__).parent / "data"
@@ -58,3 +62,49 @@ def test_vllm_capture_and_its_window_accept_length() -> None:
     assert after.accept_length_gauge is None  # vLLM has no such gauge
     # 1 + accepted / drafts between the two scrapes: (3053 - 959) / (1186 - 363)
     assert window_accept_length(busy, after) == pytest.approx(1 + 2094 / 823)
+
+
+def test_timestamps_escaped_labels_and_exemplars_are_read_as_prometheus_means_them() -> None:
+    text = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{model_name="a \\"quoted\\" } name",dp="0"} 5 1712345678000\n'
+        'sglang:num_running_reqs{model_name="b\\\\c\\nd",dp="1"} 2.5e0 1712345678000\n'
+        'sglang:num_running_reqs{priority="1"} 7 1712345678000\n'
+        'sglang:generation_tokens_total{x="y"} 100 # {trace_id="t"} 9.0 1712345678.1\n'
+    )
+    stats = parse(text)
+    assert stats.running == 7.5  # 5 + 2.5: neither timestamp is the value, priority skipped
+    assert stats.generation_tokens == 100  # the exemplar's 9.0 is not the sample's value
+    labels = [s.labels for s in prometheus.samples(text, {"sglang:num_running_reqs"})]
+    assert labels[0] == {"model_name": 'a "quoted" } name', "dp": "0"}
+    assert labels[1] == {"model_name": "b\\c\nd", "dp": "1"}
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("m NaN", math.nan),
+        ("m +Inf", math.inf),
+        ('m{a="b",} -Inf 1712345678', -math.inf),
+        ('  m { a = "b" } 3', 3.0),
+        ("m 1 2 3", None),  # one value and one timestamp, no more
+        ('m{a="b" 1', None),
+        ("# m 4", None),
+    ],
+)
+def test_the_reader_on_single_lines(line: str, value: float | None) -> None:
+    found = [s.value for s in prometheus.samples(line)]
+    if value is None:
+        assert found == []
+    elif math.isnan(value):
+        assert len(found) == 1 and math.isnan(found[0])
+    else:
+        assert found == [value]
+
+
+def test_the_reader_agrees_with_prometheus_client_on_the_vllm_capture() -> None:
+    text = (DATA / "vllm-metrics-busy.txt").read_text()
+    theirs = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text)
+              for s in f.samples]  # fmt: skip
+    ours = [(s.name, dict(s.labels), s.value) for s in prometheus.samples(text)]
+    assert ours == theirs

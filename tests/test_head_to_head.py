@@ -48,7 +48,7 @@ class Case:
 CASES = {
     "kimi-k2.5-8x-pcie": Case(("--hardware", "kimi-k2.5-8x-pcie"), "0.1", "4", 16, 2.0, 0.75,
                               "1,2,4,6,8,12,16"),
-    # a weaker drafter than the model's default puts the crossover near 28 instead of 93,
+    # a weaker drafter than the model's default puts the crossover near 28 instead of 92,
     # within what one 2-core machine drives through a router
     "llama3.1-8b-h100": Case(("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
                              "0.25", "16", 64, 2.0, 0.75, "1,2,4,8,16,24,32,48,64"),

@@ -1,23 +1,27 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from specroute.emulator.predict import as_profile, crossing, predict, verdict
+from specroute.emulator.predict import as_profile, predict, speedup_crossing, verdict
 from specroute.policies.curves import curves
 from specroute.policies.profile import load_profile, parse_profile
 from tests.emulators import emulator_config
 
 
-def test_crossing_interpolates_between_levels() -> None:
-    assert crossing([(1, 1.5), (2, 1.2), (4, 0.8), (8, 0.5)]) == pytest.approx(3.0)
-    assert crossing([(1, 1.5), (2, 1.2)]) is None
+def test_speedups_cross_where_their_log_reaches_zero() -> None:
+    at = 2 * 2 ** (math.log(1.2) / math.log(1.2 / 0.8))  # linear in log concurrency
+    assert speedup_crossing([(1, 1.5), (2, 1.2), (4, 0.8), (8, 0.5)]).at == pytest.approx(at)
+    assert f"at concurrency {at:.1f}" in verdict([(1, 1.5), (2, 1.2), (4, 0.8)], "x")
+    assert speedup_crossing([(1, 1.5), (2, 1.2)]).at is None
     assert "above 2" in verdict([(1, 1.5), (2, 1.2)], "x")
     assert "below 1" in verdict([(1, 0.9), (2, 0.8)], "x")
+    assert "changes sign more than once" in verdict([(1, 0.9), (2, 1.1)], "x")
 
 
 def test_kimi_crossover_sits_at_low_concurrency() -> None:
@@ -46,13 +50,13 @@ def test_predict_command_prints_json_and_writes_a_profile(tmp_path: Path) -> Non
     )  # fmt: skip
     result = json.loads(out.stdout)
     assert [lv["concurrency"] for lv in result["levels"]] == [1, 16, 64, 128]
-    assert 16 < result["crossover"] < 128
+    assert 16 < result["crossover"] < 128 and "throughput_crossover" in result
     assert result["levels"][0]["spec"]["per_request_tok_s"] == pytest.approx(373, rel=0.1)
     profile = load_profile(tmp_path / "predicted.json")  # what the router and policies read
-    assert profile.crossover.value == pytest.approx(result["crossover"], abs=0.001)
+    assert profile.crossover.value == result["crossover"]
     assert profile.raw["measurement"]["method"] == "predicted"
     found = curves(profile)
-    assert found.crossover() == pytest.approx(result["crossover"], rel=0.05)
+    assert found.crossover() == pytest.approx(result["crossover"], rel=1e-9)
     assert found.tpot["spec"].at(1) == pytest.approx(1 / 373, rel=0.1)
     assert found.max_running == {"spec": 256, "base": 256}
 

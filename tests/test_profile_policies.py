@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -34,13 +35,13 @@ def view(spec: int, base: int, accept: float | None = None) -> View:
 def test_curves_interpolate_and_cross() -> None:
     found = curves(PROFILE)
     assert found.tpot["spec"].at(4) == pytest.approx(0.010)
-    assert found.tpot["spec"].at(2) == pytest.approx(0.0075)  # halfway in log concurrency
+    assert found.tpot["spec"].at(2) == pytest.approx(math.sqrt(0.005 * 0.010))  # a power law
     assert found.tpot["spec"].at(0.5) == pytest.approx(0.005)  # below the first level: the first
-    assert found.tpot["base"].at(64) == pytest.approx(0.028)  # past the last: its last segment
-    at = found.crossover()
-    assert 4 < at < 16 and found.tpot["spec"].at(at) == pytest.approx(
-        found.tpot["base"].at(at), rel=0.05
-    )
+    assert found.tpot["base"].at(64) == pytest.approx(0.020 * 20 / 12)  # its last segment, on
+    m4, m16 = math.log(12 / 10), math.log(20 / 30)  # the margin log(base / spec) at 4 and 16
+    at = found.crossover()  # where the margin, linear in log concurrency, reaches zero
+    assert at == pytest.approx(4 * 4 ** (m4 / (m4 - m16)))
+    assert found.tpot["spec"].at(at) == pytest.approx(found.tpot["base"].at(at), rel=1e-12)
     assert found.crossover(0.5) > at > found.crossover(1.5)  # better acceptance pays longer
     assert found.max_running == {"spec": 8, "base": 64} and found.accept_length == 3.0
 
@@ -49,7 +50,7 @@ CASES: list[tuple[str, dict[str, Any], View, str]] = [
     ("idle: spec is faster", {}, view(0, 0), "spec"),
     ("spec at 3 still beats base at 1", {}, view(3, 0), "spec"),
     ("spec loaded, base idle", {}, view(7, 0), "base"),
-    ("spec past its cap of 8 waits for a slot", {}, view(9, 31), "base"),  # 23 ms uncapped
+    ("spec past its cap of 8 waits for a slot", {}, view(11, 28), "base"),  # 24 < 25 < 26 ms
     ("both busy, base busier", {}, view(5, 40), "spec"),
     ("shared: both read the total", {"topology": "shared"}, view(1, 30), "base"),
 ]  # fmt: skip

@@ -7,6 +7,8 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specroute.emulator.predict import as_profile, predict
+from specroute.policies.view import RequestInfo
+from specroute.router.app import build_state
+from specroute.router.settings import RouterSettings
 from tests.emulators import emulator_config, running_emulator
 from tests.processes import specroute
 from tests.routers import running_router
@@ -150,6 +155,62 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event() -> None:
         )
         assert raw.headers["x-specroute-backend"].startswith("base:")
         assert state.recent[-1]["reason"] == "failover"
+
+
+@asynccontextmanager
+async def hanging_up_after_headers() -> AsyncIterator[str]:
+    """A backend that passes its health checks but answers every POST with its headers and
+    then hangs up, before the first byte of the body."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        length = head.partition(b"content-length:")[2].split(b"\r\n")[0]
+        await reader.readexactly(int(length or 0))  # all of it: an unread body resets
+        if head.startswith(b"get /health"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_an_answer_broken_before_its_first_byte_is_retried_and_counted_once() -> None:
+    async with (
+        hanging_up_after_headers() as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        assert state.backends[0].healthy
+        stream = await client(url).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=4, stream=True
+        )
+        assert [c async for c in stream]  # whole, from the plain pool
+        await settled(state)
+        async with s.get(f"{url}/metrics") as r:
+            text = await r.text()
+    names = {b.pool: b.name for b in state.backends}
+    assert samples(text, "specroute_upstream_errors_total") == {
+        (("backend", names["spec"]), ("kind", "midstream")): 1
+    }
+    assert samples(text, "specroute_requests_total") == {
+        (("backend", names["base"]), ("pool", "base"), ("status", "200")): 1
+    }
+    assert [d["reason"] for d in state.recent] == ["below_crossover", "retry"]
+
+
+def test_recent_decisions_keeps_as_many_as_set() -> None:
+    assert RouterSettings.model_fields["recent_decisions"].default == 50
+    given: dict[str, Any] = {"spec": ["http://s:1"], "base": ["http://b:2"], "crossover": 4}
+    state = build_state(RouterSettings(**given, recent_decisions=2))
+    for _ in range(3):
+        state.record(state.policy.choose(RequestInfo("/generate"), state.view()), 0)
+    assert len(state.recent) == 2
 
 
 async def _stream_text(response: aiohttp.ClientResponse) -> str:

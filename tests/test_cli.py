@@ -1,0 +1,72 @@
+"""The command line as a user meets it: help, version, one handler per command, clear errors."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.metadata import version
+
+import pytest
+
+from specroute.cli import main, parser
+
+
+def _commands(p: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every runnable command path, e.g. ("bench", "sweep")."""
+    found: list[tuple[str, ...]] = []
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _commands(child, (*prefix, name)) or [(*prefix, name)]
+    return found
+
+
+def test_version_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specroute {version('specroute')}"
+
+
+def test_help_speaks_to_users(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "speculative decoding" in text and "typical use" in text
+    assert "no logic" not in text and "``" not in text
+    for command in ("serve", "calibrate", "profile", "bench", "emulate", "demo"):
+        assert f"    {command}" in text
+
+
+def test_every_command_has_its_handler() -> None:
+    commands = _commands(parser())
+    assert ("bench", "sweep") in commands and ("serve",) in commands
+    for path in commands:
+        with pytest.raises(SystemExit):  # each names its own flags in its help
+            parser().parse_args([*path, "--help"])
+    args = parser().parse_args(["emulate", "--predict", "1,2"])
+    assert callable(args.handler) and args.predict == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["emulate", "--hardware", "nope", "--mode", "spec"], "unknown hardware model 'nope'"),
+        (["emulate"], "--mode spec|base is required"),
+        (["profile", "/nonexistent-sweep", "-o", "p.json"], "is not a sweep folder"),
+        (["serve", "--spec", "http://a:1", "--base", "http://b:2", "--policy", "nope"], "nope"),
+    ],
+)
+def test_bad_input_is_said_in_one_line_with_status_2(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specroute {argv[0]}: ") and said in err
+    assert "Traceback" not in err
+
+
+def test_bad_levels_stop_at_parse(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["emulate", "--predict", "1,x"])
+    assert done.value.code == 2
+    assert "expected integers like 1,2,4,8" in capsys.readouterr().err

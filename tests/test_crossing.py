@@ -1,0 +1,133 @@
+"""The one crossing finder, as a table of cases, and the places that use it agreeing: the
+profile's crossover is the one its curves give a policy, and the predictor's is the
+finder's on its per-level speeds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specroute.bench.record import RequestRecord
+from specroute.crossing import Crossing, crossing, log_margin
+from specroute.emulator.predict import as_profile, predict
+from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy
+from specroute.policies.curves import curves
+from specroute.policies.profile import parse_profile
+from specroute.policies.registry import build_policy
+from specroute.profiler.analysis import analyse, profile_document
+from specroute.profiler.stats import Crossing as CrossingWithCI
+from specroute.profiler.stats import crossing_with_ci
+from specroute.profiler.sweep_data import Cell, SweepData
+from tests.emulators import emulator_config
+
+CASES: list[tuple[str, list[float], list[float], float | None, Crossing]] = [
+    ("halfway in log concurrency", [1, 4], [1.0, -1.0], None, Crossing(2.0)),
+    ("between the levels around it", [1, 2, 4, 8], [0.6, 0.2, -0.2, -0.5], None,
+     Crossing(2 * math.sqrt(2))),
+    ("zero at a level is the crossing", [1, 4, 16], [1.0, 0.0, -1.0], None, Crossing(4.0)),
+    ("the first crossing, not a later one", [1, 2, 4, 8], [1.0, -1.0, 1.0, -1.0], None,
+     Crossing(math.sqrt(2))),
+    ("losing at the first level: below", [2, 4], [0.0, 1.0], None, Crossing(None, "below", 2)),
+    ("winning everywhere: above", [1, 2], [1.0, 0.5], None, Crossing(None, "above", 2)),
+    ("carried on along the last segment", [1, 2], [1.0, 0.5], 8, Crossing(4.0)),
+    ("but not past extend_to", [1, 2], [1.0, 0.5], 3.9, Crossing(None, "above", 2)),
+    ("a rising last segment never crosses", [1, 2], [0.5, 1.0], 4096,
+     Crossing(None, "above", 2)),
+    ("one level cannot be carried on", [4], [1.0], 4096, Crossing(None, "above", 4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "levels", "margin", "extend_to", "expected"), CASES, ids=[c[0] for c in CASES]
+)
+def test_crossing(
+    name: str,
+    levels: list[float],
+    margin: list[float],
+    extend_to: float | None,
+    expected: Crossing,
+) -> None:
+    found = crossing(levels, margin, extend_to)
+    if expected.at is None:
+        assert found == expected
+    else:
+        assert found.at == pytest.approx(expected.at, rel=1e-12) and found.bound is None
+
+
+def test_one_margin_per_level() -> None:
+    with pytest.raises(ValueError, match="one margin per level"):
+        crossing([1, 2], [1.0])
+
+
+def test_times_and_rates_cross_at_the_same_concurrency() -> None:
+    levels = [1, 2, 4, 8]
+    spec, base = [5.0, 8.0, 14.0, 26.0], [10.0, 11.0, 13.0, 17.0]  # ms per token
+    by_time = crossing(levels, log_margin(spec, base)).at
+    # rates: higher is better, so they go the other way round
+    by_rate = crossing(levels, log_margin([1 / b for b in base], [1 / s for s in spec])).at
+    assert by_time is not None and 2 < by_time < 4
+    assert by_rate == pytest.approx(by_time, rel=1e-12)
+
+
+def test_replicates_without_a_crossing_count_at_the_edge_on_their_side() -> None:
+    levels, point = [1, 2, 4], [1.0, 0.0, -1.0]
+    above, below = [1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]
+    found = crossing_with_ci(levels, point, [above] * 10 + [below] * 10 + [point] * 80)
+    assert (found.value, found.low, found.high) == (2.0, 1.0, 4.0)
+    assert crossing_with_ci(levels, above, [point]) == CrossingWithCI(None, None, None, "above", 4)
+
+
+def _sweep(levels: list[int]) -> SweepData:
+    """Closed-loop requests whose TPOT follows 5 ms x c^0.6 (spec) and 10 ms x c^0.35
+    (base), each with 5% noise: they cross near 16."""
+    rng = np.random.default_rng(7)
+    cells = {}
+    for level in levels:
+        for backend, tpot in (("spec", 0.005 * level**0.6), ("base", 0.010 * level**0.35)):
+            records = []
+            for _ in range(max(16, 2 * level)):
+                per_token = tpot * rng.lognormal(0.0, 0.05)
+                records.append(RequestRecord(backend, level, 0, 0.0, 0.1, 0.1 + 63 * per_token,
+                                             output_tokens=64, measured=True))  # fmt: skip
+            accepts = [2.873] if backend == "spec" else []
+            cells[(backend, level)] = Cell(records, runs=1, accept_lengths=accepts)
+    return SweepData(Path("synthetic"), {}, cells)
+
+
+def test_the_profile_and_its_policies_give_one_crossover() -> None:
+    document = profile_document(analyse(_sweep([1, 2, 4, 8, 12, 24, 32])))
+    crossover = document["crossover"]
+    assert set(crossover) == {"value", "ci", "confidence", "metric"}
+    value = crossover["value"]
+    assert 8 < value < 32 and crossover["ci"][0] <= value <= crossover["ci"][1]
+    profile = parse_profile(document)
+    assert curves(profile).crossover() == pytest.approx(value, rel=1e-9)
+    assert build_policy("crossover", {}, profile).crossover() == value
+    for name in ("acceptance-crossover", "expected-latency"):
+        assert build_policy(name, {}, profile).crossover() == pytest.approx(value, rel=1e-9)
+    aware = build_policy("acceptance-crossover", {}, profile)
+    assert isinstance(aware, AcceptanceCrossoverPolicy)
+    assert aware.threshold_at(3.5) > aware.threshold  # better acceptance pays longer
+    assert aware.threshold_at(2.873) == aware.threshold == curves(profile).crossover()
+
+
+def test_the_prediction_is_the_finder_on_its_speeds() -> None:
+    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    prediction = predict(config, [1, 4, 8], 128, 64)
+    levels = [lv.concurrency for lv in prediction.levels]
+
+    def finder(pick: str) -> float | None:
+        """Speeds are rates: the plain server's go first (``log_margin``)."""
+        base = [getattr(lv.base, pick) for lv in prediction.levels]
+        spec = [getattr(lv.spec, pick) for lv in prediction.levels]
+        return crossing(levels, log_margin(base, spec)).at
+
+    assert prediction.crossover is not None and prediction.throughput_crossover is not None
+    assert prediction.crossover == pytest.approx(finder("per_request"), rel=1e-12)
+    assert prediction.throughput_crossover == pytest.approx(finder("total"), rel=1e-12)
+    profile = parse_profile(as_profile(prediction, config))
+    assert profile.crossover.value == prediction.crossover
+    assert curves(profile).crossover() == pytest.approx(prediction.crossover, rel=1e-9)
