@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from http import HTTPStatus
 from typing import Any
 
@@ -54,11 +53,3 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     return body
-
-
-def request_id(body: dict[str, Any]) -> str:
-    """The client's ``rid`` (SGLang's field, used to abort by name), or a fresh one."""
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        raise BadRequest("Field 'rid' must be a string.")
-    return rid or uuid.uuid4().hex

@@ -7,7 +7,8 @@ from typing import Any
 from aiohttp import web
 
 from specroute.emulator.engine import Sequence
-from specroute.emulator.errors import BadRequest, read_json, request_id, sse_event
+from specroute.emulator.errors import BadRequest, read_json, sse_event
+from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import count_tokens
@@ -34,18 +35,13 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
             f"The input ({prompt_tokens} tokens) plus max_new_tokens ({max_new}) is longer "
             f"than the model's context length ({context_length} tokens)."
         )
-    stop = params.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-        raise BadRequest("sampling_params.stop must be a string or a list of strings.")
     seq = Sequence(
         rid=request_id(body),
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         max_new_tokens=max_new,
         ignore_eos=bool(params.get("ignore_eos", False)),
-        stop=tuple(s for s in stop if s),
+        stop=stop_strings(params.get("stop"), "sampling_params.stop"),
         sampling_seed=str(params.get("sampling_seed", "")),
     )
     return seq, bool(body.get("stream", False))

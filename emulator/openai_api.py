@@ -18,10 +18,10 @@ from specroute.emulator.errors import (
     BadRequest,
     error_body,
     read_json,
-    request_id,
     sse_event,
     stream_error_event,
 )
+from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
@@ -80,7 +80,7 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
         prompt_tokens=prompt_tokens,
         max_new_tokens=max_tokens,
         ignore_eos=_flag(body, "ignore_eos"),
-        stop=_stops(body.get("stop")),
+        stop=stop_strings(body.get("stop"), "Field 'stop'"),
         sampling_seed=str(body.get("seed", "")),
     )
     model = body.get("model", "default")
@@ -116,16 +116,6 @@ def _flag(body: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise BadRequest(f"Field '{name}' must be a boolean, got {value!r}.")
     return value
-
-
-def _stops(stop: Any) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return tuple(s for s in stop if s)
-    raise BadRequest("Field 'stop' must be a string or a list of strings.")
 
 
 def _finish_reason(finish: Finish | None) -> str | None:

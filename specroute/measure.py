@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specroute.emulator.hardware import load_hardware
 from specroute.event_loop import run as run_loop
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
@@ -135,6 +136,24 @@ def add_bench(sub: Subcommands) -> None:
     compare.add_argument("--out", required=True, metavar="DIR")
     compare.add_argument("--plot", metavar="compare.png")
     compare.set_defaults(handler=_compare)
+    cap = bench_sub.add_parser(
+        "capacity", help="how many concurrent streams one emulator process serves in real time",
+        description="Closed-loop streams at rising levels against one emulated server, and "
+        "the level at which its lag (slept over modelled step time) passes 5%%.",
+    )  # fmt: skip
+    cap.add_argument("--hardware", default="kimi-k2.5-8x-pcie",
+                     help="a shipped hardware model or a JSON file")  # fmt: skip
+    cap.add_argument("--mode", choices=["spec", "base"], default="spec")
+    cap.add_argument("--levels", type=levels, default=[16, 32, 64, 128, 256, 512],
+                     metavar="N1,N2,...", help="concurrent streams per level")  # fmt: skip
+    cap.add_argument("--seconds-per-level", type=positive(float), default=8.0,
+                     metavar="S", help="the measured window per level")  # fmt: skip
+    cap.add_argument("--warmup", type=positive(float), default=20.0, metavar="S",
+                     help="at most this long for every stream's first token")  # fmt: skip
+    cap.add_argument("--max-tokens", type=positive(int), default=256)
+    cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
+    cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
+    cap.set_defaults(handler=_capacity)
 
 
 def add_profile(sub: Subcommands) -> None:
@@ -259,6 +278,37 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
         f"Stopped: {result.stopped}."
     )
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from specroute.bench import capacity
+    from specroute.bench.capacity import CapacityPlan, LevelResult
+
+    plan = CapacityPlan(
+        hardware=args.hardware, mode=args.mode, levels=tuple(args.levels),
+        seconds=args.seconds_per_level, warmup=args.warmup, max_tokens=args.max_tokens,
+        time_scale=args.time_scale,
+    )  # fmt: skip
+    load_hardware(plan.hardware)  # a bad name stops here, not in the emulator
+    print(capacity.header(plan), flush=True)
+    results: list[LevelResult] = []
+
+    def done(result: LevelResult) -> None:
+        results.append(result)
+        print(capacity.progress_line(result), flush=True)
+
+    try:
+        run_loop(capacity.measure_capacity(plan, done))
+    except KeyboardInterrupt:
+        print("interrupted: the levels measured so far follow", file=sys.stderr)
+    if not results:
+        return 1
+    print(capacity.render(results))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(capacity.as_json(plan, results), indent=1) + "\n")
+        print(f"written to {args.out}")
     return 0
 
 
