@@ -130,7 +130,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
     }  # fmt: skip
     timeline: dict[str, list[tuple[float, str]]] = {}
     for policy in plan.policies:
-        router = ("serve", "--config", str(plan.router_config), "--policy", policy)
+        router = ("serve", "--config", str(plan.router_config), "--policy", policy,
+                  "--drain-grace", "0")  # no load balancer to wait for  # fmt: skip
         async with (
             spawned(*router, ready="/ready") as proxy,
             aiohttp.ClientSession(

@@ -120,7 +120,7 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _ready(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    if state.draining:
+    if state.stopping:
         return error_response(503, "draining", "service_unavailable")
     if not any(b.healthy for b in state.backends):
         return error_response(503, "no healthy backend", "service_unavailable")

@@ -1,4 +1,5 @@
-"""Optional bearer keys: client keys for serving, a separate admin key for changing the router.
+"""Bearer keys: optional client keys for serving, and the admin key that changing the
+router's routing needs: without one configured, those endpoints refuse (fail closed).
 
 Probes and scrapers (``/health``, ``/ready``, ``/metrics``) stay open. Keys are compared in
 constant time and never logged or echoed; the client's ``Authorization`` header is never
@@ -42,6 +43,11 @@ def auth_middleware(clients: Sequence[SecretStr], admin: SecretStr | None) -> Mi
         if request.path in OPEN_PATHS:
             return await handler(request)
         admin_path = request.path in ADMIN_PATHS
+        if admin_path and not admins:
+            return error_response(
+                403, "Changing the router's routing needs its admin key, and none is configured "
+                "(SPECROUTE_ADMIN_KEY or --admin-key): refused.", "permission_error",
+            )  # fmt: skip
         needed = admins if admin_path else [*clients, *admins] if clients else []
         if not needed:
             return await handler(request)

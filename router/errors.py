@@ -12,9 +12,14 @@ def error_json(message: str, err_type: str, code: int | str) -> dict[str, object
 
 
 def error_response(
-    status: int, message: str, err_type: str = "invalid_request_error"
+    status: int,
+    message: str,
+    err_type: str = "invalid_request_error",
+    retry_after: float | None = None,
 ) -> web.Response:
-    return web.json_response(error_json(message, err_type, status), status=status)
+    """``retry_after``: seconds after which the same request may succeed (a 503's header)."""
+    headers = None if retry_after is None else {"Retry-After": str(max(1, round(retry_after)))}
+    return web.json_response(error_json(message, err_type, status), status=status, headers=headers)
 
 
 def sse_error(message: str, err_type: str = "upstream_error", code: int = 502) -> bytes:

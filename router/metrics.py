@@ -30,11 +30,17 @@ class RouterMetrics:
         )
         self.live_concurrency = Gauge(
             "specroute_live_concurrency",
-            "Live concurrency the policy saw at the last decision.",
+            "The live concurrency of the whole deployment as the policy counts it, now.",
             registry=r,
         )
         self.crossover = Gauge(
             "specroute_crossover", "The crossover the policy routes by.", registry=r
+        )
+        self.router_errors = Counter(
+            "specroute_router_errors",
+            "The router's own failures (out_of_fds, internal_error), charged to no backend.",
+            ["kind"],
+            registry=r,
         )
         self.healthy = Gauge(
             "specroute_backend_healthy",

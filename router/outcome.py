@@ -1,12 +1,12 @@
 """How a proxied request ended: one short name that says which side failed and how.
 
 Like Envoy's response flags, the names are a fixed vocabulary that the proxy, the
-metrics and the tests share. The first five end a request whose answer the client got,
-whole or not, and are the ``status`` label of ``specroute_requests_total`` (an answer
-relayed to its end shows its HTTP status instead). The last three are the backend failing
-before any byte reached the client, the ``kind`` label of
-``specroute_upstream_errors_total``: such a request may go to another backend, once, and
-is answered 502 when that fails too.
+metrics and the tests share. The first group ends a request at its backend, and is the
+``status`` label of ``specroute_requests_total`` (an answer relayed to its end shows its
+HTTP status instead). The second is the backend failing, the ``kind`` label of
+``specroute_upstream_errors_total``; those that provably left no work running at the
+backend before any byte reached the client may go to another backend, once. The router's
+own failures are neither the client's nor a backend's, and are charged to no backend.
 """
 
 from __future__ import annotations
@@ -20,11 +20,17 @@ class Outcome(StrEnum):
     TRUNCATED = "truncated"  # a non-streamed body broke; the connection is cut, not ended
     CUT_OFF = "cut_off"  # the drain timeout closed it
     CANCELLED = "cancelled"  # the client went away
-    CONNECT = "connect"  # no connection, or no answer within the timeouts
+    # the backend's failures
+    CONNECT = "connect"  # no connection could be made, or it closed before an answer
     UNAVAILABLE = "unavailable"  # the backend answered 503
     MIDSTREAM = "midstream"  # the answer broke (before the first byte: retried; after: BROKEN)
+    TIMEOUT = "timeout"  # silent past idle_timeout or request_timeout: may still be working
+    # the router's own
+    OUT_OF_FDS = "out_of_fds"  # the router had no file descriptor left for the upstream
+    INTERNAL = "internal_error"  # an exception the router did not expect
 
     @property
     def retryable(self) -> bool:
-        """The backend failed and nothing reached the client: another backend may serve."""
+        """The backend failed, no work of this request is left running there, and nothing
+        reached the client: another backend may serve it."""
         return self in (Outcome.CONNECT, Outcome.UNAVAILABLE, Outcome.MIDSTREAM)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import aiohttp
@@ -28,10 +29,11 @@ from specroute.policies.view import POOLS, Pool, RequestInfo
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response, sse_error
 from specroute.router.outcome import Outcome
+from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
-_RELAYED_HEADERS = ("Content-Type", "Cache-Control")
+_RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
 _SHUTTING_DOWN = "The router is shutting down; its drain timeout cut this off."
 
 
@@ -57,9 +59,21 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
         except Failure as failure:  # nothing reached the client: once more, elsewhere
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
-                return error_response(502, f"The backend failed: {failure}", "upstream_error")
+                return _gave_up(failure)
             state.record(decision, state.view().load())
-    return error_response(503, "No healthy backend can serve this request.", "service_unavailable")
+    return error_response(
+        503, "No healthy backend can serve this request.", "service_unavailable",
+        retry_after=state.settings.health_interval,
+    )  # fmt: skip
+
+
+def _gave_up(failure: Failure) -> web.Response:
+    """Every backend tried failed before its first byte: busy ones say when to come back."""
+    if failure.outcome is Outcome.UNAVAILABLE:
+        return error_response(
+            503, f"Every backend tried is busy: {failure}", "service_unavailable", retry_after=1
+        )
+    return error_response(502, f"The backend failed: {failure}", "upstream_error")
 
 
 # 1. Choose
@@ -143,6 +157,8 @@ class _Flight:
             status = str(self.status) if self.outcome is Outcome.ANSWERED else self.outcome
             m.requests.labels(pool=backend.pool, backend=backend.name, status=status).inc()
             m.duration.labels(pool=backend.pool).observe(time.monotonic() - self.started)
+            if self.outcome in (Outcome.OUT_OF_FDS, Outcome.INTERNAL):
+                m.router_errors.labels(kind=self.outcome).inc()
 
 
 async def _forward(
@@ -150,20 +166,49 @@ async def _forward(
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
     flight = _Flight(state, backend)
+    limits = _timeout(state.settings, stream=body.get("stream") is True)
     try:
-        async with _open(request, state, backend, raw) as (upstream, first):
+        async with _open(request, state, backend, raw, limits) as (upstream, first):
             return await _relay(request, flight, upstream, first)
     except Failure as failure:
         if failure.outcome.retryable:
             raise
-        flight.outcome = failure.outcome  # the drain cut it off before its first byte
-        return error_response(503, str(failure), "service_unavailable")
-    except asyncio.CancelledError:
-        flight.outcome = Outcome.CANCELLED  # the client went away
+        flight.outcome = failure.outcome
+        return _refusal(failure)
+    except _ClientGone as gone:
+        flight.outcome = Outcome.CANCELLED
         _abort_upstream(state, backend, body)
+        return gone.response
+    except asyncio.CancelledError:
+        flight.outcome = Outcome.CANCELLED  # the client went away while the backend worked
+        _abort_upstream(state, backend, body)
+        raise
+    except Exception:
+        flight.outcome = Outcome.INTERNAL  # counted, then aiohttp answers 500 and logs it
         raise
     finally:
         flight.land()
+
+
+def _timeout(settings: RouterSettings, *, stream: bool) -> aiohttp.ClientTimeout:
+    """A stream may run for hours as long as it keeps talking; a non-streamed answer comes
+    whole at its end, so it gets a deadline instead of an idle limit."""
+    if stream:
+        return aiohttp.ClientTimeout(
+            sock_connect=settings.connect_timeout, sock_read=settings.idle_timeout
+        )
+    return aiohttp.ClientTimeout(
+        total=settings.request_timeout, sock_connect=settings.connect_timeout
+    )
+
+
+def _refusal(failure: Failure) -> web.Response:
+    """The answer to a request that failed before its first byte and cannot be retried."""
+    if failure.outcome is Outcome.TIMEOUT:
+        return error_response(504, str(failure), "timeout")
+    if failure.outcome is Outcome.OUT_OF_FDS:
+        return error_response(503, str(failure), "service_unavailable", retry_after=1)
+    return error_response(503, str(failure), "service_unavailable")  # the drain cut it off
 
 
 # 2. Open: until the first byte, nothing reached the client
@@ -171,21 +216,21 @@ async def _forward(
 
 @contextlib.asynccontextmanager
 async def _open(
-    request: web.Request, state: RouterState, backend: Backend, raw: bytes
+    request: web.Request,
+    state: RouterState,
+    backend: Backend,
+    raw: bytes,
+    limits: aiohttp.ClientTimeout,
 ) -> AsyncIterator[tuple[aiohttp.ClientResponse, bytes]]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure."""
     assert state.session is not None  # set at startup, before any request is served
-    settings = state.settings
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=settings.connect_timeout, sock_read=settings.idle_timeout
-    )
     try:
         upstream = await state.session.post(
             backend.url + request.path, data=raw, headers=_forwarded(request),
-            timeout=timeout, auto_decompress=False,
+            timeout=limits, auto_decompress=False,
         )  # fmt: skip
     except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-        raise _upstream_failed(state, backend, Outcome.CONNECT, exc) from None
+        raise _unanswered(state, backend, exc) from None
     async with upstream:
         if upstream.status == 503:
             await upstream.read()
@@ -202,22 +247,55 @@ async def _open(
 
 
 def _forwarded(request: web.Request) -> dict[str, str]:
-    return {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+    """The client's headers that the backend needs. A body is relayed as it comes, so the
+    backend may compress only what the client can read: the client's ``Accept-Encoding``,
+    or none (aiohttp would otherwise offer gzip on the client's behalf)."""
+    headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+    headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
+    return headers
+
+
+def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    """No answer came: the router could not open a socket, the backend could not be reached
+    or dropped the request (nothing of it runs there: retryable), or it went silent."""
+    if getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE):
+        message = ("The router has run out of file descriptors (its open-files limit): "
+                   "its own failure, not the backend's.")  # fmt: skip
+        return Failure(Outcome.OUT_OF_FDS, message, exc)
+    if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return _silent(state, backend, exc)
+    return _upstream_failed(state, backend, Outcome.CONNECT, exc)
+
+
+def _silent(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    return _upstream_failed(
+        state, backend, Outcome.TIMEOUT, exc,
+        f"The backend {backend.name} did not answer in time; not retried, since it may still "
+        "be working on this request.",
+    )  # fmt: skip
 
 
 def _upstream_failed(
-    state: RouterState, backend: Backend, kind: Outcome, cause: BaseException | None = None
+    state: RouterState,
+    backend: Backend,
+    kind: Outcome,
+    cause: BaseException | None = None,
+    message: str | None = None,
 ) -> Failure:
     """The backend's failure, counted once, here, by its kind."""
     state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
-    message = f"{backend.name} answered 503" if cause is None else f"{backend.name}: {cause!r}"
+    if message is None:
+        message = f"{backend.name} answered 503" if cause is None else f"{backend.name}: {cause!r}"
     return Failure(kind, message, cause)
 
 
 def _stopped(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
-    """The answer stopped: the drain timeout closed it, or the backend failed."""
+    """The answer stopped: the drain timeout closed it, the backend went silent, or it
+    failed."""
     if state.draining:
         return Failure(Outcome.CUT_OFF, _SHUTTING_DOWN)
+    if isinstance(exc, TimeoutError):
+        return _silent(state, backend, exc)
     return _upstream_failed(state, backend, Outcome.MIDSTREAM, exc)
 
 
@@ -234,22 +312,50 @@ async def _relay(
     response.headers["x-specroute-backend"] = flight.backend.name
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
-    chunk = first
+    encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
+    events = upstream.content_type == "text/event-stream" and not encoded
+    chunk, held = first, b""  # held: the start of an event not yet whole
     try:
-        await response.prepare(request)
+        await _to_client(response, response.prepare(request))
         if chunk:
             flight.first_byte()
         while chunk:
-            await response.write(chunk)  # the client's side (see the except below)
+            if events:
+                chunk, held = _whole_events(held + chunk)
+            if chunk:
+                await _to_client(response, response.write(chunk))
             chunk = await upstream.content.readany()  # the backend's side
-    # Known issue: a client gone while the answer is written to it lands here too, and is
-    # counted as the backend's failure; telling the two apart belongs above.
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        if held:
+            await _to_client(response, response.write(held))  # ended without a blank line
+    except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
         failure = _stopped(flight.state, flight.backend, exc)
         return await _end_early(request, flight, upstream, response, failure)
-    await response.write_eof()
+    await _to_client(response, response.write_eof())
     flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
     return response
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it went away. Not the backend's failure."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__("the client went away")
+        self.response = response
+
+
+async def _to_client(response: web.StreamResponse, writing: Awaitable[object]) -> None:
+    try:
+        await writing
+    except ConnectionError as exc:  # aiohttp's ClientConnectionResetError is one
+        raise _ClientGone(response) from exc
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` cut after its last blank line: the events that are whole, and the rest. An
+    event is relayed only when whole, so an error event never lands inside half of one."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    return data[:end], data[end:]
 
 
 async def _end_early(
@@ -274,8 +380,8 @@ async def _end_early(
             f"The backend {flight.backend.name} failed mid-stream "
             f"({type(failure.cause).__name__}); the answer is incomplete."
         )
-    await response.write(sse_error(message))
-    await response.write_eof()
+    await _to_client(response, response.write(sse_error(message)))
+    await _to_client(response, response.write_eof())
     return response
 
 

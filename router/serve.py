@@ -1,9 +1,14 @@
-"""Run the router until SIGTERM or SIGINT, then drain: ``/ready`` turns 503, new requests
-are refused, and requests in flight get up to ``drain_timeout`` seconds to finish."""
+"""Run the router until SIGTERM or SIGINT, then drain as load balancers expect: ``/ready``
+turns 503 at once while new requests are still served for ``drain_grace`` seconds (the time
+it takes to be removed from a Service's endpoints; none after SIGINT, a person at a
+terminal), then new requests are refused and those in flight get up to ``drain_timeout``
+seconds to finish. A second signal stops at once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import resource
 import signal
 import time
 
@@ -19,7 +24,21 @@ _CUT_OFF_GRACE = 1.0
 
 
 def run(settings: RouterSettings) -> None:
+    print(f"specroute router: {open_files_limit()}", flush=True)
     run_loop(serve(settings))
+
+
+def open_files_limit() -> str:
+    """Raise the soft limit of open files to the hard one: every stream holds two sockets,
+    and a shell's common default of 1,024 runs out near 500 streams."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft >= hard:
+        return f"open files limit {soft}"
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        return f"open files limit {soft} (raising it to {hard} failed: {exc})"
+    return f"open files limit raised from {soft} to {hard}"
 
 
 async def serve(settings: RouterSettings) -> None:
@@ -35,19 +54,33 @@ async def serve(settings: RouterSettings) -> None:
             flush=True,
         )
         stop = asyncio.Event()
+        signals: list[signal.Signals] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            signals.append(sig)
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         await stop.wait()
         stop.clear()
-        await drain(app[STATE], settings.drain_timeout, stop)
+        grace = settings.drain_grace if signals[0] == signal.SIGTERM else 0.0
+        await drain(app[STATE], grace, settings.drain_timeout, stop)
     finally:
         await runner.cleanup()
 
 
-async def drain(state: RouterState, seconds: float, again: asyncio.Event) -> None:
-    """Refuse new work and wait for the in-flight count to reach 0, ``seconds``, or a
-    second signal; then cut off what is left, each stream ending with an event saying why."""
+async def drain(state: RouterState, grace: float, seconds: float, again: asyncio.Event) -> None:
+    """Say not ready but serve on for ``grace`` seconds; then refuse new work and wait for
+    the in-flight count to reach 0, ``seconds``, or a second signal; then cut off what is
+    left, each stream ending with an event saying why."""
+    state.stopping = True
+    if grace > 0:
+        print(f"specroute router: not ready; serving {grace:g} s more while load balancers "
+              "take it out", flush=True)  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(again.wait(), grace)
     state.draining = True
     print(f"specroute router: draining {state.inflight()} request(s), up to {seconds:g} s",
           flush=True)  # fmt: skip

@@ -35,11 +35,15 @@ class RouterSettings(BaseSettings):
     health_interval: float = Field(2.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
     connect_timeout: float = Field(5.0, gt=0)
-    idle_timeout: float = Field(300.0, gt=0, description="longest silence from a backend")
+    idle_timeout: float = Field(300.0, gt=0, description="longest silence within a stream")
+    request_timeout: float = Field(
+        1800.0, gt=0, description="deadline of a whole non-streamed answer, sent at its end"
+    )
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     api_keys: list[SecretStr] = Field(default_factory=list)
     admin_key: SecretStr | None = None
     backend_api_key: SecretStr | None = None
+    drain_grace: float = Field(5.0, ge=0, description="after SIGTERM: not ready, still serving")
     drain_timeout: float = Field(30.0, ge=0)
     recent_decisions: int = Field(50, ge=0)
     config: Path | None = Field(None, exclude=True)

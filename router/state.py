@@ -30,7 +30,8 @@ class RouterState:
     profile_loaded_at: float = field(default_factory=time.time)
     recent: deque[dict[str, Any]] = field(init=False)  # the last decisions, for /router/status
     session: ClientSession | None = None
-    draining: bool = False
+    stopping: bool = False  # a signal came: /ready says 503, requests are still served
+    draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: set[ClientResponse] = field(default_factory=set)  # answers being relayed
     _by_name: dict[str, Backend] = field(init=False, repr=False)
@@ -40,6 +41,8 @@ class RouterState:
         self._by_name: dict[str, Backend] = {}
         for b in self.backends:  # a URL given twice in one pool is served by the first
             self._by_name.setdefault(b.name, b)
+        # read at each scrape: the load the policy would see now, also after traffic stops
+        self.metrics.live_concurrency.set_function(lambda: self.view().load())
 
     def adopt(self, policy: Policy, profile: Profile | None, source: str | None) -> None:
         """Route by a new policy from now on; requests in flight are not touched."""
@@ -68,7 +71,6 @@ class RouterState:
 
     def record(self, decision: Decision, load: int) -> None:
         self.metrics.decisions.labels(pool=decision.pool, reason=decision.reason).inc()
-        self.metrics.live_concurrency.set(load)
         self._show_crossover()  # it may move with live acceptance
         self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
                             "reason": decision.reason, "live_concurrency": load})  # fmt: skip

@@ -81,6 +81,10 @@ def _add_serve(sub: Subcommands) -> None:
     )  # fmt: skip
     serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
     serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
+    serve.add_argument(
+        "--drain-grace", type=float, metavar="S",
+        help="after SIGTERM, seconds of answering not-ready while still serving (default 5)",
+    )  # fmt: skip
     serve.add_argument("--drain-timeout", type=float, metavar="S")
     serve.set_defaults(handler=_serve)
 

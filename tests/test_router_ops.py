@@ -79,15 +79,37 @@ async def test_client_and_admin_keys(caplog: pytest.LogCaptureFixture) -> None:
     assert not any(key in shown + caplog.text for key in secrets)
 
 
+@pytest.mark.parametrize(
+    "keys", [{}, {"api_keys": ["client-key"]}], ids=["no keys", "client keys only"]
+)
+async def test_without_an_admin_key_routing_cannot_be_changed(keys: dict[str, Any]) -> None:
+    """Fail closed: no admin key configured means no one may swap the profile, with or
+    without a client key, and the routing stays as it was."""
+    async with (
+        running_router(spec=["http://127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4,
+                       **keys) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):  # fmt: skip
+        for headers in ({}, {"Authorization": "Bearer client-key"}):
+            async with s.post(f"{url}/router/profile", json=profile(0), headers=headers) as r:
+                assert r.status == 403
+                error = (await r.json())["error"]
+                assert error["type"] == "permission_error" and "admin key" in error["message"]
+        assert state.policy.describe()["crossover"] == 4
+
+
 async def test_profile_swaps_live_without_dropping_streams(tmp_path: Path) -> None:
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(profile(1, hours_old=2)))
+    admin = {"Authorization": "Bearer admin-key"}
     async with (
         running_emulator("--mode", "spec", "--time-scale", "0.2") as spec,
         running_emulator("--mode", "base", "--time-scale", "0.2") as base,
-        running_router(spec=[spec], base=[base], profile=path) as (url, state),
-        aiohttp.ClientSession() as s,
-    ):
+        running_router(spec=[spec], base=[base], profile=path, admin_key="admin-key") as (
+            url, state,
+        ),
+        aiohttp.ClientSession(headers=admin) as s,
+    ):  # fmt: skip
         async with s.get(f"{url}/router/status") as r:
             status = await r.json()
         assert status["profile"]["source"] == str(path)
@@ -158,9 +180,9 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event() -> None:
 
 
 @asynccontextmanager
-async def hanging_up_after_headers() -> AsyncIterator[str]:
-    """A backend that passes its health checks but answers every POST with its headers and
-    then hangs up, before the first byte of the body."""
+async def hanging_up_after(*chunks: bytes) -> AsyncIterator[str]:
+    """A backend that passes its health checks but answers every POST with a stream's
+    headers and ``chunks`` (each sent as one HTTP chunk), then hangs up mid-answer."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).lower()
@@ -171,6 +193,8 @@ async def hanging_up_after_headers() -> AsyncIterator[str]:
         else:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+            for chunk in chunks:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         await writer.drain()
         writer.close()
 
@@ -179,9 +203,36 @@ async def hanging_up_after_headers() -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
+async def test_a_stream_broken_mid_event_ends_with_a_whole_error_event() -> None:
+    whole = json.dumps({
+        "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"},
+                     "finish_reason": None}],
+    }).encode()  # fmt: skip
+    async with (
+        hanging_up_after(b"data: " + whole + b"\n\n", b'data: {"choices": [{"del') as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8) as (url, state),
+    ):
+        stream = await client(url).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=4, stream=True
+        )
+        got: list[str | None] = []
+
+        async def read() -> None:
+            async for chunk in stream:
+                got.append(chunk.choices[0].delta.content)
+
+        with pytest.raises(openai.APIError, match=r"failed mid-stream .*incomplete"):
+            await read()
+        assert got == ["Hi"]  # the whole event came through, the half one did not
+        await settled(state)
+        assert state.inflight() == 0
+
+
 async def test_an_answer_broken_before_its_first_byte_is_retried_and_counted_once() -> None:
     async with (
-        hanging_up_after_headers() as spec,
+        hanging_up_after() as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], crossover=8) as (url, state),
         aiohttp.ClientSession() as s,
@@ -222,10 +273,13 @@ async def test_sigterm_drains_in_flight_streams(drain_timeout: float, finishes: 
     async with running_emulator("--mode", "base", "--time-scale", "0.5") as base:
         async with (
             specroute("serve", "--spec", base, "--base", base, "--policy", "always-base",
-                      "--drain-timeout", str(drain_timeout)) as (url, process),
+                      "--drain-grace", "1", "--drain-timeout", str(drain_timeout)) as (
+                url, process,
+            ),
             aiohttp.ClientSession() as s,
         ):  # fmt: skip
             body = {**LONG_STREAM, "max_tokens": 600, "stream_options": {"include_usage": True}}
+            short = {"model": "m", "messages": CHAT, "max_tokens": 2}
             response = await s.post(f"{url}/v1/chat/completions", json=body)
             await response.content.readline()
             process.send_signal(signal.SIGTERM)
@@ -233,9 +287,12 @@ async def test_sigterm_drains_in_flight_streams(drain_timeout: float, finishes: 
             reading = asyncio.create_task(_stream_text(response))
             await asyncio.sleep(0.2)
             async with s.get(f"{url}/ready") as r:
-                assert r.status == 503
+                assert r.status == 503  # at once: load balancers take the router out
+            async with s.post(f"{url}/v1/chat/completions", json=short) as r:
+                assert r.status == 200  # while they do, requests are still served
+            await asyncio.sleep(max(0.0, signalled + 1.3 - time.monotonic()))
             async with s.post(f"{url}/v1/chat/completions", json=body) as r:
-                assert r.status == 503
+                assert r.status == 503  # after the grace, new ones are refused
                 assert "shutting down" in (await r.json())["error"]["message"]
             text = await reading
             await asyncio.wait_for(process.wait(), 15)
@@ -245,7 +302,7 @@ async def test_sigterm_drains_in_flight_streams(drain_timeout: float, finishes: 
             assert '"completion_tokens":600' in text.replace(" ", "")
             assert text.rstrip().endswith("data: [DONE]")
         else:
-            assert stopped < drain_timeout + 3
+            assert stopped < 1 + drain_timeout + 3
             assert '"completion_tokens":600' not in text.replace(" ", "")
             assert "shutting down" in text  # cut off with a reason, not silently
 
@@ -289,7 +346,8 @@ async def test_metrics_have_the_right_values() -> None:
     assert one("specroute_route_decisions_total", pool="base", reason="above_crossover") == 3
     assert one("specroute_inflight", pool="spec", backend=names["spec"]) == 0
     assert samples(busy, "specroute_inflight")[(("backend", names["spec"]), ("pool", "spec"))] == 1
-    assert one("specroute_live_concurrency") == 1  # the last decision saw the long stream
+    assert samples(busy, "specroute_live_concurrency")[()] == 1  # the long stream
+    assert one("specroute_live_concurrency") == 0  # now, not at the last decision
     assert one("specroute_crossover") == 1
     for pool in ("spec", "base"):
         assert one("specroute_backend_healthy", backend=names[pool]) == 1

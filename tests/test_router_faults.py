@@ -1,0 +1,239 @@
+"""Faults at either side of the router, each told apart: a slow backend is not a dead one, a
+client that leaves is not a backend that failed, and the router's own limits are its own."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from specroute.bench.spawn import spawned
+from tests.emulators import running_emulator
+from tests.routers import running_router
+from tests.test_emulator_api import CHAT, client
+from tests.test_router import FAST, LONG_STREAM, settled
+from tests.test_router_ops import samples
+
+
+async def _until_loads(s: aiohttp.ClientSession, url: str, running: int, waiting: int) -> None:
+    for _ in range(250):
+        async with s.get(f"{url}/v1/loads") as r:
+            load = (await r.json())["loads"][0]
+        if (load["num_running_reqs"], load["num_waiting_reqs"]) == (running, waiting):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{url} never had {running} running and {waiting} waiting")
+
+
+async def _metrics(url: str) -> str:
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
+        return await r.text()
+
+
+async def test_a_slow_non_streamed_answer_is_waited_for_not_cut_and_run_twice() -> None:
+    """Its headers come only when generation ends: the idle timeout must not cut it."""
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.5") as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8, idle_timeout=0.3) as (url, state),
+    ):
+        answer = await client(url).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=200, extra_body={"ignore_eos": True}
+        )
+        assert answer.usage is not None and answer.usage.completion_tokens == 200
+        await settled(state)
+        text = await _metrics(url)
+    assert sum(samples(text, "specroute_upstream_errors_total").values()) == 0
+    assert list(samples(text, "specroute_requests_total").values()) == [1]
+    assert [d["reason"] for d in state.recent] == ["below_crossover"]
+
+
+async def test_past_its_deadline_a_non_streamed_request_gets_504_and_is_not_retried() -> None:
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.5") as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8, request_timeout=0.3) as (
+            url, state,
+        ),
+    ):  # fmt: skip
+        with pytest.raises(openai.APIStatusError) as raised:
+            await client(url).chat.completions.create(
+                model="m", messages=CHAT, max_tokens=200, extra_body={"ignore_eos": True}
+            )
+        assert raised.value.status_code == 504
+        assert "not retried" in raised.value.message
+        await settled(state)
+        text = await _metrics(url)
+    spec_name = state.backends[0].name
+    assert samples(text, "specroute_upstream_errors_total") == {
+        (("backend", spec_name), ("kind", "timeout")): 1
+    }
+    assert samples(text, "specroute_requests_total") == {
+        (("backend", spec_name), ("pool", "spec"), ("status", "timeout")): 1
+    }
+    assert [d["reason"] for d in state.recent] == ["below_crossover"]  # no retry
+
+
+@asynccontextmanager
+async def compressing_backend() -> AsyncIterator[tuple[str, list[str]]]:
+    """An SGLang-shaped answer behind a gzip middleware (as an ingress would add); yields
+    its URL and the ``Accept-Encoding`` of every request it got."""
+    offered: list[str] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        offered.append(request.headers.get("Accept-Encoding", ""))
+        body: dict[str, Any] = await request.json()
+        answer = {
+            "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "compressed " * 200}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 400, "total_tokens": 403},
+        }  # fmt: skip
+        response = web.json_response(answer)
+        response.enable_compression()  # only when the request accepts it
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", offered
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_compressed_answer_keeps_its_encoding() -> None:
+    async with (
+        compressing_backend() as (spec, offered),
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8) as (url, _),
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        async with s.post(f"{url}/v1/chat/completions", json=body,
+                          headers={"Accept-Encoding": "gzip"}) as r:  # fmt: skip
+            assert r.headers["Content-Encoding"] == "gzip"
+            assert (await r.json())["choices"][0]["message"]["content"].startswith("compressed")
+        async with s.post(f"{url}/v1/chat/completions", json=body,
+                          skip_auto_headers=["Accept-Encoding"]) as r:  # fmt: skip
+            assert "Content-Encoding" not in r.headers  # a client that reads no gzip gets none
+            assert (await r.json())["usage"]["completion_tokens"] == 400
+        answer = await client(url).chat.completions.create(model="m", messages=CHAT)
+        assert answer.choices[0].message.content is not None
+    assert offered[:2] == ["gzip", "identity"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "non-streamed"])
+async def test_a_client_that_leaves_is_not_charged_to_the_backend(
+    stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.5") as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8, health_interval=0.1) as (
+            url, state,
+        ),
+    ):  # fmt: skip
+        for _ in range(3):
+            async with aiohttp.ClientSession() as s:
+
+                async def ask() -> None:
+                    body = {**LONG_STREAM, "stream": stream}
+                    async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+                        await r.read()
+
+                with pytest.raises(TimeoutError):  # the client gives up mid-answer and goes
+                    await asyncio.wait_for(ask(), 0.3)
+            await asyncio.sleep(0.1)
+        await settled(state)
+        await asyncio.sleep(0.3)  # a health check or two
+        text = await _metrics(url)
+        assert all(b.healthy for b in state.backends)
+    spec_name = state.backends[0].name
+    assert samples(text, "specroute_upstream_errors_total") == {}
+    assert samples(text, "specroute_requests_total") == {
+        (("backend", spec_name), ("pool", "spec"), ("status", "cancelled")): 3
+    }
+    assert {d["reason"] for d in state.recent} == {"below_crossover"}  # never re-sent
+    assert "Error handling request" not in caplog.text  # nothing unhandled in the router
+    assert "closing transport" not in caplog.text
+
+
+async def test_out_of_file_descriptors_the_router_blames_itself() -> None:
+    """The router's open-files limit lowered under it while it runs: streams past it get
+    503 with Retry-After from the router, charged to no backend."""
+    async with (
+        running_emulator("--mode", "base", "--time-scale", "0.5") as base,
+        spawned(
+            "serve", "--spec", base, "--base", base, "--policy", "always-base", stop=signal.SIGKILL
+        ) as router,  # fmt: skip
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s,
+    ):
+        assert "open files limit" in router.said()
+        resource.prlimit(router.process.pid, resource.RLIMIT_NOFILE, (48, 48))
+        held: list[aiohttp.ClientResponse] = []
+        refused: list[tuple[int, str, dict[str, Any]]] = []
+        for _ in range(40):
+            try:
+                r = await asyncio.wait_for(
+                    s.post(f"{router.url}/v1/chat/completions", json=LONG_STREAM), 5
+                )
+            except (aiohttp.ClientError, TimeoutError):
+                continue  # the router could not even accept: nothing to read
+            if r.status == 200:
+                held.append(r)
+            else:
+                refused.append((r.status, r.headers.get("Retry-After", ""), await r.json()))
+        for r in held:  # their descriptors come back to the router
+            r.close()
+        await asyncio.sleep(1.0)
+        async with s.get(f"{router.url}/metrics") as r:
+            text = await r.text()
+    assert held and refused
+    assert {(status, after) for status, after, _ in refused} == {(503, "1")}
+    assert all("file descriptors" in body["error"]["message"] for *_, body in refused)
+    assert samples(text, "specroute_router_errors_total") == {
+        (("kind", "out_of_fds"),): len(refused)
+    }
+    assert samples(text, "specroute_upstream_errors_total") == {}
+    assert all(v == 1 for v in samples(text, "specroute_backend_healthy").values())
+
+
+async def test_two_busy_backends_answer_503_with_retry_after() -> None:
+    full = ("--time-scale", "1", "--max-running-requests", "1", "--max-queued-requests", "1")
+    async with (
+        running_emulator("--mode", "spec", *full) as spec,
+        running_emulator("--mode", "base", *full) as base,
+        running_router(spec=[spec], base=[base], crossover=100) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        slow = {**LONG_STREAM, "max_tokens": 2000}
+        hold = []
+        for u in (spec, base):  # one running and one waiting on each: both full
+            for running, waiting in ((1, 0), (1, 1)):
+                hold.append(asyncio.create_task(s.post(f"{u}/v1/chat/completions", json=slow)))
+                await _until_loads(s, u, running, waiting)
+        refused = {**slow, "stream": False}  # a stream would get its 503 as an SSE event
+        async with s.post(f"{url}/v1/chat/completions", json=refused) as r:
+            assert r.status == 503
+            assert r.headers["Retry-After"] == "1"
+            assert "busy" in (await r.json())["error"]["message"]
+        for task in hold:
+            task.cancel()
+        await asyncio.gather(*hold, return_exceptions=True)
+        await settled(state)
