@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from specroute.emulator.acceptance import Acceptance
 from specroute.emulator.engine import Engine
+from specroute.emulator.faults import Fault
 from specroute.emulator.hardware import HardwareModel
 
 VERSION = "0.5.23"
@@ -30,6 +31,7 @@ class EmulatorConfig:
     health_timeout: float = 20.0
     seed: int = 0
     api_key: str | None = None  # as SGLang's --api-key: every path but probes needs it
+    faults: tuple[Fault, ...] = ()  # injected from the start; /emulator/faults changes them
 
     @property
     def speculative(self) -> bool:

@@ -117,6 +117,13 @@ class EngineMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self.faults = Counter(
+            "specroute_emulator_faults",
+            "Faults injected, by kind (see /emulator/faults); slow counts the generation "
+            "requests that arrived while it was in force.",
+            ["kind"],
+            registry=self.registry,
+        )
 
     def tokenizer(self, streaming: bool | None = None) -> dict[str, str]:
         labels = {"model_name": self.model_name, "engine_type": "unified"}

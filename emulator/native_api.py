@@ -8,6 +8,7 @@ from aiohttp import web
 
 from specroute.emulator.engine import Sequence
 from specroute.emulator.errors import BadRequest, read_json, sse_event
+from specroute.emulator.faults import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
@@ -48,9 +49,10 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
 
 
 class NativeHandlers:
-    def __init__(self, loop: EngineLoop, context_length: int) -> None:
+    def __init__(self, loop: EngineLoop, context_length: int, faults: FaultInjector) -> None:
         self.loop = loop
         self.context_length = context_length
+        self.faults = faults
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         seq, stream = parse_generate(await read_json(request), self.context_length)
@@ -63,9 +65,7 @@ class NativeHandlers:
             except QueueFull as exc:
                 raise BadRequest(str(exc), 503, "503") from None
             return web.json_response(self._payload(active))
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        response = self.faults.event_stream(request)
         await response.prepare(request)
         try:
             async with active:

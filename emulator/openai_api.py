@@ -21,6 +21,7 @@ from specroute.emulator.errors import (
     sse_event,
     stream_error_event,
 )
+from specroute.emulator.faults import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
@@ -135,9 +136,10 @@ def _usage(active: ActiveRequest) -> dict[str, Any]:
 
 
 class OpenAIHandlers:
-    def __init__(self, loop: EngineLoop, context_length: int) -> None:
+    def __init__(self, loop: EngineLoop, context_length: int, faults: FaultInjector) -> None:
         self.loop = loop
         self.context_length = context_length
+        self.faults = faults
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
@@ -188,9 +190,7 @@ class OpenAIHandlers:
     async def _stream(
         self, request: web.Request, c: Completion, active: ActiveRequest
     ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        response = self.faults.event_stream(request)
         await response.prepare(request)
         created = int(time.time())
         seq = c.seq

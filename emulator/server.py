@@ -19,6 +19,7 @@ from specroute.emulator.acceptance import AcceptanceError
 from specroute.emulator.config import VERSION, EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence
 from specroute.emulator.errors import BadRequest, error_body, error_response, read_json
+from specroute.emulator.faults import Fault, FaultError, FaultInjector, parse_change
 from specroute.emulator.loop import EngineLoop
 from specroute.emulator.metrics import EngineMetrics
 from specroute.emulator.native_api import NativeHandlers
@@ -28,6 +29,7 @@ from specroute.event_loop import new_event_loop
 LOOP = web.AppKey("loop", EngineLoop)
 CONFIG = web.AppKey("config", EmulatorConfig)
 STARTED = web.AppKey("started", float)
+FAULTS = web.AppKey("faults", FaultInjector)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -78,15 +80,19 @@ def create_app(config: EmulatorConfig) -> web.Application:
         decode_log_interval=config.decode_log_interval,
         stream_interval=config.stream_interval,
     )
-    middlewares: list[Middleware] = [_errors]
+    faults = FaultInjector(metrics.faults, config.faults, config.seed)
+    # a dead server refuses before it could check a key
+    middlewares: list[Middleware] = [_errors, faults.middleware()]
     if config.api_key is not None:
         middlewares.append(_api_key(config.api_key))
     app = web.Application(middlewares=middlewares)
     app[LOOP] = loop
     app[CONFIG] = config
     app[STARTED] = time.time()
-    openai = OpenAIHandlers(loop, config.context_length)
-    native = NativeHandlers(loop, config.context_length)
+    app[FAULTS] = faults
+    _pace(app)
+    openai = OpenAIHandlers(loop, config.context_length, faults)
+    native = NativeHandlers(loop, config.context_length, faults)
     app.router.add_post("/v1/chat/completions", openai.chat)
     app.router.add_post("/v1/completions", openai.completions)
     app.router.add_post("/generate", native.generate)
@@ -105,6 +111,9 @@ def create_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/emulator/acceptance", _get_acceptance)
     app.router.add_post("/emulator/acceptance", _set_acceptance)
+    app.router.add_get("/emulator/faults", _get_faults)
+    app.router.add_post("/emulator/faults", _set_faults)
+    app.router.add_delete("/emulator/faults", _set_faults)
     app.cleanup_ctx.append(_run_engine)
     return app
 
@@ -185,6 +194,7 @@ async def _server_info(request: web.Request) -> web.Response:
             "hardware": config.hardware.name,
             "time_scale": config.time_scale,
             "acceptance": loop.engine.acceptance.describe(),
+            "faults": request.app[FAULTS].describe()["faults"],
         },
     }
     return web.json_response(info)
@@ -253,6 +263,30 @@ async def _set_acceptance(request: web.Request) -> web.Response:
     for seq in (*engine.running, *engine.waiting):
         seq.accept_rate = engine.acceptance.rate_for(seq.prompt)
     return web.json_response(engine.acceptance.describe())
+
+
+async def _get_faults(request: web.Request) -> web.Response:
+    return web.json_response(request.app[FAULTS].describe())
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    """Replace the faults while serving (``DELETE``, or an empty list, clears them); the
+    requests already streaming keep the faults drawn for them."""
+    faults: tuple[Fault, ...] = ()
+    seed = None
+    if request.method == "POST":
+        try:
+            faults, seed = parse_change(await read_json(request))
+        except FaultError as exc:
+            raise BadRequest(str(exc)) from None
+    request.app[FAULTS].set(faults, seed)
+    _pace(request.app)
+    return web.json_response(request.app[FAULTS].describe())
+
+
+def _pace(app: web.Application) -> None:
+    """The fault ``slow`` makes every step take its factor times longer, from the next."""
+    app[LOOP].time_scale = app[CONFIG].time_scale * app[FAULTS].slowdown
 
 
 def serve(config: EmulatorConfig) -> None:

@@ -43,20 +43,20 @@ class Curves:
     max_running: dict[Pool, int | None]
     accept_length: float | None  # what the speculative curve was measured at
 
-    def crossover(self, accept_scale: float = 1.0, limit: float = 4096) -> float:
+    def crossover(self, accept_scale: float = 1.0) -> float:
         """Where speculation's TPOT, scaled by ``accept_scale`` (measured over live accept
-        length), stops being below the plain server's: the crossing finder on the levels,
-        carried on along the last segment up to ``limit``. 0 when speculation loses from
-        the first level, infinity when it still wins at ``limit``."""
+        length), stops being below the plain server's: the crossing finder on the levels.
+        0 when speculation loses from the first level; the last level when it still wins
+        there, since past it nothing was measured (the router does not guess)."""
         spec, base = self.tpot["spec"], self.tpot["base"]
         levels = sorted(set(spec.levels) | set(base.levels))
         margin = log_margin(
             [spec.at(c) * accept_scale for c in levels], [base.at(c) for c in levels]
         )
-        found = crossing(levels, margin, extend_to=limit)
+        found = crossing(levels, margin)
         if found.at is not None:
             return found.at
-        return math.inf if found.bound == "above" else 0.0
+        return levels[-1] if found.bound == "above" else 0.0
 
 
 def curves(profile: Profile) -> Curves:

@@ -31,12 +31,28 @@ class Crossover:
 
     @property
     def threshold(self) -> float:
-        """The concurrency to route by: the crossover, or the bound when there is none."""
+        """The concurrency to route by: the crossover; when there is none, the edge of what
+        was measured (speculate up to the last level where it paid, and not past it, where
+        nothing was measured; not at all when it lost from the first level)."""
         if self.value is not None:
             return self.value
         if self.bound == "above":
-            return math.inf
+            return math.inf if self.limit is None else self.limit
         return 0.0
+
+    @property
+    def note(self) -> str | None:
+        """What routing by a bound means, in words; None for a measured crossover."""
+        if self.value is not None:
+            return None
+        if self.bound == "below":
+            return ("speculation paid at no level measured: the router does not speculate "
+                    f"(the first level measured was {self.limit})")  # fmt: skip
+        if self.limit is None:
+            return "speculation paid at every level measured, and the profile says no limit"
+        return (f"speculation paid at every level measured, up to {self.limit:g}: the router "
+                f"speculates up to {self.limit:g} and not past it, where nothing was measured "
+                "(calibrate with a higher --max-concurrency to know more)")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from specroute.policies.registry import build_policy
 from specroute.router.auth import auth_middleware
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
+from specroute.router.health import Breaker
 from specroute.router.metrics import RouterMetrics
-from specroute.router.monitor import check_health, every, poll_metrics
+from specroute.router.monitor import check_health, each_backend, every, poll_metrics
 from specroute.router.proxy import proxy
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -32,8 +33,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def build_state(settings: RouterSettings) -> RouterState:
     profile: Profile | None = load_profile(settings.profile) if settings.profile else None
     policy = build_policy(settings.policy, settings.policy_params(), profile)
-    backends = [Backend(u, "spec") for u in settings.spec] + [
-        Backend(u, "base") for u in settings.base
+    backends = [Backend(u, "spec", Breaker(settings.ejection())) for u in settings.spec] + [
+        Backend(u, "base", Breaker(settings.ejection())) for u in settings.base
     ]
     state = RouterState(settings, backends, policy, profile, RouterMetrics())
     state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
@@ -84,10 +85,10 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
-    await asyncio.gather(*(check_health(state, b) for b in state.backends))
+    await each_backend("health", state, check_health)  # before serving: one that fails waits
     tasks = [
-        asyncio.create_task(every(settings.health_interval, state, check_health)),
-        asyncio.create_task(every(settings.poll_interval, state, poll_metrics)),
+        asyncio.create_task(every(settings.health_interval, "health", state, check_health)),
+        asyncio.create_task(every(settings.poll_interval, "poll", state, poll_metrics)),
     ]
     yield
     for task in (*tasks, *state.background):
@@ -147,9 +148,11 @@ async def _status(request: web.Request) -> web.Response:
             "age_seconds": profile.age_seconds(),
             "loaded_seconds_ago": time.time() - state.profile_loaded_at,
             "crossover": profile.raw.get("crossover"),
+            "note": profile.crossover.note,
         },
         "backends": [
             {"name": b.name, "url": b.url, "pool": b.pool, "healthy": b.healthy,
+             "breaker": b.breaker.describe(),
              "inflight": b.inflight, "running": v.running, "queued": v.queued,
              "accept_length": v.accept_length}
             for b, v in zip(state.backends, view.backends, strict=True)

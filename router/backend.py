@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
 from specroute.router.backend_stats import BackendStats, window_accept_length
+from specroute.router.health import Breaker, Ejection
 
 
 @dataclass
 class Backend:
     url: str
     pool: Pool
-    healthy: bool = True  # optimistic until the first check says otherwise
+    breaker: Breaker = field(default_factory=lambda: Breaker(Ejection()), repr=False)
     inflight: int = 0
     stats: BackendStats | None = None
     stats_at: float = 0.0  # monotonic time of the last successful scrape
@@ -26,10 +28,17 @@ class Backend:
         parts = urlsplit(self.url)
         self.name = f"{self.pool}:{parts.hostname}:{parts.port}"
 
+    @property
+    def healthy(self) -> bool:
+        """May get traffic now: what policies, ``/ready``, ``/router/status`` and
+        ``specroute_backend_healthy`` all read. Half-open, only while nothing is in flight
+        here, so that one request at a time is the trial."""
+        return self.breaker.admits(busy=self.inflight > 0)
+
     def record_stats(self, stats: BackendStats, at: float) -> None:
         if self._previous is not None:
             window = window_accept_length(self._previous, stats)
-            if window is not None:
+            if window is not None and math.isfinite(window):
                 self.accept_length = window
         self._previous = stats
         self.stats, self.stats_at = stats, at
@@ -43,7 +52,12 @@ class Backend:
             pool=self.pool,
             healthy=self.healthy,
             inflight=self.inflight,
-            running=None if stats is None or stats.running is None else int(stats.running),
-            queued=None if stats is None or stats.queued is None else int(stats.queued),
+            running=None if stats is None else _count(stats.running),
+            queued=None if stats is None else _count(stats.queued),
             accept_length=self.accept_length if fresh else None,
         )
+
+
+def _count(value: float | None) -> int | None:
+    """A reported count as a whole number; NaN or infinity (a broken exporter) is none."""
+    return None if value is None or not math.isfinite(value) else int(value)

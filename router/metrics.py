@@ -36,6 +36,12 @@ class RouterMetrics:
         self.crossover = Gauge(
             "specroute_crossover", "The crossover the policy routes by.", registry=r
         )
+        self.crossover_measured = Gauge(
+            "specroute_crossover_measured",
+            "1 when the profile's crossover was measured; 0 when speculation paid (or lost) at "
+            "every level measured and the router routes by the edge of what was measured.",
+            registry=r,
+        )
         self.router_errors = Counter(
             "specroute_router_errors",
             "The router's own failures (out_of_fds, internal_error), charged to no backend.",
@@ -44,8 +50,29 @@ class RouterMetrics:
         )
         self.healthy = Gauge(
             "specroute_backend_healthy",
-            "1 when the backend passes health checks.",
+            "1 when the backend may get traffic now: its breaker is closed, or half-open "
+            "with no request in flight there.",
             ["backend"],
+            registry=r,
+        )
+        self.breaker = Gauge(
+            "specroute_backend_breaker_state",
+            "The backend's circuit breaker: 0 closed (serving), 1 half-open (one trial at a "
+            "time), 2 open (ejected, no traffic).",
+            ["backend"],
+            registry=r,
+        )
+        self.ejections = Counter(
+            "specroute_backend_ejections",
+            "Times the backend was ejected: failures in a row, or a failed trial half-open.",
+            ["backend"],
+            registry=r,
+        )
+        self.background_errors = Counter(
+            "specroute_background_errors",
+            "Unexpected exceptions in background work (task health or poll), each logged "
+            "with its traceback; the work goes on.",
+            ["task"],
             registry=r,
         )
         self.running = Gauge(

@@ -11,6 +11,7 @@ own failures are neither the client's nor a backend's, and are charged to no bac
 
 from __future__ import annotations
 
+import errno
 from enum import StrEnum
 
 
@@ -34,3 +35,9 @@ class Outcome(StrEnum):
         """The backend failed, no work of this request is left running there, and nothing
         reached the client: another backend may serve it."""
         return self in (Outcome.CONNECT, Outcome.UNAVAILABLE, Outcome.MIDSTREAM)
+
+
+def out_of_fds(exc: BaseException) -> bool:
+    """Whether a socket could not be opened because the router has no file descriptor left
+    (aiohttp wraps the OSError and keeps its errno): the router's failure, no backend's."""
+    return getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -28,7 +27,7 @@ from specroute.policies.decision import Decision
 from specroute.policies.view import POOLS, Pool, RequestInfo
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response, sse_error
-from specroute.router.outcome import Outcome
+from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 
@@ -229,7 +228,7 @@ async def _open(
             backend.url + request.path, data=raw, headers=_forwarded(request),
             timeout=limits, auto_decompress=False,
         )  # fmt: skip
-    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+    except (aiohttp.ClientError, TimeoutError) as exc:
         raise _unanswered(state, backend, exc) from None
     async with upstream:
         if upstream.status == 503:
@@ -257,14 +256,17 @@ def _forwarded(request: web.Request) -> dict[str, str]:
 
 def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
     """No answer came: the router could not open a socket, the backend could not be reached
-    or dropped the request (nothing of it runs there: retryable), or it went silent."""
-    if getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE):
+    or dropped the request, or answered what is not HTTP (nothing of it runs there:
+    retryable), or it went silent."""
+    if out_of_fds(exc):
         message = ("The router has run out of file descriptors (its open-files limit): "
                    "its own failure, not the backend's.")  # fmt: skip
         return Failure(Outcome.OUT_OF_FDS, message, exc)
     if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
         return _silent(state, backend, exc)
-    return _upstream_failed(state, backend, Outcome.CONNECT, exc)
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return _upstream_failed(state, backend, Outcome.CONNECT, exc)
+    return _upstream_failed(state, backend, Outcome.MIDSTREAM, exc)  # a malformed answer
 
 
 def _silent(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
@@ -282,10 +284,14 @@ def _upstream_failed(
     cause: BaseException | None = None,
     message: str | None = None,
 ) -> Failure:
-    """The backend's failure, counted once, here, by its kind."""
+    """The backend's failure, counted once, here, by its kind, and told to its breaker (a
+    stream that then ends broken is not told twice)."""
     state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
+    state.request_ended(backend, kind)
     if message is None:
-        message = f"{backend.name} answered 503" if cause is None else f"{backend.name}: {cause!r}"
+        # never the cause's repr: aiohttp's carries the request's headers, the backend key too
+        said = "answered 503" if cause is None else f"{type(cause).__name__}: {cause}"
+        message = f"{backend.name}: {said}"
     return Failure(kind, message, cause)
 
 
@@ -332,6 +338,7 @@ async def _relay(
         return await _end_early(request, flight, upstream, response, failure)
     await _to_client(response, response.write_eof())
     flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
+    flight.state.request_ended(flight.backend, Outcome.ANSWERED)
     return response
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -15,6 +15,9 @@ from pydantic_settings import (
 
 from specroute.policies.registry import entry
 from specroute.policies.view import ConcurrencySource
+from specroute.router.health import Ejection
+
+_EJECTION = Ejection()  # the breaker's defaults are its own
 
 
 class RouterSettings(BaseSettings):
@@ -34,6 +37,21 @@ class RouterSettings(BaseSettings):
     stale_after: float = Field(2.0, gt=0)
     health_interval: float = Field(2.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
+    eject_after_failures: int = Field(
+        _EJECTION.after_failures, ge=1,
+        description="a backend's failures in a row (requests or health checks) that eject it",
+    )  # fmt: skip
+    eject_seconds: float = Field(
+        _EJECTION.seconds, gt=0,
+        description="an ejection's first cool-down; each ejection in a row adds as much",
+    )  # fmt: skip
+    eject_max_seconds: float = Field(
+        _EJECTION.max_seconds, gt=0, description="the longest cool-down of an ejection"
+    )
+    readmit_after_successes: int = Field(
+        _EJECTION.readmit_after_successes, ge=1,
+        description="after the cool-down, successful trials in a row that readmit a backend",
+    )  # fmt: skip
     connect_timeout: float = Field(5.0, gt=0)
     idle_timeout: float = Field(300.0, gt=0, description="longest silence within a stream")
     request_timeout: float = Field(
@@ -55,6 +73,23 @@ class RouterSettings(BaseSettings):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"backend URL must start with http:// or https://, got {url!r}")
         return [u.rstrip("/") for u in urls]
+
+    @model_validator(mode="after")
+    def _cool_downs(self) -> RouterSettings:
+        if self.eject_max_seconds < self.eject_seconds:
+            raise ValueError(
+                f"eject_max_seconds ({self.eject_max_seconds:g}) must be at least "
+                f"eject_seconds ({self.eject_seconds:g})"
+            )
+        return self
+
+    def ejection(self) -> Ejection:
+        return Ejection(
+            after_failures=self.eject_after_failures,
+            seconds=self.eject_seconds,
+            max_seconds=self.eject_max_seconds,
+            readmit_after_successes=self.readmit_after_successes,
+        )
 
     def policy_params(self) -> dict[str, Any]:
         """The routing settings the chosen policy takes: one config serves every policy

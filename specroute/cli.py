@@ -113,6 +113,13 @@ def _add_emulate(sub: Subcommands) -> None:
         "--stream-interval", type=positive(int), default=1, metavar="N",
         help="stream a request's tokens N at a time, as SGLang's flag",
     )  # fmt: skip
+    emulate.add_argument(
+        "--fault", action="append", metavar="KIND[:VALUE][,KEY=VALUE...]",
+        help="inject a fault into the generation endpoints (repeatable, or several joined by "
+        "';'): refuse, status:CODE, stall_first:S, stall_mid:K, cut_mid:K, crash[:K], slow:F, "
+        "compress; keys seconds, after, mid_event, probability, count. "
+        "GET/POST/DELETE /emulator/faults changes them while serving",
+    )  # fmt: skip
     add_model_flags(emulate)
     emulate.add_argument(
         "--predict",

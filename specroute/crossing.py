@@ -39,13 +39,9 @@ def log_margin(ours: Sequence[float], theirs: Sequence[float]) -> list[float]:
     return [math.log(b / a) for a, b in zip(ours, theirs, strict=True)]
 
 
-def crossing(
-    levels: Sequence[float], margin: Sequence[float], extend_to: float | None = None
-) -> Crossing:
+def crossing(levels: Sequence[float], margin: Sequence[float]) -> Crossing:
     """The first crossing of ``margin`` (one value per level, levels ascending and > 0).
-
-    With ``extend_to``, a margin still positive at the last level is carried on along its
-    last segment, by the same rule, up to ``extend_to``."""
+    Never past the levels: what was not measured is a bound, not a guess."""
     if len(levels) != len(margin) or not levels:
         raise ValueError("crossing needs one margin per level, and at least one level")
     if margin[0] <= 0:
@@ -53,12 +49,6 @@ def crossing(
     for (x0, m0), (x1, m1) in pairwise(zip(levels, margin, strict=True)):
         if m1 <= 0:
             return Crossing(_between(x0, m0, x1, m1))
-    if extend_to is not None and len(levels) > 1:
-        (x0, m0), (x1, m1) = zip(levels[-2:], margin[-2:], strict=True)
-        if m1 < m0:  # falling: where the line through the last two levels reaches 0
-            at = _between(x0, m0, x1, m1)
-            if at <= extend_to:
-                return Crossing(at)
     return Crossing(None, "above", float(levels[-1]))
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
 from specroute.emulator.config import EmulatorConfig
+from specroute.emulator.faults import parse_faults
 from specroute.emulator.hardware import load_hardware
 
 
@@ -89,6 +90,7 @@ def emulator_config(
         seed=args.seed,
         api_key=getattr(args, "api_key", None),
         stream_interval=getattr(args, "stream_interval", 1),
+        faults=parse_faults(getattr(args, "fault", None) or ()),
     )
 
 

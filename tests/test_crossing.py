@@ -23,34 +23,24 @@ from specroute.profiler.stats import crossing_with_ci
 from specroute.profiler.sweep_data import Cell, SweepData
 from tests.emulators import emulator_config
 
-CASES: list[tuple[str, list[float], list[float], float | None, Crossing]] = [
-    ("halfway in log concurrency", [1, 4], [1.0, -1.0], None, Crossing(2.0)),
-    ("between the levels around it", [1, 2, 4, 8], [0.6, 0.2, -0.2, -0.5], None,
+CASES: list[tuple[str, list[float], list[float], Crossing]] = [
+    ("halfway in log concurrency", [1, 4], [1.0, -1.0], Crossing(2.0)),
+    ("between the levels around it", [1, 2, 4, 8], [0.6, 0.2, -0.2, -0.5],
      Crossing(2 * math.sqrt(2))),
-    ("zero at a level is the crossing", [1, 4, 16], [1.0, 0.0, -1.0], None, Crossing(4.0)),
-    ("the first crossing, not a later one", [1, 2, 4, 8], [1.0, -1.0, 1.0, -1.0], None,
+    ("zero at a level is the crossing", [1, 4, 16], [1.0, 0.0, -1.0], Crossing(4.0)),
+    ("the first crossing, not a later one", [1, 2, 4, 8], [1.0, -1.0, 1.0, -1.0],
      Crossing(math.sqrt(2))),
-    ("losing at the first level: below", [2, 4], [0.0, 1.0], None, Crossing(None, "below", 2)),
-    ("winning everywhere: above", [1, 2], [1.0, 0.5], None, Crossing(None, "above", 2)),
-    ("carried on along the last segment", [1, 2], [1.0, 0.5], 8, Crossing(4.0)),
-    ("but not past extend_to", [1, 2], [1.0, 0.5], 3.9, Crossing(None, "above", 2)),
-    ("a rising last segment never crosses", [1, 2], [0.5, 1.0], 4096,
+    ("losing at the first level: below", [2, 4], [0.0, 1.0], Crossing(None, "below", 2)),
+    ("winning everywhere: above", [1, 2], [1.0, 0.5], Crossing(None, "above", 2)),
+    ("falling but not yet crossed: no guess past the levels", [1, 2], [1.0, 0.1],
      Crossing(None, "above", 2)),
-    ("one level cannot be carried on", [4], [1.0], 4096, Crossing(None, "above", 4)),
+    ("one level", [4], [1.0], Crossing(None, "above", 4)),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("name", "levels", "margin", "extend_to", "expected"), CASES, ids=[c[0] for c in CASES]
-)
-def test_crossing(
-    name: str,
-    levels: list[float],
-    margin: list[float],
-    extend_to: float | None,
-    expected: Crossing,
-) -> None:
-    found = crossing(levels, margin, extend_to)
+@pytest.mark.parametrize(("name", "levels", "margin", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_crossing(name: str, levels: list[float], margin: list[float], expected: Crossing) -> None:
+    found = crossing(levels, margin)
     if expected.at is None:
         assert found == expected
     else:

@@ -96,7 +96,18 @@ def test_profile_gives_the_crossover() -> None:
             "crossover": {"value": None, "bound": "above", "limit": 64},
         }
     )
-    assert build_policy("crossover", {}, everywhere).choose(REQUEST, view(500, 0)).pool == "spec"
+    bounded = build_policy("crossover", {}, everywhere)
+    assert bounded.choose(REQUEST, view(63, 0)).pool == "spec"  # measured: it paid up to 64
+    assert bounded.choose(REQUEST, view(500, 0)).pool == "base"  # never measured: no guess
+    assert everywhere.crossover.note is not None and "not past it" in everywhere.crossover.note
+    nowhere = parse_profile(
+        {
+            "schema": "specroute.profile/v1",
+            "crossover": {"value": None, "bound": "below", "limit": 1},
+        }
+    )
+    assert build_policy("crossover", {}, nowhere).choose(REQUEST, view(0, 0)).pool == "base"
+    assert profile.crossover.note is None
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import aiohttp
 import openai
 import pytest
 
+from specroute.router.health import Breaker, Ejection
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
@@ -191,7 +192,7 @@ async def test_failover_when_a_backend_is_down(backends: tuple[str, str]) -> Non
         )
         assert raw.headers["x-specroute-backend"].startswith("base:")
         assert state.recent[-1]["reason"] == "failover"
-        state.backends[0].healthy = True  # as if the check had not yet noticed: retried on base
+        state.backends[0].breaker = Breaker(Ejection())  # as if no check had run: retried on base
         raw = await client(url).chat.completions.with_raw_response.create(
             model="m", messages=CHAT, max_tokens=3
         )

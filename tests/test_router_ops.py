@@ -401,3 +401,25 @@ async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
     # token in the counters' accept length, which reads a little high against the profile)
     assert before >= 0.9 * predicted["crossover"]["value"]  # type: ignore[index]
     assert after < 2  # at 2.1 it pays, if at all, for a request alone (82 against 90 tok/s)
+
+
+async def test_a_profile_without_a_crossover_is_said_and_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Speculation paid at every level measured: the router routes by the last one, and
+    says so in the log, the status page and a metric."""
+    path = tmp_path / "profile.json"
+    bound = {"value": None, "ci": None, "bound": "above", "limit": 16}
+    path.write_text(json.dumps(profile(1) | {"crossover": bound}))
+    backends = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:9"]}
+    async with (
+        running_router(**backends, profile=path) as (url, _),
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(f"{url}/router/status") as r:
+            status = await r.json()
+        assert "not past it" in status["profile"]["note"]
+        assert status["policy"]["parameters"]["crossover"] == 16
+        assert await metric(url, "specroute_crossover_measured") == 0
+        assert await metric(url, "specroute_crossover") == 16
+    assert "up to 16" in caplog.text
