@@ -6,8 +6,12 @@ on one mix is wrong for another. Speculation's time per token scales with one ov
 accept length (a verify step costs the same whatever is accepted), so the profile's
 speculative curve is rescaled by measured over live accept length and the crossover read
 again where it meets the plain curve. Live accept length is the mean over the speculative
-backends' last polling window (counter deltas); without one, the profile's own crossover
-applies. Parameters as ``crossover`` (``topology``, ``hysteresis``).
+backends' last window with verify steps (counter deltas), if younger than
+``accept_max_age`` seconds; without one, the profile's own crossover applies. A
+speculative pool that a low accept length keeps idle would never be measured again, so
+while that is so one request in ``1 / probe_share`` goes there anyway (reason ``probe``).
+Parameters as ``crossover`` (``topology``, ``hysteresis``), ``accept_max_age`` (60 s) and
+``probe_share`` (0.02).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
 from specroute.policies.curves import Curves, curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
+from specroute.policies.policy import pick
 from specroute.policies.profile import Profile
 from specroute.policies.view import RequestInfo, View
 
@@ -28,27 +33,40 @@ from specroute.policies.view import RequestInfo, View
 class AcceptanceParams:
     topology: str = "shared"
     hysteresis: float = 0.0
+    accept_max_age: float = 60.0  # seconds: an older live accept length is no longer believed
+    probe_share: float = 0.02  # of requests kept from speculation by the live accept length
+
+    def __post_init__(self) -> None:
+        if self.accept_max_age <= 0:
+            raise ValueError(f"accept_max_age must be > 0, got {self.accept_max_age}")
+        if not 0 <= self.probe_share <= 1:
+            raise ValueError(f"probe_share must be in [0, 1], got {self.probe_share}")
 
 
 class AcceptanceCrossoverPolicy(CrossoverPolicy):
     name = "acceptance-crossover"
 
-    def __init__(self, params: CrossoverParams, curves: Curves, measured: float) -> None:
+    def __init__(
+        self, params: CrossoverParams, live: AcceptanceParams, curves: Curves, measured: float
+    ) -> None:
         super().__init__(params, curves.crossover())
-        self.curves, self.measured = curves, measured
+        self.curves, self.measured, self.live_params = curves, measured, live
         self.live: float | None = None
         self._last = (measured, self.threshold)  # accept length and its crossover
+        self._profiled = self.threshold  # the crossover at the measured accept length
+        self._kept_away = 0  # requests the live accept length sent to the plain pool
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> AcceptanceCrossoverPolicy:
         parsed = parse_params(cls.name, AcceptanceParams, raw)
-        params = parse_params(cls.name, CrossoverParams, {**vars(parsed)})
+        shared = {"topology": parsed.topology, "hysteresis": parsed.hysteresis}
+        params = parse_params(cls.name, CrossoverParams, shared)
         if profile is None:
             raise PolicyError("the 'acceptance-crossover' policy needs a profile with curves")
         found = curves(profile)
         if found.accept_length is None:
             raise PolicyError("the profile does not say what accept length it was measured at")
-        return cls(params, found, found.accept_length)
+        return cls(params, parsed, found, found.accept_length)
 
     def threshold_at(self, accept_length: float) -> float:
         """At the measured accept length, the profile's crossover exactly. Computed again
@@ -58,11 +76,33 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         return self._last[1]
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
-        live = [b.accept_length for b in view.healthy("spec") if b.accept_length is not None]
+        max_age = self.live_params.accept_max_age
+        live = [
+            b.accept_length for b in view.healthy("spec")
+            if b.accept_length is not None and (b.accept_length_age or 0.0) <= max_age
+        ]  # fmt: skip
         self.live = sum(live) / len(live) if live else None
         self.threshold = self.threshold_at(self.live or self.measured)
-        return super().choose(request, view)
+        decision = super().choose(request, view)
+        if decision.reason != "above_crossover" or not self._kept_away_by_acceptance(view):
+            return decision
+        self._kept_away += 1
+        share = self.live_params.probe_share
+        if share > 0 and self._kept_away >= 1 / share:
+            self._kept_away = 0
+            return pick(view, "spec", "probe")
+        return decision
+
+    def _kept_away_by_acceptance(self, view: View) -> bool:
+        """Whether the profile's own crossover would have speculated where the live accept
+        length does not: then only probes keep that accept length measured."""
+        if self.live is None or self.live >= self.measured:
+            return False
+        load = view.load("spec") if self.params.topology == "partitioned" else view.load()
+        return load + 1 <= self._profiled
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"measured_accept_length": self.measured,
-                                     "live_accept_length": self.live}  # fmt: skip
+                                     "live_accept_length": self.live,
+                                     "accept_max_age": self.live_params.accept_max_age,
+                                     "probe_share": self.live_params.probe_share}  # fmt: skip

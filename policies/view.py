@@ -32,7 +32,8 @@ class BackendView:
     inflight: int  # the router's own count
     running: int | None = None  # the backend's report, None when stale or missing
     queued: int | None = None
-    accept_length: float | None = None  # over the last polling window, from counter deltas
+    accept_length: float | None = None  # over the last window with verify steps (counters)
+    accept_length_age: float | None = None  # seconds since that window: no traffic, no news
     max_running_requests: int | None = None
 
     @property

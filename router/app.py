@@ -154,7 +154,8 @@ async def _status(request: web.Request) -> web.Response:
             {"name": b.name, "url": b.url, "pool": b.pool, "healthy": b.healthy,
              "breaker": b.breaker.describe(),
              "inflight": b.inflight, "running": v.running, "queued": v.queued,
-             "accept_length": v.accept_length}
+             "accept_length": v.accept_length,
+             "accept_length_age_seconds": v.accept_length_age}
             for b, v in zip(state.backends, view.backends, strict=True)
         ],
         "recent_decisions": list(state.recent),

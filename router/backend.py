@@ -20,7 +20,8 @@ class Backend:
     inflight: int = 0
     stats: BackendStats | None = None
     stats_at: float = 0.0  # monotonic time of the last successful scrape
-    accept_length: float | None = None
+    accept_length: float | None = None  # tokens per verify step, over the last window with any
+    accept_length_at: float = 0.0  # monotonic time of that window's end: its age
     name: str = field(init=False)  # "{pool}:{host}:{port}", the label metrics and views use
     _previous: BackendStats | None = field(default=None, repr=False)
 
@@ -39,7 +40,7 @@ class Backend:
         if self._previous is not None:
             window = window_accept_length(self._previous, stats)
             if window is not None and math.isfinite(window):
-                self.accept_length = window
+                self.accept_length, self.accept_length_at = window, at
         self._previous = stats
         self.stats, self.stats_at = stats, at
 
@@ -55,6 +56,7 @@ class Backend:
             running=None if stats is None else _count(stats.running),
             queued=None if stats is None else _count(stats.queued),
             accept_length=self.accept_length if fresh else None,
+            accept_length_age=now - self.accept_length_at if fresh else None,
         )
 
 

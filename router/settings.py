@@ -31,6 +31,8 @@ class RouterSettings(BaseSettings):
     crossover: float | None = Field(None, ge=0)
     topology: str | None = None
     hysteresis: float | None = Field(None, ge=0)
+    accept_max_age: float | None = Field(None, gt=0)
+    probe_share: float | None = Field(None, ge=0, le=1)
     profile: Path | None = None
     concurrency_source: ConcurrencySource = ConcurrencySource.ROUTER
     poll_interval: float = Field(0.5, gt=0)
@@ -99,6 +101,8 @@ class RouterSettings(BaseSettings):
             "crossover": self.crossover,
             "topology": self.topology,
             "hysteresis": self.hysteresis,
+            "accept_max_age": self.accept_max_age,
+            "probe_share": self.probe_share,
         }
         keys = entry(self.policy).keys()
         return {k: v for k, v in params.items() if v is not None and k in keys}

@@ -27,8 +27,9 @@ PROFILE = parse_profile({
 })  # fmt: skip
 
 
-def view(spec: int, base: int, accept: float | None = None) -> View:
-    return View((BackendView("s1", "spec", True, spec, accept_length=accept),
+def view(spec: int, base: int, accept: float | None = None, age: float = 1.0) -> View:
+    return View((BackendView("s1", "spec", True, spec, accept_length=accept,
+                             accept_length_age=None if accept is None else age),
                  BackendView("b1", "base", True, base)))  # fmt: skip
 
 
@@ -73,6 +74,32 @@ def test_acceptance_crossover_follows_live_accept_length() -> None:
     assert policy.describe()["crossover"] > measured
     assert policy.describe()["live_accept_length"] == 4.5
     assert policy.choose(REQUEST, view(1, 0, accept=1.2)).pool == "base"  # drafts rejected
+
+
+def test_an_old_accept_length_is_not_believed() -> None:
+    """No verify step for longer than accept_max_age: the value is old news, and the
+    profile's crossover applies again."""
+    policy = build_policy("acceptance-crossover", {"accept_max_age": 30}, PROFILE)
+    assert policy.choose(REQUEST, view(1, 0, accept=1.2, age=29)).pool == "base"
+    assert policy.choose(REQUEST, view(1, 0, accept=1.2, age=31)).pool == "spec"
+    assert policy.describe()["live_accept_length"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "accept", "load", "probes"),
+    [
+        ("kept away by a low accept length: one in fifty probes", 1.2, 1, 2),
+        ("kept away by load, not acceptance: no probe", 3.0, 40, 0),
+        ("a good accept length speculates anyway: no probe needed", 4.5, 1, 0),
+    ],
+)
+def test_probes_keep_a_shunned_pool_measured(
+    name: str, accept: float, load: int, probes: int
+) -> None:
+    policy = build_policy("acceptance-crossover", {"probe_share": 0.02}, PROFILE)
+    reasons = [policy.choose(REQUEST, view(load, 0, accept=accept)).reason for _ in range(100)]
+    assert reasons.count("probe") == probes
+    assert all(r != "probe" or i % 50 == 49 for i, r in enumerate(reasons))
 
 
 NO_LEVELS = parse_profile({"schema": "specroute.profile/v1",

@@ -403,6 +403,52 @@ async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
     assert after < 2  # at 2.1 it pays, if at all, for a request alone (82 against 90 tok/s)
 
 
+async def test_a_pool_shunned_for_its_acceptance_is_probed_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    """The drafter gets so bad that speculation pays at no load: ``acceptance-crossover``
+    stops sending there, so only probes keep its accept length measured. When the drafter
+    recovers, the probes see it and speculation resumes."""
+    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "64")
+    predicted = as_profile(predict(config, [1, 2, 4, 6, 8, 12], 128, 64), config)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(predicted))
+    async with (
+        running_emulator("--mode", "spec", *FAST) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(
+            spec=[spec],
+            base=[base],
+            policy="acceptance-crossover",
+            profile=path,
+            poll_interval=0.1,
+            probe_share=0.25,
+        ) as (url, state),  # fmt: skip
+        aiohttp.ClientSession() as s,
+    ):
+
+        async def traffic_at(accept_length: float) -> list[str]:
+            async with s.post(f"{spec}/emulator/acceptance",
+                              json={"accept_length": accept_length}) as r:  # fmt: skip
+                assert r.status == 200
+            pools = []
+            for _ in range(16):  # one at a time, so each poll window sees finished ones
+                raw = await client(url).chat.completions.with_raw_response.create(
+                    model="m", messages=CHAT, max_tokens=32, extra_body={"ignore_eos": True}
+                )
+                pools.append(raw.headers["x-specroute-backend"].split(":")[0])
+                await asyncio.sleep(0.05)
+            return pools
+
+        await traffic_at(1.2)
+        shunned = await traffic_at(1.2)
+        assert state.policy.crossover() == 0  # at 1.2, speculation pays at no load
+        assert 2 <= shunned.count("spec") <= 6  # one in four, to keep measuring it
+        recovered = await traffic_at(3.0)
+        assert recovered[-4:] == ["spec"] * 4  # the probes saw the drafter recover
+        assert state.policy.crossover() >= 0.9 * predicted["crossover"]["value"]  # type: ignore[index]
+
+
 async def test_a_profile_without_a_crossover_is_said_and_shown(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
