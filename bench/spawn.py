@@ -50,13 +50,17 @@ class Spawned:
 
 @asynccontextmanager
 async def spawned(
-    *args: str, ready: str = "/health", stop: signal.Signals = signal.SIGTERM
+    *args: str,
+    ready: str = "/health",
+    stop: signal.Signals = signal.SIGTERM,
+    port: int | None = None,
 ) -> AsyncIterator[Spawned]:
     """Run ``specroute ARGS --port P`` until the block ends; yields it once ``ready`` answers
     200. A process that exits first raises with what it said. At the end it is sent
     ``stop`` (``SIGKILL`` for a test that need not wait) and killed if still running
-    ``_STOP_SECONDS`` later."""
-    port = free_port()
+    ``_STOP_SECONDS`` later. ``port``: a given one instead of a free one, to start a server
+    again where its clients (a router) knew it."""
+    port = free_port() if port is None else port
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "specroute", *args, "--port", str(port),

@@ -238,3 +238,41 @@ async def test_two_busy_backends_answer_503_with_retry_after() -> None:
             task.cancel()
         await asyncio.gather(*hold, return_exceptions=True)
         await settled(state)
+
+
+async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None:
+    """The backend promises 1,000 bytes of JSON and sends 100: the client's connection is
+    cut, so that half a body cannot pass for a whole one."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        length = head.partition(b"content-length:")[2].split(b"\r\n")[0]
+        await reader.readexactly(int(length or 0))
+        if head.startswith(b"get /health"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n" + b'{"id": "c1", "choices": ['
+                         + b" " * 75)  # fmt: skip
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with (
+        server,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(
+            spec=[f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"],
+            base=[base],
+            crossover=8,
+        ) as (url, state),  # fmt: skip
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"model": "m", "messages": CHAT}
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+                await r.read()
+        await settled(state)
+        text = await _metrics(url)
+    (status,) = [labels for labels in samples(text, "specroute_requests_total")]
+    assert dict(status)["status"] == "truncated"
