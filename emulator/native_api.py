@@ -8,7 +8,7 @@ from aiohttp import web
 
 from specroute.emulator.engine import Sequence
 from specroute.emulator.errors import BadRequest, read_json, sse_event
-from specroute.emulator.faults import FaultInjector
+from specroute.emulator.fault_injector import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest

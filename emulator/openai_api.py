@@ -21,7 +21,7 @@ from specroute.emulator.errors import (
     sse_event,
     stream_error_event,
 )
-from specroute.emulator.faults import FaultInjector
+from specroute.emulator.fault_injector import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest

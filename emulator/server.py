@@ -19,7 +19,8 @@ from specroute.emulator.acceptance import AcceptanceError
 from specroute.emulator.config import VERSION, EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence
 from specroute.emulator.errors import BadRequest, error_body, error_response, read_json
-from specroute.emulator.faults import Fault, FaultError, FaultInjector, parse_change
+from specroute.emulator.fault_injector import FaultInjector
+from specroute.emulator.faults import Fault, FaultError, parse_change
 from specroute.emulator.loop import EngineLoop
 from specroute.emulator.metrics import EngineMetrics
 from specroute.emulator.native_api import NativeHandlers
