@@ -276,3 +276,31 @@ async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None
         text = await _metrics(url)
     (status,) = [labels for labels in samples(text, "specroute_requests_total")]
     assert dict(status)["status"] == "truncated"
+
+
+async def test_an_unexpected_error_in_the_router_is_counted_as_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in the relay: the client gets a 500, the request is counted by its outcome,
+    charged to the router and to no backend, and nothing stays in flight."""
+
+    async def broken_relay(*args: Any) -> web.StreamResponse:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("specroute.router.proxy._relay", broken_relay)
+    async with (
+        running_emulator("--mode", "spec", *FAST) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": CHAT}) as r:
+            assert r.status == 500
+        await settled(state)
+        text = await _metrics(url)
+    spec_name = state.backends[0].name
+    assert samples(text, "specroute_requests_total") == {
+        (("backend", spec_name), ("pool", "spec"), ("status", "internal_error")): 1
+    }
+    assert samples(text, "specroute_router_errors_total") == {(("kind", "internal_error"),): 1}
+    assert samples(text, "specroute_upstream_errors_total") == {}
