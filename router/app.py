@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specroute.policies.profile import Profile, load_profile, parse_profile
@@ -20,6 +25,7 @@ from specroute.router.errors import error_response
 from specroute.router.health import Breaker
 from specroute.router.metrics import RouterMetrics
 from specroute.router.monitor import check_health, each_backend, every, poll_metrics
+from specroute.router.openapi import document
 from specroute.router.proxy import proxy
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -28,6 +34,24 @@ STATE = web.AppKey("state", RouterState)
 PROXIED = ("/v1/chat/completions", "/v1/completions", "/generate")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _ClientFault(logging.Filter):
+    """aiohttp logs a request it could not parse, or whose body it could not decode, as an
+    error with a traceback and an exception that quotes the bad line, the key in an
+    ``Authorization`` header too: the client's fault, said in one line without them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError | web.RequestPayloadError):
+            record.msg = f"{record.msg}: {type(exc).__name__}"
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_HTTP_LOG = logging.getLogger("specroute.router.http")
+_HTTP_LOG.addFilter(_ClientFault())
 
 
 def build_state(settings: RouterSettings) -> RouterState:
@@ -43,6 +67,9 @@ def build_state(settings: RouterSettings) -> RouterState:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """What a client sent wrong, as an OpenAI-shaped error, never a 500."""
+    if not all(_utf8(value) for value in request.headers.values()):
+        return error_response(400, "A header's value is not valid UTF-8.")  # none reads it
     try:
         return await handler(request)
     except web.HTTPRequestEntityTooLarge as exc:
@@ -51,13 +78,78 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(404, f"Unknown path {request.path!r}.", "not_found")
     except web.HTTPMethodNotAllowed:
         return error_response(405, f"{request.method} is not allowed on {request.path!r}.")
+    except RecursionError:  # decoding a client's JSON is the router's only deep recursion
+        return error_response(400, "The request body nests too deeply to be read.")
+    except LookupError:
+        if _known_charset(request.charset):
+            raise  # a KeyError or an IndexError: the router's own bug, aiohttp answers 500
+        return error_response(400, f"Unknown charset {request.charset!r} in Content-Type.")
+
+
+def _utf8(value: str) -> bool:
+    """aiohttp keeps a header's bytes that are not UTF-8 as lone surrogates, which fail
+    whatever encodes the value again (a key's comparison, a forwarded header)."""
+    try:
+        return value.isascii() or bool(value.encode())
+    except UnicodeEncodeError:
+        return False
+
+
+def _known_charset(charset: str | None) -> bool:
+    try:
+        return charset is None or codecs.lookup(charset) is not None
+    except LookupError:
+        return False
+
+
+def _whole_body(seconds: float) -> Middleware:
+    """Every body read whole, within ``seconds``, before a handler sees it: a client that
+    sends slowly holds its connection that long at most, and a body that cannot be read is
+    the client's error (408, 400; 413 past ``max_body_bytes``), never the router's."""
+
+    @web.middleware
+    async def read(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.can_read_body:
+            try:
+                async with asyncio.timeout(seconds):
+                    await request.read()  # kept: the handler's own read returns it
+            except TimeoutError:
+                late = error_response(408, f"The request body took longer than {seconds:g} s.")
+                late.force_close()
+                return late
+            except web.RequestPayloadError as exc:  # a bad chunk, a bad compressed body
+                cause = exc.__cause__
+                said = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+                return error_response(400, f"The request body could not be read: {said}")
+        return await handler(request)
+
+    return read
+
+
+def _server_limits(settings: RouterSettings) -> dict[str, Any]:
+    """What aiohttp's server enforces before the app sees a request: the head's size, and
+    how long a connection may go without a whole head (aiohttp's keep-alive timer runs
+    from the connection's start and from each answer, and a head trickling in does not
+    reset it: the slowloris deadline as well as the idle one)."""
+    return {
+        "keepalive_timeout": settings.client_idle_timeout,
+        "max_line_size": settings.max_header_bytes,
+        "max_field_size": settings.max_header_bytes,
+        "max_headers": settings.max_headers,
+        "logger": _HTTP_LOG,
+    }
 
 
 def create_app(settings: RouterSettings) -> web.Application:
     state = build_state(settings)
     app = web.Application(
-        middlewares=[_errors, auth_middleware(settings.api_keys, settings.admin_key)],
+        middlewares=[
+            _errors,
+            auth_middleware(settings.api_keys, settings.admin_key),
+            _whole_body(settings.body_timeout),  # after the keys: no body held for a stranger
+        ],
         client_max_size=settings.max_body_bytes,
+        handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
 
@@ -72,6 +164,7 @@ def create_app(settings: RouterSettings) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/router/status", _status)
     app.router.add_post("/router/profile", _swap_profile)
+    app.router.add_get("/openapi.json", _openapi)
     app.cleanup_ctx.append(_background)
     return app
 
@@ -119,6 +212,10 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def _openapi(request: web.Request) -> web.Response:
+    return web.json_response(document())
+
+
 async def _ready(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.stopping:
@@ -151,7 +248,8 @@ async def _status(request: web.Request) -> web.Response:
             "note": profile.crossover.note,
         },
         "backends": [
-            {"name": b.name, "url": b.url, "pool": b.pool, "healthy": b.healthy,
+            {"name": b.name, "url": _without_credentials(b.url), "pool": b.pool,
+             "healthy": b.healthy,
              "breaker": b.breaker.describe(),
              "inflight": b.inflight, "running": v.running, "queued": v.queued,
              "accept_length": v.accept_length,
@@ -179,3 +277,13 @@ async def _swap_profile(request: web.Request) -> web.Response:
         {"policy": {"name": policy.name, "parameters": policy.describe()},
          "profile": {"created": profile.created, "crossover": profile.raw["crossover"]}}
     )  # fmt: skip
+
+
+def _without_credentials(url: str) -> str:
+    """A backend URL as shown: any ``user:password@`` in it stays out of the status page."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit(parts._replace(netloc=netloc))

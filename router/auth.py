@@ -1,7 +1,8 @@
 """Bearer keys: optional client keys for serving, and the admin key that changing the
 router's routing needs: without one configured, those endpoints refuse (fail closed).
 
-Probes and scrapers (``/health``, ``/ready``, ``/metrics``) stay open. Keys are compared in
+Probes and scrapers (``/health``, ``/ready``, ``/metrics``) and the router's own API
+description (``/openapi.json``) stay open. Keys are compared in
 constant time and never logged or echoed; the client's ``Authorization`` header is never
 forwarded to a backend (the router sends its own backend key, if any).
 """
@@ -17,7 +18,7 @@ from pydantic import SecretStr
 
 from specroute.router.errors import error_response
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
 ADMIN_PATHS = frozenset({"/router/profile"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -31,7 +32,8 @@ def _bearer(request: web.Request) -> str | None:
 def _matches(token: str, keys: Sequence[SecretStr]) -> bool:
     found = False
     for key in keys:  # no early exit: the time taken does not tell which key was close
-        found |= hmac.compare_digest(token.encode(), key.get_secret_value().encode())
+        given = token.encode("utf-8", "surrogateescape")  # header bytes as they came
+        found |= hmac.compare_digest(given, key.get_secret_value().encode())
     return found
 
 

@@ -33,6 +33,7 @@ from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
+_MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the most
 _SHUTTING_DOWN = "The router is shutting down; its drain timeout cut this off."
 
 
@@ -91,8 +92,10 @@ async def _choose(
     raw = await request.read()
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's digit limit
         return error_response(400, f"The request body is not valid JSON: {exc}")
+    except RecursionError:
+        return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
     view = state.view()
@@ -328,6 +331,8 @@ async def _relay(
         while chunk:
             if events:
                 chunk, held = _whole_events(held + chunk)
+                if len(held) > _MAX_HELD:  # no blank line for long: not events after all
+                    chunk, held = chunk + held, b""
             if chunk:
                 await _to_client(response, response.write(chunk))
             chunk = await upstream.content.readany()  # the backend's side

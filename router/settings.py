@@ -60,6 +60,19 @@ class RouterSettings(BaseSettings):
         1800.0, gt=0, description="deadline of a whole non-streamed answer, sent at its end"
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    body_timeout: float = Field(
+        60.0, gt=0, description="longest time a client may take to send a whole request body"
+    )
+    client_idle_timeout: float = Field(
+        75.0, gt=0,
+        description="a client connection that has not sent a whole request head this long "
+        "after it opened or after its last answer is closed: idle keep-alive and slowloris "
+        "alike (longer than a load balancer's usual 60 s, so the balancer closes first)",
+    )  # fmt: skip
+    max_header_bytes: int = Field(
+        8190, ge=1024, description="longest target in a request line, longest header name or value"
+    )
+    max_headers: int = Field(128, ge=8, description="most headers in one request")
     api_keys: list[SecretStr] = Field(default_factory=list)
     admin_key: SecretStr | None = None
     backend_api_key: SecretStr | None = None

@@ -154,6 +154,39 @@ def add_bench(sub: Subcommands) -> None:
     cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
     cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
     cap.set_defaults(handler=_capacity)
+    chaos = bench_sub.add_parser(
+        "chaos", help="mixed traffic through one router while backends are killed, stalled, cut",
+        description="A router process in front of emulator processes that a schedule drawn "
+        "from the seed kills, starts again and injects faults into, while clients send mixed "
+        "requests and cancel some; every request must be accounted for, and the router's "
+        "counters must agree with the clients'. Exits 1 when a check fails.",
+    )  # fmt: skip
+    chaos.add_argument("--requests", type=positive(int), default=3000)
+    chaos.add_argument("--concurrency", type=positive(int), default=16)
+    chaos.add_argument("--seed", type=int, default=0, help="the requests and the schedule")
+    chaos.add_argument("--spec-backends", type=positive(int), default=2)
+    chaos.add_argument("--base-backends", type=positive(int), default=2)
+    chaos.add_argument("--events", type=int, metavar="N",
+                       help="kills and fault changes (default: one per 150 requests)")  # fmt: skip
+    chaos.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
+    chaos.add_argument("--out", metavar="FILE.json", help="the tally, counters and events")
+    chaos.set_defaults(handler=_chaos)
+    soak = bench_sub.add_parser(
+        "soak", help="a long run through one router, watching its memory and descriptors",
+        description="Mixed requests through a router process in front of two fast emulators; "
+        "every --every requests the router's RSS, descriptors, connections, threads and "
+        "in-flight gauges, and once more after the client left and --idle seconds passed. "
+        "Exits 1 when a check fails.",
+    )  # fmt: skip
+    soak.add_argument("--requests", type=positive(int), default=100_000)
+    soak.add_argument("--concurrency", type=positive(int), default=32)
+    soak.add_argument("--every", type=positive(int), default=10_000, metavar="N",
+                      help="a sample and a progress line every N requests")  # fmt: skip
+    soak.add_argument("--seed", type=int, default=0)
+    soak.add_argument("--idle", type=float, default=20.0, metavar="S",
+                      help="after the last request, before the last sample")  # fmt: skip
+    soak.add_argument("--out", metavar="FILE.json", help="every sample and the tally")
+    soak.set_defaults(handler=_soak)
 
 
 def add_profile(sub: Subcommands) -> None:
@@ -310,6 +343,38 @@ def _capacity(args: argparse.Namespace) -> int:
         Path(args.out).write_text(json.dumps(capacity.as_json(plan, results), indent=1) + "\n")
         print(f"written to {args.out}")
     return 0
+
+
+def _chaos(args: argparse.Namespace) -> int:
+    from specroute.bench.chaos import ChaosPlan, render, run_chaos
+
+    plan = ChaosPlan(
+        requests=args.requests, concurrency=args.concurrency, seed=args.seed,
+        spec_backends=args.spec_backends, base_backends=args.base_backends, events=args.events,
+        time_scale=args.time_scale,
+    )  # fmt: skip
+    result = run_loop(run_chaos(plan, lambda line: print(line, file=sys.stderr, flush=True)))
+    print(render(result))
+    _save(result.as_json(), args.out)
+    return 0 if result.ok else 1
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from specroute.bench.soak import SoakPlan, render, run_soak
+
+    plan = SoakPlan(requests=args.requests, concurrency=args.concurrency, every=args.every,
+                    seed=args.seed, idle=args.idle)  # fmt: skip
+    result = run_loop(run_soak(plan, lambda line: print(line, file=sys.stderr, flush=True)))
+    print(render(result))
+    _save(result.as_json(), args.out)
+    return 0 if result.ok else 1
+
+
+def _save(document: dict[str, Any], out: str | None) -> None:
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(document, indent=1) + "\n")
+        print(f"written to {out}")
 
 
 def _compare(args: argparse.Namespace) -> int:

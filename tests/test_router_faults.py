@@ -21,17 +21,7 @@ from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
 from tests.test_router import FAST, LONG_STREAM, settled
-from tests.test_router_ops import samples
-
-
-async def _until_loads(s: aiohttp.ClientSession, url: str, running: int, waiting: int) -> None:
-    for _ in range(250):
-        async with s.get(f"{url}/v1/loads") as r:
-            load = (await r.json())["loads"][0]
-        if (load["num_running_reqs"], load["num_waiting_reqs"]) == (running, waiting):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{url} never had {running} running and {waiting} waiting")
+from tests.test_router_ops import hanging_up_after, samples
 
 
 async def _metrics(url: str) -> str:
@@ -216,28 +206,20 @@ async def test_out_of_file_descriptors_the_router_blames_itself() -> None:
 
 
 async def test_two_busy_backends_answer_503_with_retry_after() -> None:
-    full = ("--time-scale", "1", "--max-running-requests", "1", "--max-queued-requests", "1")
+    """Both pools answer 503 (SGLang's queue full): the client gets 503 and when to come
+    back, not a 502 that reads as a failure."""
+    busy = ("--fault", "status:503")
     async with (
-        running_emulator("--mode", "spec", *full) as spec,
-        running_emulator("--mode", "base", *full) as base,
+        running_emulator("--mode", "spec", *FAST, *busy) as spec,
+        running_emulator("--mode", "base", *FAST, *busy) as base,
         running_router(spec=[spec], base=[base], crossover=100) as (url, state),
         aiohttp.ClientSession() as s,
+        s.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": CHAT}) as r,
     ):
-        slow = {**LONG_STREAM, "max_tokens": 2000}
-        hold = []
-        for u in (spec, base):  # one running and one waiting on each: both full
-            for running, waiting in ((1, 0), (1, 1)):
-                hold.append(asyncio.create_task(s.post(f"{u}/v1/chat/completions", json=slow)))
-                await _until_loads(s, u, running, waiting)
-        refused = {**slow, "stream": False}  # a stream would get its 503 as an SSE event
-        async with s.post(f"{url}/v1/chat/completions", json=refused) as r:
-            assert r.status == 503
-            assert r.headers["Retry-After"] == "1"
-            assert "busy" in (await r.json())["error"]["message"]
-        for task in hold:
-            task.cancel()
-        await asyncio.gather(*hold, return_exceptions=True)
-        await settled(state)
+        assert r.status == 503
+        assert r.headers["Retry-After"] == "1"
+        assert "busy" in (await r.json())["error"]["message"]
+        assert [d["reason"] for d in state.recent] == ["below_crossover", "retry"]
 
 
 async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None:
@@ -304,3 +286,31 @@ async def test_an_unexpected_error_in_the_router_is_counted_as_its_own(
     }
     assert samples(text, "specroute_router_errors_total") == {(("kind", "internal_error"),): 1}
     assert samples(text, "specroute_upstream_errors_total") == {}
+
+
+async def test_a_stream_without_event_boundaries_is_not_held_without_limit() -> None:
+    """``text/event-stream`` that never sends a blank line: past a bound the relay stops
+    waiting for the end of an event and passes the bytes on."""
+    async with (
+        hanging_up_after(*[b"x" * 65536] * 20) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=8) as (url, state),
+        aiohttp.ClientSession() as s,
+        s.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": CHAT}) as r,
+    ):
+        body = await r.read()
+        await settled(state)
+    assert body.count(b"x") > 1 << 20  # relayed, not held back to the end
+    assert b'"error"' in body  # and the hang-up still ends it with an error event
+
+
+async def test_the_status_page_shows_no_credentials_of_a_backend_url() -> None:
+    async with (
+        running_router(
+            spec=["http://user:s3cret@127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4
+        ) as (url, _),  # fmt: skip
+        aiohttp.ClientSession() as s,
+        s.get(f"{url}/router/status") as r,
+    ):
+        shown = await r.text()
+    assert "s3cret" not in shown and "127.0.0.1:9" in shown

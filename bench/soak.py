@@ -1,0 +1,258 @@
+"""``specroute bench soak``: a long run of mixed requests through one router, watching the
+router process for what a leak would show: memory, file descriptors, sockets and threads
+that grow with the requests served, or requests the router still counts in flight.
+
+A ``specroute serve`` process in front of a speculative and a plain emulator (fast: a small
+time scale and a few tokens a request); the client sends the chaos benchmark's mix (chat,
+completions and ``/generate``, streamed or not, a few cancelled part-way, a few cut or
+answered with an error by the backend's ``--fault``) and judges each request the same way.
+Before the first request, every ``every`` requests, and after the last once the client has
+closed its connections and ``idle`` seconds have passed, it reads the router's ``VmRSS`` and
+``Threads`` (``/proc/PID/status``), its descriptors (``/proc/PID/fd``), which of its sockets
+connect clients and which backends (``/proc/PID/net/tcp``), and its in-flight gauges. The
+router exposes no count of its tasks; a task that leaks holds a socket or an in-flight
+count, and those are counted. After the idle time the router must hold what it held before
+the first request, but for its pool of upstream connections (``_left`` says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specroute.bench.chaos import (
+    Limits,
+    Mix,
+    Tally,
+    agreement,
+    ask,
+    draw_asks,
+    router_config,
+    scrape,
+    settle,
+)
+from specroute.bench.spawn import Spawned, spawned
+
+KEEPALIVE_SECONDS = 15.0  # aiohttp's: an idle upstream connection unused this long closes
+_FLAG_FAULTS = ("cut_mid:2,probability=0.005", "status:500,probability=0.005")  # spec, base
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    requests: int = 100_000
+    concurrency: int = 32
+    every: int = 10_000  # a sample (and a progress line) every so many requests
+    seed: int = 0
+    hardware: str = "kimi-k2.5-8x-pcie"
+    time_scale: float = 0.01
+    mix: Mix = field(default_factory=lambda: Mix(cancel=0.02, max_tokens=(2, 8), cancel_tokens=400))
+    limits: Limits = field(default_factory=Limits)
+    flag_faults: tuple[str, str] | None = _FLAG_FAULTS  # the two backends' --fault
+    idle: float = KEEPALIVE_SECONDS + 5  # after the last request, before the last sample
+
+    def __post_init__(self) -> None:
+        if min(self.requests, self.concurrency, self.every) < 1 or self.idle < 0:
+            raise ValueError("soak needs requests, concurrency and every >= 1, idle >= 0")
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    rss_kb: int
+    threads: int
+    fds: int
+    sockets: int  # among the descriptors
+    clients: int  # TCP connections to the router's port
+    upstream: int  # TCP connections to the backends
+    listening: int
+
+
+def process_stats(pid: int, port: int, upstream_ports: Collection[int]) -> ProcessStats:
+    """What ``/proc`` says of a process: memory, threads, descriptors, and its IPv4 TCP
+    sockets by whom they connect: clients on ``port``, or backends on ``upstream_ports``."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":", 1) for line in status if ":" in line)
+    inodes = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed while listed
+            inodes.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    sockets = {t[8:-1] for t in inodes if t.startswith("socket:[")}
+    clients = upstream = listening = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        cells = line.split()  # sl local remote state ... inode (the tenth)
+        if len(cells) < 10 or cells[9] not in sockets:
+            continue
+        local, remote = int(cells[1].split(":")[1], 16), int(cells[2].split(":")[1], 16)
+        listening += cells[3] == "0A"
+        clients += cells[3] != "0A" and local == port
+        upstream += remote in upstream_ports
+    return ProcessStats(
+        int(fields["VmRSS"].split()[0]), int(fields["Threads"]), len(inodes), len(sockets),
+        clients, upstream, listening,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sample:
+    requests: int  # ended so far
+    seconds: float  # since the first request
+    rate: float  # requests a second since the sample before (0 at the start and the end)
+    inflight: float  # the router's gauges, summed
+    router: ProcessStats
+
+
+@dataclass
+class SoakResult:
+    plan: dict[str, Any]
+    seconds: float  # from the first request to the last
+    start: Sample  # before the first request
+    samples: list[Sample]  # every ``every`` requests
+    end: Sample  # after the last, the client gone and ``idle`` seconds passed
+    tally: dict[str, Any]
+    router: dict[str, Any]
+    checks: dict[str, str | None]
+
+    @property
+    def ok(self) -> bool:
+        return all(v is None for v in self.checks.values())
+
+    def rss_growth_per_10k_kb(self) -> float | None:
+        """From the first sample (warmed up) to the end, per 10,000 requests."""
+        if not self.samples or self.end.requests == self.samples[0].requests:
+            return None
+        first, end = self.samples[0], self.end
+        return (end.router.rss_kb - first.router.rss_kb) / (end.requests - first.requests) * 1e4
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self) | {"ok": self.ok, "rss_growth_per_10k_kb": self.rss_growth_per_10k_kb()}
+
+
+async def run_soak(plan: SoakPlan, say: Callable[[str], None] = lambda _: None) -> SoakResult:
+    flags = ("--hardware", plan.hardware, "--time-scale", f"{plan.time_scale:g}",
+             "--seed", str(plan.seed))  # fmt: skip
+    spec_fault = ("--fault", plan.flag_faults[0]) if plan.flag_faults else ()
+    base_fault = ("--fault", plan.flag_faults[1]) if plan.flag_faults else ()
+    config = router_config(plan.limits, crossover=plan.concurrency / 2, topology="partitioned")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "router.toml"
+        path.write_text(config)
+        async with (
+            spawned("emulate", "--mode", "spec", *flags, *spec_fault) as spec,
+            spawned("emulate", "--mode", "base", *flags, *base_fault) as base,
+            spawned(
+                "serve",
+                "--config",
+                str(path),
+                "--spec",
+                spec.url,
+                "--base",
+                base.url,
+                ready="/ready",
+            ) as router,  # fmt: skip
+        ):
+            watch = _Watch(router, (spec, base))
+            return await _soak(plan, router.url, watch, say)
+
+
+class _Watch:
+    """Samples of the router process, each with the requests ended so far."""
+
+    def __init__(self, router: Spawned, backends: Sequence[Spawned]) -> None:
+        self.pid, self.port = router.process.pid, _port(router.url)
+        self.upstream = {_port(b.url) for b in backends}
+        self.t0 = time.monotonic()
+
+    async def sample(self, probe: aiohttp.ClientSession, url: str, requests: int,
+                     since: Sample | None) -> Sample:  # fmt: skip
+        inflight = (await scrape(probe, url)).inflight
+        now = time.monotonic() - self.t0
+        rate = (requests - since.requests) / (now - since.seconds) if since else 0.0
+        stats = process_stats(self.pid, self.port, self.upstream)
+        return Sample(requests, round(now, 2), round(rate, 1), inflight, stats)
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], None]) -> SoakResult:
+    asks = draw_asks(plan.requests, plan.mix, plan.seed, prefix="soak")
+    tally, samples = Tally(), list[Sample]()
+    async with aiohttp.ClientSession() as probe:  # its one connection is there throughout
+        start = await watch.sample(probe, url, 0, None)
+        say(_line(plan, start, start))
+        watch.t0 = time.monotonic()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def client() -> None:
+                for one in asks:
+                    tally.add(one, await ask(session, url, one, plan.limits))
+                    if tally.count % plan.every == 0:
+                        since = samples[-1] if samples else start
+                        samples.append(await watch.sample(probe, url, tally.count, since))
+                        say(_line(plan, start, samples[-1]))
+
+            await asyncio.gather(*(client() for _ in range(plan.concurrency)))
+        seconds = time.monotonic() - watch.t0
+        await asyncio.sleep(plan.idle)
+        counts = await settle(probe, url)
+        end = await watch.sample(probe, url, tally.count, None)
+        say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
+    checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
+    return SoakResult(asdict(plan), round(seconds, 2), start, samples, end, tally.as_json(),
+                      counts.as_json(), checks)  # fmt: skip
+
+
+def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str, str | None]:
+    """What the router holds after the client left and the idle time passed, against what
+    it held before the first request. Its pool of upstream connections may stay whatever
+    the idle time: aiohttp reuses the oldest idle connection first, so the router's own
+    health checks and polls (every 2 s and 0.5 s) touch each of up to 30-odd connections a
+    backend within the 15 s keep-alive; never more than were in use at once."""
+    others = (start.fds - start.upstream, end.fds - end.upstream)
+    return {
+        "no client connection left": None if end.clients <= start.clients
+        else f"{start.clients} -> {end.clients}",
+        "no descriptor left but pooled upstream connections": None if others[1] <= others[0]
+        else f"{others[0]} -> {others[1]}",
+        "pooled upstream connections no more than were in use": None
+        if end.upstream <= concurrency + 4 else f"{end.upstream} for {concurrency} clients",
+        "no thread left": None if end.threads <= start.threads
+        else f"{start.threads} -> {end.threads}",
+    }  # fmt: skip
+
+
+def _line(plan: SoakPlan, start: Sample, s: Sample, note: str = "") -> str:
+    r, grown = s.router, (s.router.rss_kb - start.router.rss_kb) / 1024
+    return (f"soak: {s.requests:>7}/{plan.requests} requests{' ' + note if note else ''}, "
+            f"{s.rate:.0f} req/s, router RSS {r.rss_kb / 1024:.1f} MB ({grown:+.1f}), "
+            f"{r.fds} fds ({r.clients} client and {r.upstream} upstream connections), "
+            f"{r.threads} threads, in flight {s.inflight:g}, {s.seconds:.0f} s")  # fmt: skip
+
+
+def render(result: SoakResult) -> str:
+    t, growth = result.tally, result.rss_growth_per_10k_kb()
+    start, end = result.start.router, result.end.router
+    lines = [
+        f"soak: {t['count']} requests in {result.seconds:.0f} s "
+        f"({t['count'] / max(result.seconds, 1e-9):.0f} req/s)",
+        "client: " + ", ".join(f"{k} {v}" for k, v in sorted(t["verdicts"].items())),
+        f"router RSS {start.rss_kb / 1024:.1f} MB before, {end.rss_kb / 1024:.1f} MB after; "
+        f"from the first sample on, {'-' if growth is None else f'{growth:+.0f} kB'} per 10k "
+        "requests",
+        f"after idle: {end.fds} descriptors against {start.fds} before ({end.clients} client "
+        f"connections, {end.upstream} pooled upstream), {end.threads} threads against "
+        f"{start.threads}, in flight {result.end.inflight:g}",
+    ]
+    for name, problem in result.checks.items():
+        lines.append(f"  {'ok  ' if problem is None else 'FAIL'} {name}"
+                     f"{'' if problem is None else ': ' + problem}")  # fmt: skip
+    return "\n".join(lines)
