@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFORMANCE := .venv-sglang
 
-.PHONY: demo test check lint types unit conformance-env clean
+.PHONY: demo test check lint types unit soak conformance-env clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ types: $(BIN)/.installed
 
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed
 	$(BIN)/pytest
+
+# 100,000 requests through one router, memory and descriptors sampled (about 2 minutes)
+soak: $(BIN)/.installed
+	$(BIN)/specroute bench soak --requests 100000 --out soak.json
 
 clean:
 	rm -rf $(VENV) $(CONFORMANCE) build .mypy_cache .ruff_cache .pytest_cache

@@ -35,7 +35,9 @@ from specroute.bench.chaos import (
     Tally,
     agreement,
     ask,
+    describe_races,
     draw_asks,
+    races,
     router_config,
     scrape,
     settle,
@@ -54,7 +56,9 @@ class SoakPlan:
     seed: int = 0
     hardware: str = "kimi-k2.5-8x-pcie"
     time_scale: float = 0.01
-    mix: Mix = field(default_factory=lambda: Mix(cancel=0.02, max_tokens=(2, 8), cancel_tokens=400))
+    mix: Mix = field(  # a request to cancel runs about half a second
+        default_factory=lambda: Mix(cancel=0.02, max_tokens=(2, 8), cancel_tokens=4000)
+    )
     limits: Limits = field(default_factory=Limits)
     flag_faults: tuple[str, str] | None = _FLAG_FAULTS  # the two backends' --fault
     idle: float = KEEPALIVE_SECONDS + 5  # after the last request, before the last sample
@@ -118,6 +122,7 @@ class SoakResult:
     end: Sample  # after the last, the client gone and ``idle`` seconds passed
     tally: dict[str, Any]
     router: dict[str, Any]
+    races: dict[str, Any]  # where the counts differ because a client's cancel raced
     checks: dict[str, str | None]
 
     @property
@@ -208,7 +213,7 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
     checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
     return SoakResult(asdict(plan), round(seconds, 2), start, samples, end, tally.as_json(),
-                      counts.as_json(), checks)  # fmt: skip
+                      counts.as_json(), races(tally, counts), checks)  # fmt: skip
 
 
 def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str, str | None]:
@@ -250,7 +255,8 @@ def render(result: SoakResult) -> str:
         "requests",
         f"after idle: {end.fds} descriptors against {start.fds} before ({end.clients} client "
         f"connections, {end.upstream} pooled upstream), {end.threads} threads against "
-        f"{start.threads}, in flight {result.end.inflight:g}",
+        f"{start.threads}, in flight {result.end.inflight:g}; cancels that raced: "
+        f"{describe_races(result.races)}",
     ]
     for name, problem in result.checks.items():
         lines.append(f"  {'ok  ' if problem is None else 'FAIL'} {name}"

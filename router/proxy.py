@@ -168,9 +168,9 @@ async def _forward(
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
     flight = _Flight(state, backend)
-    limits = _timeout(state.settings, stream=body.get("stream") is True)
+    stream = body.get("stream") is True
     try:
-        async with _open(request, state, backend, raw, limits) as (upstream, first):
+        async with _open(request, state, backend, raw, stream) as (upstream, first):
             return await _relay(request, flight, upstream, first)
     except Failure as failure:
         if failure.outcome.retryable:
@@ -222,14 +222,14 @@ async def _open(
     state: RouterState,
     backend: Backend,
     raw: bytes,
-    limits: aiohttp.ClientTimeout,
+    stream: bool,
 ) -> AsyncIterator[tuple[aiohttp.ClientResponse, bytes]]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure."""
     assert state.session is not None  # set at startup, before any request is served
     try:
         upstream = await state.session.post(
-            backend.url + request.path, data=raw, headers=_forwarded(request),
-            timeout=limits, auto_decompress=False,
+            backend.url + request.path, data=raw, headers=_forwarded(request, stream),
+            timeout=_timeout(state.settings, stream=stream), auto_decompress=False,
         )  # fmt: skip
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _unanswered(state, backend, exc) from None
@@ -248,12 +248,15 @@ async def _open(
             state.upstreams.discard(upstream)
 
 
-def _forwarded(request: web.Request) -> dict[str, str]:
-    """The client's headers that the backend needs. A body is relayed as it comes, so the
-    backend may compress only what the client can read: the client's ``Accept-Encoding``,
-    or none (aiohttp would otherwise offer gzip on the client's behalf)."""
+def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
+    """The client's headers that the backend needs. A whole body is relayed as it comes, so
+    the backend may compress only what the client can read: the client's
+    ``Accept-Encoding``, or none (aiohttp would otherwise offer gzip on its behalf). A
+    stream is never compressed: the relay passes it event by event and may have to end it
+    with an error event of its own."""
     headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
-    headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
+    accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
+    headers["Accept-Encoding"] = accepted
     return headers
 
 

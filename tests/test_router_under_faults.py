@@ -96,6 +96,7 @@ ENDED = [  # (fault, stream, error): after the first byte, an error the client c
     ("cut_mid:3", True, r"failed mid-stream"),
     ("cut_mid:3,mid_event=true", True, r"failed mid-stream"),
     ("stall_mid:3,seconds=5", True, r"failed mid-stream"),
+    ("compress;cut_mid:3", True, r"failed mid-stream"),  # a stream is never compressed
 ]
 
 
