@@ -3,16 +3,17 @@ router process for what a leak would show: memory, file descriptors, sockets and
 that grow with the requests served, or requests the router still counts in flight.
 
 A ``specroute serve`` process in front of a speculative and a plain emulator (fast: a small
-time scale and a few tokens a request); the client sends the chaos benchmark's mix (chat,
+time scale and a few tokens a request); the client sends the mix of ``bench/mix.py`` (chat,
 completions and ``/generate``, streamed or not, a few cancelled part-way, a few cut or
-answered with an error by the backend's ``--fault``) and judges each request the same way.
-Before the first request, every ``every`` requests, and after the last once the client has
-closed its connections and ``idle`` seconds have passed, it reads the router's ``VmRSS`` and
-``Threads`` (``/proc/PID/status``), its descriptors (``/proc/PID/fd``), which of its sockets
-connect clients and which backends (``/proc/PID/net/tcp``), and its in-flight gauges. The
-router exposes no count of its tasks; a task that leaks holds a socket or an in-flight
-count, and those are counted. After the idle time the router must hold what it held before
-the first request, but for its pool of upstream connections (``_left`` says why).
+answered with an error by the backend's ``--fault``) and judges each request as the chaos
+benchmark does. Before the first request, every ``every`` requests, and after the last once
+the client has closed its connections and ``idle`` seconds have passed, it reads the
+router's ``VmRSS`` and ``Threads`` (``/proc/PID/status``), its descriptors
+(``/proc/PID/fd``), which of its sockets connect clients and which backends
+(``/proc/PID/net/tcp``), and its in-flight gauges. The router exposes no count of its
+tasks; a task that leaks holds a socket or an in-flight count, and those are counted. After
+the idle time the router must hold what it held before the first request, but for its pool
+of upstream connections (``_left`` says why).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,19 +29,8 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.chaos import (
-    Limits,
-    Mix,
-    Tally,
-    agreement,
-    ask,
-    describe_races,
-    draw_asks,
-    races,
-    router_config,
-    scrape,
-    settle,
-)
+from specroute.bench.agreement import agreement, check_lines, describe_races, races, scrape, settle
+from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
 from specroute.bench.spawn import Spawned, spawned
 
 KEEPALIVE_SECONDS = 15.0  # aiohttp's: an idle upstream connection unused this long closes
@@ -145,26 +134,18 @@ async def run_soak(plan: SoakPlan, say: Callable[[str], None] = lambda _: None) 
              "--seed", str(plan.seed))  # fmt: skip
     spec_fault = ("--fault", plan.flag_faults[0]) if plan.flag_faults else ()
     base_fault = ("--fault", plan.flag_faults[1]) if plan.flag_faults else ()
-    config = router_config(plan.limits, crossover=plan.concurrency / 2, topology="partitioned")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "router.toml"
-        path.write_text(config)
-        async with (
-            spawned("emulate", "--mode", "spec", *flags, *spec_fault) as spec,
-            spawned("emulate", "--mode", "base", *flags, *base_fault) as base,
-            spawned(
-                "serve",
-                "--config",
-                str(path),
-                "--spec",
-                spec.url,
-                "--base",
-                base.url,
-                ready="/ready",
-            ) as router,  # fmt: skip
-        ):
-            watch = _Watch(router, (spec, base))
-            return await _soak(plan, router.url, watch, say)
+    async with (
+        spawned("emulate", "--mode", "spec", *flags, *spec_fault) as spec,
+        spawned("emulate", "--mode", "base", *flags, *base_fault) as base,
+        serving(
+            plan.limits,
+            ("--spec", spec.url, "--base", base.url),
+            crossover=plan.concurrency / 2,
+            topology="partitioned",
+        ) as router,
+    ):
+        watch = _Watch(router, (spec, base))
+        return await _soak(plan, router.url, watch, say)
 
 
 class _Watch:
@@ -258,7 +239,5 @@ def render(result: SoakResult) -> str:
         f"{start.threads}, in flight {result.end.inflight:g}; cancels that raced: "
         f"{describe_races(result.races)}",
     ]
-    for name, problem in result.checks.items():
-        lines.append(f"  {'ok  ' if problem is None else 'FAIL'} {name}"
-                     f"{'' if problem is None else ': ' + problem}")  # fmt: skip
+    lines += check_lines(result.checks)
     return "\n".join(lines)

@@ -138,7 +138,7 @@ async def test_traffic_leaves_a_refusing_pool_and_comes_back() -> None:
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], crossover=100, health_interval=0.1,
-                       eject_seconds=0.5, eject_max_seconds=0.5) as (url, state),
+                       eject_seconds=2, eject_max_seconds=2) as (url, state),
         aiohttp.ClientSession() as s,
     ):  # fmt: skip
 
@@ -154,7 +154,7 @@ async def test_traffic_leaves_a_refusing_pool_and_comes_back() -> None:
         assert {d["reason"] for d in list(state.recent)[-4:]} == {"failover"}
         async with s.delete(f"{spec}/emulator/faults") as r:
             assert r.status == 200
-        await asyncio.sleep(1.0)  # the cool-down, then a half-open probe that succeeds
+        await asyncio.sleep(2.5)  # the cool-down, then a half-open probe that succeeds
         assert await served_by() == ["spec"] * 4
         await settled(state)
         assert state.inflight() == 0

@@ -1,0 +1,105 @@
+"""Step 3 of a request: relay the answer, committed. A backend that fails from here ends
+a stream with an SSE error event (whole: events pass only when whole) and a plain body
+with a cut connection, never a silent truncation or a retry; a client that goes away is
+told apart from a backend that failed."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+import aiohttp
+from aiohttp import web
+
+from specroute.router.errors import sse_error
+from specroute.router.flight import Flight
+from specroute.router.outcome import Outcome
+from specroute.router.upstream import Failure, stopped
+
+_RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
+_MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the most
+
+
+async def relay(
+    request: web.Request, flight: Flight, upstream: aiohttp.ClientResponse, first: bytes
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream.status)
+    for key in _RELAYED_HEADERS:
+        if key in upstream.headers:
+            response.headers[key] = upstream.headers[key]
+    response.headers["x-specroute-backend"] = flight.backend.name
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
+    events = upstream.content_type == "text/event-stream" and not encoded
+    chunk, held = first, b""  # held: the start of an event not yet whole
+    try:
+        await _to_client(response, response.prepare(request))
+        if chunk:
+            flight.first_byte()
+        while chunk:
+            if events:
+                chunk, held = _whole_events(held + chunk)
+                if len(held) > _MAX_HELD:  # no blank line for long: not events after all
+                    chunk, held = chunk + held, b""
+            if chunk:
+                await _to_client(response, response.write(chunk))
+            chunk = await upstream.content.readany()  # the backend's side
+        if held:
+            await _to_client(response, response.write(held))  # ended without a blank line
+    except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
+        failure = stopped(flight.state, flight.backend, exc)
+        return await _end_early(request, flight, upstream, response, failure)
+    await _to_client(response, response.write_eof())
+    flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
+    flight.state.request_ended(flight.backend, Outcome.ANSWERED)
+    return response
+
+
+class ClientGone(Exception):
+    """Writing to the client failed: it went away. Not the backend's failure."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__("the client went away")
+        self.response = response
+
+
+async def _to_client(response: web.StreamResponse, writing: Awaitable[object]) -> None:
+    try:
+        await writing
+    except ConnectionError as exc:  # aiohttp's ClientConnectionResetError is one
+        raise ClientGone(response) from exc
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` cut after its last blank line: the events that are whole, and the rest. An
+    event is relayed only when whole, so an error event never lands inside half of one."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    return data[:end], data[end:]
+
+
+async def _end_early(
+    request: web.Request,
+    flight: Flight,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    failure: Failure,
+) -> web.StreamResponse:
+    """A stream ends with an error event saying why; a plain body, cut short, with a cut
+    connection, so that a truncated JSON body cannot look complete."""
+    if upstream.content_type != "text/event-stream":
+        flight.outcome = Outcome.TRUNCATED
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    if failure.outcome is Outcome.CUT_OFF:
+        flight.outcome, message = Outcome.CUT_OFF, str(failure)
+    else:
+        flight.outcome = Outcome.BROKEN
+        message = (
+            f"The backend {flight.backend.name} failed mid-stream "
+            f"({type(failure.cause).__name__}); the answer is incomplete."
+        )
+    await _to_client(response, response.write(sse_error(message)))
+    await _to_client(response, response.write_eof())
+    return response

@@ -1,0 +1,138 @@
+"""Step 2 of a request: open the upstream and wait for the first byte of its answer.
+
+Until that byte nothing has reached the client, so a failure here that provably left no
+work running at the backend (no connection, a 503, an answer that broke or was not HTTP)
+may be retried elsewhere; a backend gone silent may not. Every backend failure is counted
+once, here, by its kind; the router's own (no file descriptor left) is told apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from specroute.router.backend import Backend
+from specroute.router.outcome import Outcome, out_of_fds
+from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
+
+_FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
+_SHUTTING_DOWN = "The router is shutting down; its drain timeout cut this off."
+
+
+class Failure(Exception):
+    """The backend's answer failed, or the drain timeout cut it off: ``outcome`` says which."""
+
+    def __init__(self, outcome: Outcome, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.outcome, self.cause = outcome, cause
+
+
+def _timeout(settings: RouterSettings, *, stream: bool) -> aiohttp.ClientTimeout:
+    """A stream may run for hours as long as it keeps talking; a non-streamed answer comes
+    whole at its end, so it gets a deadline instead of an idle limit."""
+    if stream:
+        return aiohttp.ClientTimeout(
+            sock_connect=settings.connect_timeout, sock_read=settings.idle_timeout
+        )
+    return aiohttp.ClientTimeout(
+        total=settings.request_timeout, sock_connect=settings.connect_timeout
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_upstream(
+    request: web.Request,
+    state: RouterState,
+    backend: Backend,
+    raw: bytes,
+    stream: bool,
+) -> AsyncIterator[tuple[aiohttp.ClientResponse, bytes]]:
+    """The backend's answer and its first chunk (empty if it has no body), or a Failure."""
+    assert state.session is not None  # set at startup, before any request is served
+    try:
+        upstream = await state.session.post(
+            backend.url + request.path, data=raw, headers=_forwarded(request, stream),
+            timeout=_timeout(state.settings, stream=stream), auto_decompress=False,
+        )  # fmt: skip
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _unanswered(state, backend, exc) from None
+    async with upstream:
+        if upstream.status == 503:
+            await upstream.read()
+            raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
+        state.upstreams.add(upstream)  # from here the drain timeout may close it
+        try:
+            try:
+                first = await upstream.content.readany()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise stopped(state, backend, exc) from None
+            yield upstream, first
+        finally:
+            state.upstreams.discard(upstream)
+
+
+def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
+    """The client's headers that the backend needs. A whole body is relayed as it comes, so
+    the backend may compress only what the client can read: the client's
+    ``Accept-Encoding``, or none (aiohttp would otherwise offer gzip on its behalf). A
+    stream is never compressed: the relay passes it event by event and may have to end it
+    with an error event of its own."""
+    headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+    accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
+    headers["Accept-Encoding"] = accepted
+    return headers
+
+
+def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    """No answer came: the router could not open a socket, the backend could not be reached
+    or dropped the request, or answered what is not HTTP (nothing of it runs there:
+    retryable), or it went silent."""
+    if out_of_fds(exc):
+        message = ("The router has run out of file descriptors (its open-files limit): "
+                   "its own failure, not the backend's.")  # fmt: skip
+        return Failure(Outcome.OUT_OF_FDS, message, exc)
+    if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return _silent(state, backend, exc)
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return upstream_failed(state, backend, Outcome.CONNECT, exc)
+    return upstream_failed(state, backend, Outcome.MIDSTREAM, exc)  # a malformed answer
+
+
+def _silent(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    return upstream_failed(
+        state, backend, Outcome.TIMEOUT, exc,
+        f"The backend {backend.name} did not answer in time; not retried, since it may still "
+        "be working on this request.",
+    )  # fmt: skip
+
+
+def upstream_failed(
+    state: RouterState,
+    backend: Backend,
+    kind: Outcome,
+    cause: BaseException | None = None,
+    message: str | None = None,
+) -> Failure:
+    """The backend's failure, counted once, here, by its kind, and told to its breaker (a
+    stream that then ends broken is not told twice)."""
+    state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
+    state.request_ended(backend, kind)
+    if message is None:
+        # never the cause's repr: aiohttp's carries the request's headers, the backend key too
+        said = "answered 503" if cause is None else f"{type(cause).__name__}: {cause}"
+        message = f"{backend.name}: {said}"
+    return Failure(kind, message, cause)
+
+
+def stopped(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+    """The answer stopped: the drain timeout closed it, the backend went silent, or it
+    failed."""
+    if state.draining:
+        return Failure(Outcome.CUT_OFF, _SHUTTING_DOWN)
+    if isinstance(exc, TimeoutError):
+        return _silent(state, backend, exc)
+    return upstream_failed(state, backend, Outcome.MIDSTREAM, exc)
