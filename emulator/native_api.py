@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -48,11 +49,11 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
     return seq, bool(body.get("stream", False))
 
 
+@dataclass(frozen=True)
 class NativeHandlers:
-    def __init__(self, loop: EngineLoop, context_length: int, faults: FaultInjector) -> None:
-        self.loop = loop
-        self.context_length = context_length
-        self.faults = faults
+    loop: EngineLoop
+    context_length: int
+    faults: FaultInjector
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         seq, stream = parse_generate(await read_json(request), self.context_length)

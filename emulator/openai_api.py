@@ -135,11 +135,11 @@ def _usage(active: ActiveRequest) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
 class OpenAIHandlers:
-    def __init__(self, loop: EngineLoop, context_length: int, faults: FaultInjector) -> None:
-        self.loop = loop
-        self.context_length = context_length
-        self.faults = faults
+    loop: EngineLoop
+    context_length: int
+    faults: FaultInjector
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
