@@ -10,12 +10,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specroute import measure
+from specroute import bench_commands, measure
 from specroute.emulator.hardware import load_hardware
+from specroute.flags import levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 if TYPE_CHECKING:
-    from specroute.measure import Subcommands
+    from specroute.flags import Subcommands
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -48,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     root.add_argument("--version", action="version", version=f"specroute {_version()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_serve, measure.add_calibrate, measure.add_profile, measure.add_bench,
+    for add in (_add_serve, measure.add_calibrate, measure.add_profile, bench_commands.add_bench,
                 _add_emulate, _add_demo):  # fmt: skip
         add(sub)
     return root
@@ -123,7 +124,7 @@ def _add_emulate(sub: Subcommands) -> None:
     add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
-        type=measure.levels,
+        type=levels,
         metavar="C1,C2,...",
         help="print steady-state speeds of both modes at these concurrencies",
     )

@@ -1,192 +1,19 @@
-"""The measuring commands, each with its handler: ``bench sweep``, ``bench compare``,
-``profile`` and ``calibrate``. Heavy modules (numpy, the analysis) load only in the handler
-that needs them, so ``specroute serve`` starts without them."""
+"""The measuring commands, each with its handler: ``profile`` and ``calibrate``. Heavy
+modules (numpy, the analysis) load only in the handler that needs them, so ``specroute
+serve`` starts without them."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specroute.emulator.hardware import load_hardware
 from specroute.event_loop import run as run_loop
-from specroute.model_flags import add_model_flags, emulator_config, positive
+from specroute.flags import add_report_flags, add_workload_flags, slo, sweep_plan
 
 if TYPE_CHECKING:
-    from specroute.bench.dataset import Dataset
-    from specroute.bench.sweep import SweepPlan
-    from specroute.bench.trace import Trace
-
-    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
-_SLO_KEYS = ("ttft", "tpot")
-
-
-def levels(text: str) -> list[int]:
-    try:
-        found = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
-    if not found or min(found) < 1:
-        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
-    return sorted(set(found))
-
-
-def slo(text: str) -> dict[str, float]:
-    """``ttft=0.5,tpot=50ms``: seconds, or milliseconds with ``ms``."""
-    found = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        key = key.strip()
-        if key not in _SLO_KEYS:
-            raise argparse.ArgumentTypeError(f"SLO keys are {', '.join(_SLO_KEYS)}; got {key!r}")
-        try:
-            seconds = float(value[:-2]) / 1000 if value.endswith("ms") else float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad SLO value {value!r} for {key}") from None
-        found[key] = seconds
-    return found
-
-
-def add_workload_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", required=True, metavar="URL", help="the speculative server")
-    p.add_argument("--base", required=True, metavar="URL", help="the plain server")
-    add_dataset_flags(p)
-    size = p.add_mutually_exclusive_group()
-    size.add_argument(
-        "--requests-per-level", type=int, metavar="N",
-        help="measured requests per level and run (default: 2x the level, at least 16)",
-    )  # fmt: skip
-    size.add_argument("--duration-per-level", type=float, metavar="S")
-    p.add_argument("--repeats", type=int, default=3, help="runs per level and backend")
-
-
-def add_dataset_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
-        help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
-    )  # fmt: skip
-    p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
-    p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
-    p.add_argument(
-        "--slo", type=slo, default={}, metavar="ttft=S,tpot=S",
-        help="service-level objectives for goodput, e.g. ttft=0.5,tpot=50ms",
-    )  # fmt: skip
-    p.add_argument(
-        "--no-ignore-eos", dest="ignore_eos", action="store_false",
-        help="let requests stop at end of sequence (lengths then vary)",
-    )  # fmt: skip
-    p.add_argument("--seed", type=int, default=0)
-
-
-def add_report_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", required=True, metavar="profile.json")
-    p.add_argument("--report", metavar="report.md", help="the profile in words")
-    p.add_argument("--plot", metavar="crossover.png", help="needs matplotlib")
-
-
-def add_bench(sub: Subcommands) -> None:
-    bench = sub.add_parser(
-        "bench", help="measure backends and the router: sweep, compare, capacity",
-        description="Benchmarks, each a command of its own.",
-    )  # fmt: skip
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    sweep = bench_sub.add_parser(
-        "sweep", help="both backends across concurrency levels, kept raw in a folder",
-        description="Closed-loop load at each level, both backends interleaved.",
-    )  # fmt: skip
-    add_workload_flags(sweep)
-    sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
-    sweep.add_argument("--out", required=True, metavar="DIR")
-    sweep.set_defaults(handler=_sweep)
-    compare = bench_sub.add_parser(
-        "compare", help="the same time-varying load through the router, one policy at a time",
-        description="Each policy in turn through router processes from one config, per phase; "
-        "with --offline, the trace replayed in virtual time, with an oracle's gap.",
-    )  # fmt: skip
-    compare.add_argument("--router-config", metavar="FILE.toml",
-                         help="the router's settings: spec, base, profile, ...")  # fmt: skip
-    compare.add_argument("--profile", metavar="FILE",
-                         help="--offline: the profile to route by, over the config's")  # fmt: skip
-    compare.add_argument("--trace", default="ramp", help="ramp, steps, poisson-day or a JSON file")
-    compare.add_argument("--peak", type=int, default=16,
-                         help="ramp and steps: top concurrency; poisson-day: the busiest "
-                         "hour's requests per second unless --peak-rate")  # fmt: skip
-    compare.add_argument("--peak-rate", type=float, metavar="REQ_PER_S",
-                         help="poisson-day: the busiest hour's requests per second")  # fmt: skip
-    compare.add_argument("--phase-seconds", type=float, default=20.0)
-    compare.add_argument(
-        "--settle", type=float, default=0.0, metavar="S",
-        help="leave each phase's first S seconds (the load changing) out of its figures",
-    )  # fmt: skip
-    compare.add_argument(
-        "--offline", action="store_true",
-        help="no servers: replay the trace in virtual time through the emulator's engine "
-        "model (the flags below) and report the gap to an oracle",
-    )  # fmt: skip
-    add_model_flags(compare, seed=False)
-    compare.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F",
-                         help="--offline: the emulated servers' time scale")  # fmt: skip
-    compare.add_argument("--policies", default="crossover,always-spec,always-base",
-                         help="comma-separated, run in this order")  # fmt: skip
-    add_dataset_flags(compare)
-    compare.add_argument("--out", required=True, metavar="DIR")
-    compare.add_argument("--plot", metavar="compare.png")
-    compare.set_defaults(handler=_compare)
-    cap = bench_sub.add_parser(
-        "capacity", help="how many concurrent streams one emulator process serves in real time",
-        description="Closed-loop streams at rising levels against one emulated server, and "
-        "the level at which its lag (slept over modelled step time) passes 5%%.",
-    )  # fmt: skip
-    cap.add_argument("--hardware", default="kimi-k2.5-8x-pcie",
-                     help="a shipped hardware model or a JSON file")  # fmt: skip
-    cap.add_argument("--mode", choices=["spec", "base"], default="spec")
-    cap.add_argument("--levels", type=levels, default=[16, 32, 64, 128, 256, 512],
-                     metavar="N1,N2,...", help="concurrent streams per level")  # fmt: skip
-    cap.add_argument("--seconds-per-level", type=positive(float), default=8.0,
-                     metavar="S", help="the measured window per level")  # fmt: skip
-    cap.add_argument("--warmup", type=positive(float), default=20.0, metavar="S",
-                     help="at most this long for every stream's first token")  # fmt: skip
-    cap.add_argument("--max-tokens", type=positive(int), default=256)
-    cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
-    cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
-    cap.set_defaults(handler=_capacity)
-    chaos = bench_sub.add_parser(
-        "chaos", help="mixed traffic through one router while backends are killed, stalled, cut",
-        description="A router process in front of emulator processes that a schedule drawn "
-        "from the seed kills, starts again and injects faults into, while clients send mixed "
-        "requests and cancel some; every request must be accounted for, and the router's "
-        "counters must agree with the clients'. Exits 1 when a check fails.",
-    )  # fmt: skip
-    chaos.add_argument("--requests", type=positive(int), default=3000)
-    chaos.add_argument("--concurrency", type=positive(int), default=16)
-    chaos.add_argument("--seed", type=int, default=0, help="the requests and the schedule")
-    chaos.add_argument("--spec-backends", type=positive(int), default=2)
-    chaos.add_argument("--base-backends", type=positive(int), default=2)
-    chaos.add_argument("--events", type=int, metavar="N",
-                       help="kills and fault changes (default: one per 150 requests)")  # fmt: skip
-    chaos.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
-    chaos.add_argument("--out", metavar="FILE.json", help="the tally, counters and events")
-    chaos.set_defaults(handler=_chaos)
-    soak = bench_sub.add_parser(
-        "soak", help="a long run through one router, watching its memory and descriptors",
-        description="Mixed requests through a router process in front of two fast emulators; "
-        "every --every requests the router's RSS, descriptors, connections, threads and "
-        "in-flight gauges, and once more after the client left and --idle seconds passed. "
-        "Exits 1 when a check fails.",
-    )  # fmt: skip
-    soak.add_argument("--requests", type=positive(int), default=100_000)
-    soak.add_argument("--concurrency", type=positive(int), default=32)
-    soak.add_argument("--every", type=positive(int), default=10_000, metavar="N",
-                      help="a sample and a progress line every N requests")  # fmt: skip
-    soak.add_argument("--seed", type=int, default=0)
-    soak.add_argument("--idle", type=float, default=20.0, metavar="S",
-                      help="after the last request, before the last sample")  # fmt: skip
-    soak.add_argument("--out", metavar="FILE.json", help="every sample and the tally")
-    soak.set_defaults(handler=_soak)
+    from specroute.flags import Subcommands
 
 
 def add_profile(sub: Subcommands) -> None:
@@ -226,32 +53,6 @@ def draw(plot: Callable[[], None], path: str | Path) -> None:
         print("no plot: matplotlib is not installed (pip install 'specroute[plot]')")
 
 
-def _dataset(args: argparse.Namespace) -> Dataset:
-    from specroute.bench.dataset import jsonl, sharegpt, synthetic
-
-    kind, *rest = args.dataset
-    if kind == "synthetic" and not rest:
-        dataset = synthetic(args.input_len, args.output_len, seed=args.seed)
-    elif kind == "sharegpt" and len(rest) == 1:
-        dataset = sharegpt(Path(rest[0]), args.output_len if args.ignore_eos else None)
-    elif kind == "jsonl" and len(rest) == 1:
-        dataset = jsonl(Path(rest[0]), args.output_len)
-    else:
-        raise ValueError("--dataset takes synthetic, sharegpt FILE or jsonl FILE")
-    return dataset
-
-
-def _plan(args: argparse.Namespace) -> SweepPlan:
-    from specroute.bench.sweep import SweepPlan
-
-    return SweepPlan(
-        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=_dataset(args),
-        repeats=args.repeats, requests=args.requests_per_level,
-        duration=args.duration_per_level, ignore_eos=args.ignore_eos, slo=args.slo,
-        api_key=os.environ.get("SPECROUTE_BENCH_API_KEY"),
-    )  # fmt: skip
-
-
 def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
     from specroute.policies.profile import save_profile
     from specroute.profiler.report import render_report
@@ -274,14 +75,6 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"{label}: crossover {c['value']:.1f} (95% {c['ci'][0]:.1f} to {c['ci'][1]:.1f})")
 
 
-def _sweep(args: argparse.Namespace) -> int:
-    from specroute.bench.sweep import sweep
-
-    run_loop(sweep(_plan(args), args.concurrency, Path(args.out)))
-    print(f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json")
-    return 0
-
-
 def _profile(args: argparse.Namespace) -> int:
     from specroute.profiler.analysis import analyse, profile_document
     from specroute.profiler.sweep_data import load_sweep
@@ -297,7 +90,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from specroute.profiler.calibration import CalibrationPlan, calibrate
 
     plan = CalibrationPlan(
-        _plan(args), max_concurrency=args.max_concurrency,
+        sweep_plan(args), max_concurrency=args.max_concurrency,
         budget_seconds=args.budget * 60, precision=args.precision,
     )  # fmt: skip
     out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
@@ -312,123 +105,3 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"Stopped: {result.stopped}."
     )
     return 0
-
-
-def _capacity(args: argparse.Namespace) -> int:
-    from specroute.bench import capacity
-    from specroute.bench.capacity import CapacityPlan, LevelResult
-
-    plan = CapacityPlan(
-        hardware=args.hardware, mode=args.mode, levels=tuple(args.levels),
-        seconds=args.seconds_per_level, warmup=args.warmup, max_tokens=args.max_tokens,
-        time_scale=args.time_scale,
-    )  # fmt: skip
-    load_hardware(plan.hardware)  # a bad name stops here, not in the emulator
-    print(capacity.header(plan), flush=True)
-    results: list[LevelResult] = []
-
-    def done(result: LevelResult) -> None:
-        results.append(result)
-        print(capacity.progress_line(result), flush=True)
-
-    try:
-        run_loop(capacity.measure_capacity(plan, done))
-    except KeyboardInterrupt:
-        print("interrupted: the levels measured so far follow", file=sys.stderr)
-    if not results:
-        return 1
-    print(capacity.render(results))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(capacity.as_json(plan, results), indent=1) + "\n")
-        print(f"written to {args.out}")
-    return 0
-
-
-def _chaos(args: argparse.Namespace) -> int:
-    from specroute.bench.chaos import ChaosPlan, render, run_chaos
-
-    plan = ChaosPlan(
-        requests=args.requests, concurrency=args.concurrency, seed=args.seed,
-        spec_backends=args.spec_backends, base_backends=args.base_backends, events=args.events,
-        time_scale=args.time_scale,
-    )  # fmt: skip
-    result = run_loop(run_chaos(plan, lambda line: print(line, file=sys.stderr, flush=True)))
-    print(render(result))
-    _save(result.as_json(), args.out)
-    return 0 if result.ok else 1
-
-
-def _soak(args: argparse.Namespace) -> int:
-    from specroute.bench.soak import SoakPlan, render, run_soak
-
-    plan = SoakPlan(requests=args.requests, concurrency=args.concurrency, every=args.every,
-                    seed=args.seed, idle=args.idle)  # fmt: skip
-    result = run_loop(run_soak(plan, lambda line: print(line, file=sys.stderr, flush=True)))
-    print(render(result))
-    _save(result.as_json(), args.out)
-    return 0 if result.ok else 1
-
-
-def _save(document: dict[str, Any], out: str | None) -> None:
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(document, indent=1) + "\n")
-        print(f"written to {out}")
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from specroute.bench.compare import ComparePlan, compare, render
-    from specroute.bench.trace import named_trace
-
-    rate = args.peak_rate if args.peak_rate is not None else float(args.peak)
-    trace = named_trace(args.trace, args.peak, args.phase_seconds, rate)
-    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    if args.offline:
-        results = _offline(args, trace, policies)
-    elif args.router_config is None:
-        raise ValueError("compare needs --router-config FILE.toml (or --offline)")
-    else:
-        plan = ComparePlan(
-            router_config=Path(args.router_config), trace=trace, dataset=_dataset(args),
-            policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
-            seed=args.seed,
-        )  # fmt: skip
-        results = run_loop(compare(plan, Path(args.out)))
-    print(render(results))
-    if args.plot:
-        from specroute.bench.compare_plot import plot_compare
-
-        draw(lambda: plot_compare(results, Path(args.plot)), args.plot)
-    return 0
-
-
-def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) -> dict[str, Any]:
-    """The router's settings from its config, the backends from the model flags."""
-    from specroute.bench.replay import ReplayPlan, compare_offline
-    from specroute.policies.profile import load_profile
-    from specroute.policies.registry import build_policy
-    from specroute.router.settings import RouterSettings
-
-    given = {"config": args.router_config, "profile": args.profile}
-    if args.router_config is None:  # no servers: names for them are all that is needed
-        given |= {"spec": ["http://spec"], "base": ["http://base"]}
-    settings = RouterSettings(**{k: v for k, v in given.items() if v is not None})
-    profile = load_profile(settings.profile) if settings.profile else None
-    plan = ReplayPlan(
-        trace, _dataset(args),
-        servers={pool: emulator_config(args, pool) for pool in ("spec", "base")},
-        backends={"spec": tuple(settings.spec), "base": tuple(settings.base)},
-        source=settings.concurrency_source, poll_interval=settings.poll_interval,
-        slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle, seed=args.seed,
-    )  # fmt: skip
-    built = {
-        name: build_policy(name, settings.model_copy(update={"policy": name}).policy_params(),
-                           profile)
-        for name in policies
-    }  # fmt: skip
-    results = compare_offline(plan, built, lambda text: print(text, file=sys.stderr))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
-    return results
