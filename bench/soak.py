@@ -99,6 +99,7 @@ class Sample:
     seconds: float  # since the first request
     rate: float  # requests a second since the sample before (0 at the start and the end)
     inflight: float  # the router's gauges, summed
+    tasks: int  # the router's asyncio tasks, from its status page
     router: ProcessStats
 
 
@@ -159,10 +160,12 @@ class _Watch:
     async def sample(self, probe: aiohttp.ClientSession, url: str, requests: int,
                      since: Sample | None) -> Sample:  # fmt: skip
         inflight = (await scrape(probe, url)).inflight
+        async with probe.get(f"{url}/router/status") as r:
+            tasks = int((await r.json())["tasks"])
         now = time.monotonic() - self.t0
         rate = (requests - since.requests) / (now - since.seconds) if since else 0.0
         stats = process_stats(self.pid, self.port, self.upstream)
-        return Sample(requests, round(now, 2), round(rate, 1), inflight, stats)
+        return Sample(requests, round(now, 2), round(rate, 1), inflight, tasks, stats)
 
 
 def _port(url: str) -> int:
@@ -193,6 +196,8 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         end = await watch.sample(probe, url, tally.count, None)
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
     checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
+    checks["no task left"] = (None if end.tasks <= start.tasks
+                              else f"{start.tasks} -> {end.tasks}")  # fmt: skip
     return SoakResult(asdict(plan), round(seconds, 2), start, samples, end, tally.as_json(),
                       counts.as_json(), races(tally, counts), checks)  # fmt: skip
 
@@ -221,7 +226,8 @@ def _line(plan: SoakPlan, start: Sample, s: Sample, note: str = "") -> str:
     return (f"soak: {s.requests:>7}/{plan.requests} requests{' ' + note if note else ''}, "
             f"{s.rate:.0f} req/s, router RSS {r.rss_kb / 1024:.1f} MB ({grown:+.1f}), "
             f"{r.fds} fds ({r.clients} client and {r.upstream} upstream connections), "
-            f"{r.threads} threads, in flight {s.inflight:g}, {s.seconds:.0f} s")  # fmt: skip
+            f"{r.threads} threads, {s.tasks} tasks, in flight {s.inflight:g}, "
+            f"{s.seconds:.0f} s")  # fmt: skip
 
 
 def render(result: SoakResult) -> str:

@@ -257,6 +257,7 @@ async def _status(request: web.Request) -> web.Response:
             for b, v in zip(state.backends, view.backends, strict=True)
         ],
         "recent_decisions": list(state.recent),
+        "tasks": len(asyncio.all_tasks()),  # a leak shows here first
         "draining": state.draining,
     })  # fmt: skip
 

@@ -33,6 +33,8 @@ def test_a_short_soak_leaves_the_router_as_it_found_it(
     assert end["clients"] == start["clients"] and end["threads"] == start["threads"]
     assert end["fds"] - end["upstream"] == start["fds"] - start["upstream"]
     assert end["upstream"] <= CONCURRENCY + 4
+    assert document["end"]["tasks"] <= document["start"]["tasks"]  # no task left behind
+    assert max(s["tasks"] for s in document["samples"]) > document["start"]["tasks"]  # counted
     # memory: the first requests warm the router up, then it stays
     assert end["rss_kb"] - start["rss_kb"] < 16 * 1024
     assert end["rss_kb"] - document["samples"][0]["router"]["rss_kb"] < 4 * 1024
