@@ -325,7 +325,10 @@ async def test_fuzzed_requests_never_get_a_500_nor_leak_a_request(
         assert answer.choices[0].message.content
     print(f"answers by status: {dict(sorted(seen.items()))}")
     assert {200, 400, 401}.issubset(seen)  # the fuzzer got past the door too
-    broken = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # the router's and its server's records; a client left over from another test may log
+    # its own teardown here too, and that says nothing of the router
+    broken = [r for r in caplog.records if r.levelno >= logging.ERROR
+              and r.name.startswith(("specroute", "aiohttp"))]  # fmt: skip
     assert not broken, [r.getMessage() for r in broken]
     assert CLIENT not in caplog.text and ADMIN not in caplog.text  # sent in bad heads too
 
