@@ -42,7 +42,10 @@ async def relay(
                 if len(held) > _MAX_HELD:  # no blank line for long: not events after all
                     chunk, held = chunk + held, b""
             if chunk:
-                await _to_client(response, response.write(chunk))
+                try:  # inline, not through _to_client: this runs for every chunk
+                    await response.write(chunk)
+                except ConnectionError as exc:
+                    raise ClientGone(response) from exc
             chunk = await upstream.content.readany()  # the backend's side
         if held:
             await _to_client(response, response.write(held))  # ended without a blank line

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,8 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     noise = level_noise(live["trace"]["phases"], *always)
     for i, level in enumerate(p["concurrency"] for p in live["trace"]["phases"]):
         spec, base = always[0][i], always[1][i]
-        assert mine[i] <= min(spec, base) * (1 + noise[level]), (
+        # two measurements, each within the noise of the truth, differ by up to sqrt(2)x it
+        assert mine[i] <= min(spec, base) * (1 + math.sqrt(2) * noise[level]), (
             f"phase {i}: crossover {mine[i]} ms against {spec} (spec) and {base} (base),"
             f" noise at {level} {noise[level]:.1%}\n{stdout}"
         )
