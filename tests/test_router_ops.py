@@ -367,14 +367,20 @@ async def test_metrics_have_the_right_values() -> None:
     )
 
 
-async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
-    """``acceptance-crossover`` behind the router: when the speculative server's drafter
-    gets worse, the accept length the router reads from its counters falls, and so does
-    the threshold it routes by and shows as ``specroute_crossover``."""
+def kimi_predicted(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """Kimi's profile as the emulator's model predicts it, and the file it is written to."""
     config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "64")
     predicted = as_profile(predict(config, [1, 2, 4, 6, 8, 12], 128, 64), config)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(predicted))
+    return predicted, path
+
+
+async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
+    """``acceptance-crossover`` behind the router: when the speculative server's drafter
+    gets worse, the accept length the router reads from its counters falls, and so does
+    the threshold it routes by and shows as ``specroute_crossover``."""
+    predicted, path = kimi_predicted(tmp_path)
     async with (
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,
@@ -399,7 +405,7 @@ async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
         after = await shown_after_traffic()
     # before: the profile's threshold or above (these short requests count the prefill's
     # token in the counters' accept length, which reads a little high against the profile)
-    assert before >= 0.9 * predicted["crossover"]["value"]  # type: ignore[index]
+    assert before >= 0.9 * predicted["crossover"]["value"]
     assert after < 2  # at 2.1 it pays, if at all, for a request alone (82 against 90 tok/s)
 
 
@@ -409,10 +415,7 @@ async def test_a_pool_shunned_for_its_acceptance_is_probed_and_comes_back(
     """The drafter gets so bad that speculation pays at no load: ``acceptance-crossover``
     stops sending there, so only probes keep its accept length measured. When the drafter
     recovers, the probes see it and speculation resumes."""
-    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "64")
-    predicted = as_profile(predict(config, [1, 2, 4, 6, 8, 12], 128, 64), config)
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(predicted))
+    predicted, path = kimi_predicted(tmp_path)
     async with (
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,
@@ -446,7 +449,7 @@ async def test_a_pool_shunned_for_its_acceptance_is_probed_and_comes_back(
         assert 2 <= shunned.count("spec") <= 6  # one in four, to keep measuring it
         recovered = await traffic_at(3.0)
         assert recovered[-4:] == ["spec"] * 4  # the probes saw the drafter recover
-        assert state.policy.crossover() >= 0.9 * predicted["crossover"]["value"]  # type: ignore[index]
+        assert state.policy.crossover() >= 0.9 * predicted["crossover"]["value"]
 
 
 async def test_a_profile_without_a_crossover_is_said_and_shown(
