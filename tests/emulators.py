@@ -6,12 +6,11 @@ import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from aiohttp import web
-
 from specroute.cli import parser
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.server import create_app
 from specroute.model_flags import emulator_config as config_from
+from tests.apps import serving
 
 
 def emulator_config(*flags: str) -> EmulatorConfig:
@@ -23,12 +22,5 @@ def emulator_config(*flags: str) -> EmulatorConfig:
 @asynccontextmanager
 async def running_emulator(*flags: str) -> AsyncIterator[str]:
     """Serve an emulator on a free loopback port; yields its base URL."""
-    runner = web.AppRunner(create_app(emulator_config(*flags)), handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(create_app(emulator_config(*flags))) as url:
+        yield url

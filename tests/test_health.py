@@ -28,6 +28,7 @@ from specroute.router.monitor import every
 from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
@@ -410,14 +411,8 @@ async def scraped_as_told() -> AsyncIterator[tuple[str, list[bytes], list[int]]]
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", bodies, scrapes
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, bodies, scrapes
 
 
 async def test_garbage_metrics_neither_stop_polling_nor_routing() -> None:

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from specroute.bench.spawn import spawned
+from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
@@ -98,14 +99,8 @@ async def compressing_backend() -> AsyncIterator[tuple[str, list[str]]]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/health", health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", offered
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, offered
 
 
 async def test_a_compressed_answer_keeps_its_encoding() -> None:
