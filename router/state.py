@@ -43,7 +43,7 @@ class RouterState:
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.settings.recent_decisions)
-        self._by_name: dict[str, Backend] = {}
+        self._by_name = {}
         for b in self.backends:  # a URL given twice in one pool is served by the first
             self._by_name.setdefault(b.name, b)
         # read at each scrape: the load the policy would see now, also after traffic stops
