@@ -41,7 +41,7 @@ from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy, pick
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import POOLS, BackendView, ConcurrencySource, Pool, RequestInfo, View
-from specroute.router.backend import Backend
+from specroute.router.backend import backend_name
 
 _PATH = "/v1/chat/completions"
 _GOLDEN = 0.6180339887  # spreads the clients' polling beats evenly
@@ -91,7 +91,7 @@ class _Server:
 class _Replay:
     def __init__(self, plan: ReplayPlan, policy: Policy, label: str) -> None:
         self.plan, self.policy, self.label = plan, policy, label
-        self.servers = [_Server(Backend(url, pool).name, pool, plan.servers[pool])
+        self.servers = [_Server(backend_name(url, pool), pool, plan.servers[pool])
                         for pool in plan.backends for url in plan.backends[pool]]  # fmt: skip
         self.now = 0.0
         spans = plan.trace.spans(plan.settle)

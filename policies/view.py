@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Pool = Literal["spec", "base"]
 POOLS: tuple[Pool, ...] = ("spec", "base")
@@ -24,8 +24,7 @@ class ConcurrencySource(StrEnum):
     MAX = "max"
 
 
-@dataclass(frozen=True)
-class BackendView:
+class BackendView(NamedTuple):  # built for every backend at every request: a tuple is cheapest
     name: str
     pool: Pool
     healthy: bool

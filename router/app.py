@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import logging
 import time
@@ -14,21 +13,31 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specroute.policies.profile import Profile, load_profile, parse_profile
+from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
-from specroute.router.auth import auth_middleware
+from specroute.router.auth import Keys
 from specroute.router.backend import Backend
+from specroute.router.board import Board
 from specroute.router.errors import error_response
+from specroute.router.front import front
+from specroute.router.gauges import StateGauges
 from specroute.router.health import Breaker
 from specroute.router.metrics import RouterMetrics
-from specroute.router.monitor import check_health, each_backend, every, poll_metrics
+from specroute.router.monitor import (
+    check_health,
+    each_backend,
+    every,
+    first_verdicts,
+    follow,
+    poll_metrics,
+)
 from specroute.router.openapi import document
 from specroute.router.proxy import proxy
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.workers import Workers
 
 STATE = web.AppKey("state", RouterState)
 PROXIED = ("/v1/chat/completions", "/v1/completions", "/generate")
@@ -54,76 +63,23 @@ _HTTP_LOG = logging.getLogger("specroute.router.http")
 _HTTP_LOG.addFilter(_ClientFault())
 
 
-def build_state(settings: RouterSettings) -> RouterState:
+def build_state(settings: RouterSettings, workers: Workers | None = None) -> RouterState:
+    """The router's state; ``workers``: the board and metrics folder this worker shares
+    with the others, if it is one of several."""
     profile: Profile | None = load_profile(settings.profile) if settings.profile else None
     policy = build_policy(settings.policy, settings.policy_params(), profile)
-    backends = [Backend(u, "spec", Breaker(settings.ejection())) for u in settings.spec] + [
-        Backend(u, "base", Breaker(settings.ejection())) for u in settings.base
+    servers = settings.servers()
+    board = Board(1, len(servers)) if workers is None else workers.board
+    backends = [
+        Backend(url, pool, Breaker(settings.ejection()), board, i)
+        for i, (url, pool) in enumerate(servers)
     ]
-    state = RouterState(settings, backends, policy, profile, RouterMetrics())
+    metrics = RouterMetrics(None if workers is None else str(workers.folder))
+    shared = None if workers is None else workers.folder
+    state = RouterState(settings, backends, policy, profile, metrics, board, shared)
+    metrics.exposed.register(StateGauges(state))
     state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
     return state
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """What a client sent wrong, as an OpenAI-shaped error, never a 500."""
-    if not all(_utf8(value) for value in request.headers.values()):
-        return error_response(400, "A header's value is not valid UTF-8.")  # none reads it
-    try:
-        return await handler(request)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(413, f"The request body is larger than the limit: {exc.text}")
-    except web.HTTPNotFound:
-        return error_response(404, f"Unknown path {request.path!r}.", "not_found")
-    except web.HTTPMethodNotAllowed:
-        return error_response(405, f"{request.method} is not allowed on {request.path!r}.")
-    except RecursionError:  # decoding a client's JSON is the router's only deep recursion
-        return error_response(400, "The request body nests too deeply to be read.")
-    except LookupError:
-        if _known_charset(request.charset):
-            raise  # a KeyError or an IndexError: the router's own bug, aiohttp answers 500
-        return error_response(400, f"Unknown charset {request.charset!r} in Content-Type.")
-
-
-def _utf8(value: str) -> bool:
-    """aiohttp keeps a header's bytes that are not UTF-8 as lone surrogates, which fail
-    whatever encodes the value again (a key's comparison, a forwarded header)."""
-    try:
-        return value.isascii() or bool(value.encode())
-    except UnicodeEncodeError:
-        return False
-
-
-def _known_charset(charset: str | None) -> bool:
-    try:
-        return charset is None or codecs.lookup(charset) is not None
-    except LookupError:
-        return False
-
-
-def _whole_body(seconds: float) -> Middleware:
-    """Every body read whole, within ``seconds``, before a handler sees it: a client that
-    sends slowly holds its connection that long at most, and a body that cannot be read is
-    the client's error (408, 400; 413 past ``max_body_bytes``), never the router's."""
-
-    @web.middleware
-    async def read(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.can_read_body:
-            try:
-                async with asyncio.timeout(seconds):
-                    await request.read()  # kept: the handler's own read returns it
-            except TimeoutError:
-                late = error_response(408, f"The request body took longer than {seconds:g} s.")
-                late.force_close()
-                return late
-            except web.RequestPayloadError as exc:  # a bad chunk, a bad compressed body
-                cause = exc.__cause__
-                said = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
-                return error_response(400, f"The request body could not be read: {said}")
-        return await handler(request)
-
-    return read
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:
@@ -140,14 +96,10 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
     }
 
 
-def create_app(settings: RouterSettings) -> web.Application:
-    state = build_state(settings)
+def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.Application:
+    state = build_state(settings, workers)
     app = web.Application(
-        middlewares=[
-            _errors,
-            auth_middleware(settings.api_keys, settings.admin_key),
-            _whole_body(settings.body_timeout),  # after the keys: no body held for a stranger
-        ],
+        middlewares=[front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout)],
         client_max_size=settings.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
@@ -178,11 +130,17 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
-    await each_backend("health", state, check_health)  # before serving: one that fails waits
-    tasks = [
-        asyncio.create_task(every(settings.health_interval, "health", state, check_health)),
-        asyncio.create_task(every(settings.poll_interval, "poll", state, poll_metrics)),
-    ]
+    if state.board.leader:  # alone, or worker 0: health and polling for every worker
+        await each_backend("health", state, check_health)  # before serving: one failing waits
+        tasks = [
+            asyncio.create_task(every(settings.health_interval, "health", state, check_health)),
+            asyncio.create_task(every(settings.poll_interval, "poll", state, poll_metrics)),
+        ]
+    else:
+        await first_verdicts(state)
+        tasks = []
+    if state.shared is not None:  # one of several workers: what the others publish
+        tasks.append(asyncio.create_task(follow(state)))
     yield
     for task in (*tasks, *state.background):
         task.cancel()
@@ -226,7 +184,7 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[STATE].metrics.registry)
+    body = generate_latest(request.app[STATE].metrics.exposed)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -236,6 +194,7 @@ async def _status(request: web.Request) -> web.Response:
     profile = state.profile
     return web.json_response({
         "policy": {"name": state.policy.name, "parameters": state.policy.describe()},
+        "worker": {"index": state.board.worker, "of": state.board.workers},
         "concurrency_source": str(view.source),
         "live_concurrency": {
             "total": view.load(), "spec": view.load("spec"), "base": view.load("base"),
@@ -268,12 +227,11 @@ async def _swap_profile(request: web.Request) -> web.Response:
     The crossover comes from the profile even when one was given at start."""
     state = request.app[STATE]
     try:
-        profile = parse_profile(await request.json())
-        params = {k: v for k, v in state.settings.policy_params().items() if k != "crossover"}
-        policy = build_policy(state.policy.name, params, profile)
+        state.post_profile(await request.json())
     except ValueError as exc:  # bad JSON, ProfileError and PolicyError alike
         return error_response(400, f"The profile was not loaded: {exc}")
-    state.adopt(policy, profile, "POST /router/profile")
+    policy, profile = state.policy, state.profile
+    assert profile is not None
     return web.json_response(
         {"policy": {"name": policy.name, "parameters": policy.describe()},
          "profile": {"created": profile.created, "crossover": profile.raw["crossover"]}}

@@ -10,18 +10,15 @@ forwarded to a backend (the router sends its own backend key, if any).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from pydantic import SecretStr
 
 from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
 ADMIN_PATHS = frozenset({"/router/profile"})
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -37,31 +34,33 @@ def _matches(token: str, keys: Sequence[SecretStr]) -> bool:
     return found
 
 
-def auth_middleware(clients: Sequence[SecretStr], admin: SecretStr | None) -> Middleware:
-    admins = [admin] if admin is not None else []
+class Keys:
+    """Who may do what: ``refusal`` says why a request may not, or nothing if it may."""
 
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def __init__(self, clients: Sequence[SecretStr], admin: SecretStr | None) -> None:
+        self.clients = list(clients)
+        self.admins = [admin] if admin is not None else []
+
+    def refusal(self, request: web.Request) -> web.Response | None:
         if request.path in OPEN_PATHS:
-            return await handler(request)
+            return None
         admin_path = request.path in ADMIN_PATHS
-        if admin_path and not admins:
+        if admin_path and not self.admins:
             return error_response(
                 403, "Changing the router's routing needs its admin key, and none is configured "
                 "(SPECROUTE_ADMIN_KEY or --admin-key): refused.", "permission_error",
             )  # fmt: skip
+        clients, admins = self.clients, self.admins
         needed = admins if admin_path else [*clients, *admins] if clients else []
         if not needed:
-            return await handler(request)
+            return None
         token = _bearer(request)
         if token is None:
             return error_response(
                 401, "Missing API key: send 'Authorization: Bearer <key>'.", "authentication_error"
             )
         if _matches(token, needed):
-            return await handler(request)
+            return None
         if admin_path and _matches(token, clients):
             return error_response(403, "This endpoint needs the admin key.", "permission_error")
         return error_response(401, "Incorrect API key provided.", "authentication_error")
-
-    return check

@@ -1,65 +1,83 @@
-"""One upstream server as the router tracks it: its own in-flight count, health, stats."""
+"""One upstream server as a router worker tracks it: its breaker, and its column of the
+board that the workers share (in flight, health verdicts, the leader's readings)."""
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
 from specroute.router.backend_stats import BackendStats, window_accept_length
-from specroute.router.health import Breaker, Ejection
+from specroute.router.board import Board, Reading
+from specroute.router.health import Breaker, BreakerState
 
 
-@dataclass
+def backend_name(url: str, pool: Pool) -> str:
+    """``{pool}:{host}:{port}``: the label that metrics, views and decisions use."""
+    parts = urlsplit(url)
+    return f"{pool}:{parts.hostname}:{parts.port}"
+
+
 class Backend:
-    url: str
-    pool: Pool
-    breaker: Breaker = field(default_factory=lambda: Breaker(Ejection()), repr=False)
-    inflight: int = 0
-    stats: BackendStats | None = None
-    stats_at: float = 0.0  # monotonic time of the last successful scrape
-    accept_length: float | None = None  # tokens per verify step, over the last window with any
-    accept_length_at: float = 0.0  # monotonic time of that window's end: its age
-    name: str = field(init=False)  # "{pool}:{host}:{port}", the label metrics and views use
-    _previous: BackendStats | None = field(default=None, repr=False)
+    def __init__(self, url: str, pool: Pool, breaker: Breaker, board: Board, index: int) -> None:
+        self.url, self.pool, self.breaker = url, pool, breaker
+        self.name = backend_name(url, pool)
+        self.board, self.index = board, index
+        self._verdicts_seen = 0  # the sequence number of the last health verdict applied
+        self._previous: BackendStats | None = None  # the leader's last scrape
+        self._accept: tuple[float, float] | None = None  # the leader's: (accept length, at)
 
-    def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        self.name = f"{self.pool}:{parts.hostname}:{parts.port}"
+    @property
+    def inflight(self) -> int:
+        """Requests in flight here through every worker of the router."""
+        return self.board.inflight(self.index)
+
+    @property
+    def own_inflight(self) -> int:
+        return self.board.own_inflight(self.index)
+
+    def dispatched(self, n: int) -> None:
+        """``n`` more (or, negative, fewer) of this worker's requests in flight here."""
+        self.board.add_inflight(self.index, n)
 
     @property
     def healthy(self) -> bool:
         """May get traffic now: what policies, ``/ready``, ``/router/status`` and
         ``specroute_backend_healthy`` all read. Half-open, only while nothing is in flight
-        here, so that one request at a time is the trial."""
-        return self.breaker.admits(busy=self.inflight > 0)
+        here through any worker, so that one request at a time is the trial."""
+        state = self.breaker.state
+        self.board.show_level(self.index, state.level)
+        return state is BreakerState.CLOSED or (
+            state is BreakerState.HALF_OPEN and self.inflight == 0
+        )
+
+    def new_verdict(self) -> bool | None:
+        """The leader's latest health verdict, if this worker has not applied it yet."""
+        seq, ok = self.board.verdict(self.index)
+        if seq == self._verdicts_seen:
+            return None
+        self._verdicts_seen = seq
+        return ok
 
     def record_stats(self, stats: BackendStats, at: float) -> None:
+        """The leader's scrape: the live accept length over the window since the last one
+        that had verify steps, published with the counts for every worker."""
         if self._previous is not None:
             window = window_accept_length(self._previous, stats)
             if window is not None and math.isfinite(window):
-                self.accept_length, self.accept_length_at = window, at
+                self._accept = (window, at)
         self._previous = stats
-        self.stats, self.stats_at = stats, at
+        self.board.publish_reading(self.index, stats.running, stats.queued, self._accept, at)
 
-    def view(self, stale_after: float, now: float | None = None) -> BackendView:
-        now = time.monotonic() if now is None else now
-        fresh = self.stats is not None and now - self.stats_at <= stale_after
-        stats = self.stats if fresh else None
-        return BackendView(
-            name=self.name,
-            pool=self.pool,
-            healthy=self.healthy,
-            inflight=self.inflight,
-            running=None if stats is None else _count(stats.running),
-            queued=None if stats is None else _count(stats.queued),
-            accept_length=self.accept_length if fresh else None,
-            accept_length_age=now - self.accept_length_at if fresh else None,
-        )
+    def reading(self, stale_after: float, now: float) -> Reading | None:
+        """The leader's last reading, if not older than ``stale_after`` seconds."""
+        reading = self.board.reading(self.index)
+        return reading if reading is not None and now - reading.at <= stale_after else None
 
-
-def _count(value: float | None) -> int | None:
-    """A reported count as a whole number; NaN or infinity (a broken exporter) is none."""
-    return None if value is None or not math.isfinite(value) else int(value)
+    def view(self, stale_after: float, now: float) -> BackendView:
+        r = self.reading(stale_after, now)
+        if r is None:
+            return BackendView(self.name, self.pool, self.healthy, self.inflight)
+        age = None if r.accept_length is None else now - r.accept_length_at
+        return BackendView(self.name, self.pool, self.healthy, self.inflight,
+                           r.running, r.queued, r.accept_length, age)  # fmt: skip

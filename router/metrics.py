@@ -1,15 +1,33 @@
-"""The router's Prometheus metrics; names are fixed so dashboards can rely on them."""
+"""The router's counters and histograms; names are fixed so dashboards can rely on them.
+
+Events are counted here, by each worker; what is a state (in flight, health, the
+crossover) is a gauge read from the shared board at each scrape (``gauges.py``). With
+several workers, the counts live in prometheus_client's multiprocess files, one set a
+worker, and a scrape of any worker sums them: the figures add up whichever answers.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.multiprocess import MultiProcessCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
+M = TypeVar("M", bound=MetricWrapperBase)
+
 
 class RouterMetrics:
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
+    def __init__(self, shared_dir: str | None = None) -> None:
+        """``shared_dir``: the workers' multiprocess folder, when there are several."""
+        r = CollectorRegistry()
+        self.exposed = r  # what /metrics writes out, the state's gauges added
+        if shared_dir is not None:
+            self.exposed = CollectorRegistry()
+            MultiProcessCollector(self.exposed, path=shared_dir)  # type: ignore[no-untyped-call]
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self.requests = Counter(
             "specroute_requests",
             "Requests answered, by pool, backend and HTTP status.",
@@ -22,44 +40,10 @@ class RouterMetrics:
             ["pool", "reason"],
             registry=r,
         )
-        self.inflight = Gauge(
-            "specroute_inflight",
-            "Requests in flight through the router.",
-            ["pool", "backend"],
-            registry=r,
-        )
-        self.live_concurrency = Gauge(
-            "specroute_live_concurrency",
-            "The live concurrency of the whole deployment as the policy counts it, now.",
-            registry=r,
-        )
-        self.crossover = Gauge(
-            "specroute_crossover", "The crossover the policy routes by.", registry=r
-        )
-        self.crossover_measured = Gauge(
-            "specroute_crossover_measured",
-            "1 when the profile's crossover was measured; 0 when speculation paid (or lost) at "
-            "every level measured and the router routes by the edge of what was measured.",
-            registry=r,
-        )
         self.router_errors = Counter(
             "specroute_router_errors",
             "The router's own failures (out_of_fds, internal_error), charged to no backend.",
             ["kind"],
-            registry=r,
-        )
-        self.healthy = Gauge(
-            "specroute_backend_healthy",
-            "1 when the backend may get traffic now: its breaker is closed, or half-open "
-            "with no request in flight there.",
-            ["backend"],
-            registry=r,
-        )
-        self.breaker = Gauge(
-            "specroute_backend_breaker_state",
-            "The backend's circuit breaker: 0 closed (serving), 1 half-open (one trial at a "
-            "time), 2 open (ejected, no traffic).",
-            ["backend"],
             registry=r,
         )
         self.ejections = Counter(
@@ -73,24 +57,6 @@ class RouterMetrics:
             "Unexpected exceptions in background work (task health or poll), each logged "
             "with its traceback; the work goes on.",
             ["task"],
-            registry=r,
-        )
-        self.running = Gauge(
-            "specroute_backend_running",
-            "Running requests the backend reports.",
-            ["backend"],
-            registry=r,
-        )
-        self.queued = Gauge(
-            "specroute_backend_queued",
-            "Queued requests the backend reports.",
-            ["backend"],
-            registry=r,
-        )
-        self.accept_length = Gauge(
-            "specroute_backend_accept_length",
-            "Accept length over the last polling window, from counter deltas.",
-            ["backend"],
             registry=r,
         )
         self.ttft = Histogram(
@@ -113,3 +79,12 @@ class RouterMetrics:
             ["backend", "kind"],
             registry=r,
         )
+
+    def child(self, metric: M, *labels: str) -> M:
+        """``metric.labels(*labels)``, looked up once: prometheus_client's own lookup takes
+        a lock and checks every label, on every request."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]  # keyed by the metric it came from

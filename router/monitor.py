@@ -1,4 +1,6 @@
-"""Background work owned by the app: health checks and metric polling of every backend.
+"""Background work owned by the app: health checks and metric polling of every backend,
+done by the leader (the only worker, or worker 0 of several) for all; the other workers
+follow the health verdicts it publishes on the board.
 
 Each round runs its job on every backend, each guarded: an exception the job did not
 expect is logged with its traceback, counted in ``specroute_background_errors_total{task}``,
@@ -23,7 +25,8 @@ from specroute.router.state import RouterState
 
 _log = logging.getLogger("specroute.router")
 
-Task = Literal["health", "poll"]
+Task = Literal["health", "poll", "follow"]
+FOLLOW_INTERVAL = 0.1  # seconds: how late a worker may learn of the leader's health verdict
 Job = Callable[[RouterState, Backend], Awaitable[None]]
 
 
@@ -56,14 +59,29 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     # The text format is UTF-8 whatever the header says; bytes that are not become U+FFFD,
     # and the reader skips the lines they spoil.
     backend.record_stats(parse(body.decode("utf-8", errors="replace")), time.monotonic())
-    m, stats = state.metrics, backend.stats
-    assert stats is not None
-    if stats.running is not None:
-        m.running.labels(backend=backend.name).set(stats.running)
-    if stats.queued is not None:
-        m.queued.labels(backend=backend.name).set(stats.queued)
-    if backend.accept_length is not None:
-        m.accept_length.labels(backend=backend.name).set(backend.accept_length)
+
+
+async def follow(state: RouterState) -> None:
+    """One of several workers: what the others publish, applied here, until cancelled."""
+    state.metrics.background_errors.labels(task="follow")  # 0 from the start
+    while True:
+        await asyncio.sleep(FOLLOW_INTERVAL)
+        try:
+            state.follow()
+        except Exception:  # a posted profile that no longer reads: a bug to see, not a stop
+            state.metrics.background_errors.labels(task="follow").inc()
+            _log.exception("Following the other workers failed; it goes on.")
+
+
+async def first_verdicts(state: RouterState) -> None:
+    """A worker other than the leader starts serving once the leader's first health round
+    is in (as the leader does), or after the time that round may take."""
+    deadline = time.monotonic() + state.settings.health_timeout + 1.0
+    while time.monotonic() < deadline:
+        if all(b.board.verdict(b.index)[0] for b in state.backends):
+            break
+        await asyncio.sleep(FOLLOW_INTERVAL)
+    state.follow()
 
 
 def _router_out_of_fds(state: RouterState, exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from specroute.policies.decision import Decision
@@ -28,7 +29,7 @@ from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
 from specroute.router.state import RouterState
-from specroute.router.upstream import Failure, open_upstream
+from specroute.router.upstream import Failure, closed, open_upstream
 
 
 async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
@@ -77,7 +78,7 @@ async def _choose(
         )
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        body = _parsed(raw)
     except ValueError as exc:  # not JSON, not UTF-8, or an integer past Python's digit limit
         return error_response(400, f"The request body is not valid JSON: {exc}")
     except RecursionError:
@@ -88,6 +89,16 @@ async def _choose(
     decision = state.policy.choose(request_info(request.path, body), view)
     state.record(decision, view.load())
     return raw, body, decision
+
+
+def _parsed(raw: bytes) -> Any:
+    """The body read by orjson, several times faster than ``json``; what orjson refuses and
+    ``json`` reads (NaN, integers past 64 bits, lone surrogates) is read by ``json``, so
+    that the router accepts the same bodies a Python server does."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
@@ -126,8 +137,11 @@ async def _forward(
     flight = Flight(state, backend)
     stream = body.get("stream") is True
     try:
-        async with open_upstream(request, state, backend, raw, stream) as (upstream, first):
+        upstream, first = await open_upstream(request, state, backend, raw, stream)
+        try:
             return await relay(request, flight, upstream, first)
+        finally:
+            closed(state, upstream)
     except Failure as failure:
         if failure.outcome.retryable:
             raise

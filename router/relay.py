@@ -37,7 +37,7 @@ async def relay(
         if chunk:
             flight.first_byte()
         while chunk:
-            if events:
+            if events and (held or not chunk.endswith(b"\n\n")):  # else whole as it came
                 chunk, held = _whole_events(held + chunk)
                 if len(held) > _MAX_HELD:  # no blank line for long: not events after all
                     chunk, held = chunk + held, b""

@@ -18,14 +18,18 @@ from specroute.event_loop import run as run_loop
 from specroute.router.app import STATE, create_app
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.workers import Workers, supervise
 
 _DRAIN_POLL = 0.05
 _CUT_OFF_GRACE = 1.0
 
 
-def run(settings: RouterSettings) -> None:
+def run(settings: RouterSettings) -> int:
     print(f"specroute router: {open_files_limit()}", flush=True)
-    run_loop(serve(settings))
+    if settings.workers == 1:
+        run_loop(serve(settings))
+        return 0
+    return supervise(settings, lambda s, workers: run_loop(serve(s, workers)))
 
 
 def open_files_limit() -> str:
@@ -41,15 +45,17 @@ def open_files_limit() -> str:
     return f"open files limit raised from {soft} to {hard}"
 
 
-async def serve(settings: RouterSettings) -> None:
-    app = create_app(settings)
+async def serve(settings: RouterSettings, workers: Workers | None = None) -> None:
+    """One router, alone or as one of ``workers`` on the same port."""
+    app = create_app(settings, workers)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=workers is not None)
         await site.start()
+        who = f"worker {workers.board.worker}" if workers is not None else "router"
         print(
-            f"specroute router on http://{settings.host}:{settings.port}: "
+            f"specroute {who} on http://{settings.host}:{settings.port}: "
             f"spec {', '.join(settings.spec)}; base {', '.join(settings.base)}",
             flush=True,
         )

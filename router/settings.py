@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -14,7 +15,8 @@ from pydantic_settings import (
 )
 
 from specroute.policies.registry import entry
-from specroute.policies.view import ConcurrencySource
+from specroute.policies.view import ConcurrencySource, Pool
+from specroute.router.backend import backend_name
 from specroute.router.health import Ejection
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -79,6 +81,10 @@ class RouterSettings(BaseSettings):
     drain_grace: float = Field(5.0, ge=0, description="after SIGTERM: not ready, still serving")
     drain_timeout: float = Field(30.0, ge=0)
     recent_decisions: int = Field(50, ge=0)
+    workers: int = Field(
+        1, ge=1, le=256,
+        description="router processes on one port (SO_REUSEPORT) that share one view of load",
+    )  # fmt: skip
     config: Path | None = Field(None, exclude=True)
 
     @field_validator("spec", "base")
@@ -97,6 +103,24 @@ class RouterSettings(BaseSettings):
                 f"eject_seconds ({self.eject_seconds:g})"
             )
         return self
+
+    def servers(self) -> list[tuple[str, Pool]]:
+        """Each backend once, with its pool: a server given twice in a pool is one server."""
+        named: dict[str, tuple[str, Pool]] = {}
+        pools: tuple[tuple[Pool, list[str]], ...] = (("spec", self.spec), ("base", self.base))
+        for pool, urls in pools:
+            for url in urls:
+                named.setdefault(backend_name(url, pool), (url, pool))
+        return list(named.values())
+
+    def upstream_timeouts(self) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
+        """For a stream and for a whole answer. A stream may run for hours as long as it
+        keeps talking; a non-streamed answer comes whole at its end, so it gets a deadline
+        instead of an idle limit."""
+        stream = aiohttp.ClientTimeout(sock_connect=self.connect_timeout,
+                                       sock_read=self.idle_timeout)  # fmt: skip
+        whole = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
+        return stream, whole
 
     def ejection(self) -> Ejection:
         return Ejection(

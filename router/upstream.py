@@ -8,15 +8,11 @@ once, here, by its kind; the router's own (no file descriptor left) is told apar
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import aiohttp
 from aiohttp import web
 
 from specroute.router.backend import Backend
 from specroute.router.outcome import Outcome, out_of_fds
-from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
@@ -31,48 +27,41 @@ class Failure(Exception):
         self.outcome, self.cause = outcome, cause
 
 
-def _timeout(settings: RouterSettings, *, stream: bool) -> aiohttp.ClientTimeout:
-    """A stream may run for hours as long as it keeps talking; a non-streamed answer comes
-    whole at its end, so it gets a deadline instead of an idle limit."""
-    if stream:
-        return aiohttp.ClientTimeout(
-            sock_connect=settings.connect_timeout, sock_read=settings.idle_timeout
-        )
-    return aiohttp.ClientTimeout(
-        total=settings.request_timeout, sock_connect=settings.connect_timeout
-    )
-
-
-@contextlib.asynccontextmanager
 async def open_upstream(
     request: web.Request,
     state: RouterState,
     backend: Backend,
     raw: bytes,
     stream: bool,
-) -> AsyncIterator[tuple[aiohttp.ClientResponse, bytes]]:
-    """The backend's answer and its first chunk (empty if it has no body), or a Failure."""
+) -> tuple[aiohttp.ClientResponse, bytes]:
+    """The backend's answer and its first chunk (empty if it has no body), or a Failure.
+    The caller owns the answer from here: ``closed`` lets it go."""
     assert state.session is not None  # set at startup, before any request is served
     try:
         upstream = await state.session.post(
             backend.url + request.path, data=raw, headers=_forwarded(request, stream),
-            timeout=_timeout(state.settings, stream=stream), auto_decompress=False,
+            timeout=state.timeouts[0 if stream else 1], auto_decompress=False,
         )  # fmt: skip
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _unanswered(state, backend, exc) from None
-    async with upstream:
+    try:
         if upstream.status == 503:
             await upstream.read()
             raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
         state.upstreams.add(upstream)  # from here the drain timeout may close it
         try:
-            try:
-                first = await upstream.content.readany()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise stopped(state, backend, exc) from None
-            yield upstream, first
-        finally:
-            state.upstreams.discard(upstream)
+            return upstream, await upstream.content.readany()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise stopped(state, backend, exc) from None
+    except BaseException:
+        closed(state, upstream)
+        raise
+
+
+def closed(state: RouterState, upstream: aiohttp.ClientResponse) -> None:
+    """The answer let go: its connection back to the pool if it was read to its end."""
+    state.upstreams.discard(upstream)
+    upstream.release()
 
 
 def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
@@ -81,7 +70,8 @@ def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
     ``Accept-Encoding``, or none (aiohttp would otherwise offer gzip on its behalf). A
     stream is never compressed: the relay passes it event by event and may have to end it
     with an error event of its own."""
-    headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
+    given = request.headers
+    headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
     accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
     headers["Accept-Encoding"] = accepted
     return headers

@@ -87,6 +87,10 @@ def _add_serve(sub: Subcommands) -> None:
         help="after SIGTERM, seconds of answering not-ready while still serving (default 5)",
     )  # fmt: skip
     serve.add_argument("--drain-timeout", type=float, metavar="S")
+    serve.add_argument(
+        "--workers", type=int, metavar="N",
+        help="router processes sharing the port and one view of load (default 1)",
+    )  # fmt: skip
     serve.set_defaults(handler=_serve)
 
 
@@ -171,8 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
             value = "***" if "key" in key else error.get("input")
             print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
         return 2
-    run(settings)
-    return 0
+    return run(settings)
 
 
 def _emulate(args: argparse.Namespace) -> int:

@@ -200,7 +200,7 @@ async def test_a_job_that_raises_is_logged_counted_and_run_again(
         await loop
     assert set(ran[:2]) == {"spec:127.0.0.1:9", "base:127.0.0.1:9"}  # the other ran too
     assert len(ran) >= 10  # and the rounds went on
-    errors = state.metrics.registry.get_sample_value
+    errors = state.metrics.exposed.get_sample_value
     assert errors("specroute_background_errors_total", {"task": "poll"}) == 1
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert record.name == "specroute.router" and record.exc_info is not None

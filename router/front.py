@@ -1,0 +1,82 @@
+"""What every request passes before a handler sees it, in one middleware (each layer of
+aiohttp's middleware costs every request a coroutine of its own): its headers readable,
+its key, its body read whole in time; and what a client sent wrong answered as an
+OpenAI-shaped error, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
+
+from specroute.router.auth import Keys
+from specroute.router.errors import error_response
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def front(keys: Keys, body_seconds: float) -> Middleware:
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        values = request.headers.values()
+        if not "".join(values).isascii() and not all(_utf8(value) for value in values):
+            return error_response(400, "A header's value is not valid UTF-8.")  # none reads it
+        try:
+            refused = keys.refusal(request) or await _whole_body(request, body_seconds)
+            return refused or await handler(request)
+        except web.HTTPRequestEntityTooLarge as exc:
+            return error_response(413, f"The request body is larger than the limit: {exc.text}")
+        except web.HTTPNotFound:
+            return error_response(404, f"Unknown path {request.path!r}.", "not_found")
+        except web.HTTPMethodNotAllowed:
+            return error_response(405, f"{request.method} is not allowed on {request.path!r}.")
+        except RecursionError:  # decoding a client's JSON is the router's only deep recursion
+            return error_response(400, "The request body nests too deeply to be read.")
+        except LookupError:
+            if _known_charset(request.charset):
+                raise  # a KeyError or an IndexError: the router's own bug, aiohttp answers 500
+            return error_response(400, f"Unknown charset {request.charset!r} in Content-Type.")
+
+    return gate
+
+
+def _utf8(value: str) -> bool:
+    """aiohttp keeps a header's bytes that are not UTF-8 as lone surrogates, which fail
+    whatever encodes the value again (a key's comparison, a forwarded header)."""
+    try:
+        return value.isascii() or bool(value.encode())
+    except UnicodeEncodeError:
+        return False
+
+
+def _known_charset(charset: str | None) -> bool:
+    try:
+        return charset is None or codecs.lookup(charset) is not None
+    except LookupError:
+        return False
+
+
+async def _whole_body(request: web.Request, seconds: float) -> web.Response | None:
+    """The body read whole, within ``seconds``, once the key is known good (no body is held
+    for a stranger): a client that sends slowly holds its connection that long at most, and
+    a body that cannot be read is the client's error (408, 400; 413 past ``max_body_bytes``),
+    never the router's. The handler's own read returns what was read here."""
+    if request.content.is_eof():  # the body came whole with the head: nothing to wait for
+        await request.read()
+    elif request.can_read_body:
+        try:
+            async with asyncio.timeout(seconds):
+                await request.read()
+        except TimeoutError:
+            late = error_response(408, f"The request body took longer than {seconds:g} s.")
+            late.force_close()
+            return late
+        except web.RequestPayloadError as exc:  # a bad chunk, a bad compressed body
+            cause = exc.__cause__
+            said = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+            return error_response(400, f"The request body could not be read: {said}")
+    return None

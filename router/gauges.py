@@ -1,0 +1,86 @@
+"""The router's gauges, read from its state at each scrape: nothing on the request path sets
+them, and they are the deployment's whichever worker answers (in flight and readings come
+from the shared board). A cool-down ends with no event to set a gauge at; read, it shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from specroute.router.state import RouterState
+
+
+class StateGauges(Collector):
+    def __init__(self, state: RouterState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self.state
+        view = state.view()
+        yield GaugeMetricFamily(
+            "specroute_live_concurrency",
+            "The live concurrency of the whole deployment as the policy counts it, now.",
+            value=view.load(),
+        )
+        crossover = state.policy.crossover()
+        if crossover is not None:
+            yield GaugeMetricFamily(
+                "specroute_crossover", "The crossover the policy routes by.", value=crossover
+            )
+        note = None if state.profile is None else state.profile.crossover.note
+        yield GaugeMetricFamily(
+            "specroute_crossover_measured",
+            "1 when the profile's crossover was measured; 0 when speculation paid (or lost) at "
+            "every level measured and the router routes by the edge of what was measured.",
+            value=0 if note else 1,
+        )
+        yield from self._backends()
+
+    def _backends(self) -> Iterator[GaugeMetricFamily]:
+        inflight = GaugeMetricFamily(
+            "specroute_inflight",
+            "Requests in flight through the router (all its workers).",
+            labels=["pool", "backend"],
+        )
+        healthy = GaugeMetricFamily(
+            "specroute_backend_healthy",
+            "1 when the backend may get traffic now: its breaker is closed, or half-open "
+            "with no request in flight there, and no worker has it ejected.",
+            labels=["backend"],
+        )
+        breaker = GaugeMetricFamily(
+            "specroute_backend_breaker_state",
+            "The backend's circuit breaker, the worst of the workers': 0 closed (serving), "
+            "1 half-open (one trial at a time), 2 open (ejected, no traffic).",
+            labels=["backend"],
+        )
+        running = GaugeMetricFamily(
+            "specroute_backend_running", "Running requests the backend reports.", labels=["backend"]
+        )
+        queued = GaugeMetricFamily(
+            "specroute_backend_queued", "Queued requests the backend reports.", labels=["backend"]
+        )
+        accept = GaugeMetricFamily(
+            "specroute_backend_accept_length",
+            "Accept length over the last polling window, from counter deltas.",
+            labels=["backend"],
+        )
+        for b in self.state.backends:
+            up = b.healthy  # shows this worker's breaker level on the board first
+            worst = b.board.worst_level(b.index)
+            inflight.add_metric([b.pool, b.name], b.inflight)
+            healthy.add_metric([b.name], int(up and worst < 2))
+            breaker.add_metric([b.name], worst)
+            reading = b.board.reading(b.index)  # the last, however old, as before
+            if reading is None:
+                continue
+            for family, value in (
+                (running, reading.running),
+                (queued, reading.queued),
+                (accept, reading.accept_length),
+            ):
+                if value is not None:
+                    family.add_metric([b.name], value)
+        yield from (inflight, healthy, breaker, running, queued, accept)

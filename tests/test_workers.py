@@ -1,0 +1,187 @@
+"""``specroute serve --workers N``: worker processes on one port that route as one router.
+
+Against a real router process with two workers and a small backend in the test whose
+streams stay open until the test lets them end: every worker sees the deployment's live
+concurrency, decides as one router would, reports metrics that add up, leaves health checks
+and polling to one of them, and drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from specroute import prometheus
+from specroute.bench.spawn import spawned
+from tests.apps import serving
+from tests.test_router_ops import profile
+
+WORKERS, HELD, CROSSOVER = 2, 10, 6
+INTERVAL = 0.2  # the router's health and poll interval here
+ADMIN = "admin-key-for-the-test"
+
+
+class Held:
+    """An SGLang-shaped backend whose streams send one event and wait for ``release``; it
+    counts the health checks and scrapes it gets."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.hits: Counter[str] = Counter()
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self._chat)
+        for path in ("/health", "/metrics"):
+            self.app.router.add_get(path, self._probe)
+
+    async def _probe(self, request: web.Request) -> web.Response:
+        self.hits[request.path] += 1
+        return web.Response(text="" if request.path == "/metrics" else "ok")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n')
+        await self.release.wait()
+        await response.write(b'data: {"choices": [{"delta": {"content": "b"}}]}\n\n')
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+
+@asynccontextmanager
+async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, Held, Any]]:
+    monkeypatch.setenv("SPECROUTE_HEALTH_INTERVAL", str(INTERVAL))
+    monkeypatch.setenv("SPECROUTE_POLL_INTERVAL", str(INTERVAL))
+    spec, base = Held(), Held()
+    base.release = spec.release  # one gate for every stream
+    async with (
+        serving(spec.app) as spec_url,
+        serving(base.app) as base_url,
+        spawned(
+            "serve", "--spec", spec_url, "--base", base_url, "--crossover", str(CROSSOVER),
+            "--workers", str(WORKERS), "--drain-grace", "0", "--drain-timeout", "10",
+            "--admin-key", ADMIN,
+        ) as router,
+    ):  # fmt: skip
+        yield router.url, spec, router
+
+
+async def _every_worker(url: str) -> dict[int, tuple[dict[str, Any], dict[str, float]]]:
+    """Each worker's ``/router/status`` and ``/metrics`` (sums by name): both read on one new
+    connection, which the kernel gives to one worker, until every worker has answered."""
+    found: dict[int, tuple[dict[str, Any], dict[str, float]]] = {}
+    for _ in range(200):
+        connector = aiohttp.TCPConnector(limit=1)  # one connection: one worker
+        async with aiohttp.ClientSession(connector=connector) as s:
+            async with s.get(url + "/router/status") as r:
+                status = await r.json()
+            async with s.get(url + "/metrics") as r:
+                metrics = prometheus.sums(await r.text(), _SUMMED)
+        found.setdefault(status["worker"]["index"], (status, metrics))
+        if len(found) == WORKERS:
+            return found
+    raise AssertionError(f"only workers {sorted(found)} answered")
+
+
+_SUMMED = ("specroute_live_concurrency", "specroute_inflight", "specroute_requests_total",
+           "specroute_route_decisions_total", "specroute_crossover")  # fmt: skip
+
+
+async def _open_stream(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = await session.post(url + "/v1/chat/completions", json=body)
+    assert response.status == 200
+    await response.content.readline()  # the first event: dispatched, in flight
+    return response
+
+
+async def test_workers_see_the_total_and_decide_as_one_router(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with deployment(monkeypatch) as (url, spec, _):
+        # each stream on a connection of its own, opened once the ones before it are in flight
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            held = [await _open_stream(session, url) for _ in range(HELD)]
+            seen = await _every_worker(url)
+            for status, metrics in seen.values():  # every worker's view is the deployment's
+                assert status["live_concurrency"]["total"] == HELD
+                assert sum(b["inflight"] for b in status["backends"]) == HELD
+                assert metrics["specroute_live_concurrency"] == HELD
+                assert metrics["specroute_inflight"] == HELD
+            decided = [d for status, _ in seen.values() for d in status["recent_decisions"]]
+            per_worker = [len(status["recent_decisions"]) for status, _ in seen.values()]
+            assert min(per_worker) > 0, f"the streams were not spread: {per_worker}"
+            # the n-th stream saw n in flight, whichever worker took it: one count, shared
+            assert sorted(d["live_concurrency"] for d in decided) == list(range(HELD))
+            for d in decided:  # and each was decided as one router with that load decides
+                speculate = d["live_concurrency"] + 1 <= CROSSOVER
+                assert d["pool"] == ("spec" if speculate else "base"), d
+            spec.release.set()
+            for response in held:
+                assert b"[DONE]" in await response.read()
+                response.release()
+        # counts add up whichever worker answers the scrape; the gauges are back at 0
+        for _, metrics in (await _every_worker(url)).values():
+            assert metrics["specroute_requests_total"] == HELD
+            assert metrics["specroute_route_decisions_total"] == HELD
+            assert metrics["specroute_live_concurrency"] == 0
+
+
+async def test_one_worker_checks_health_and_polls_for_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with deployment(monkeypatch) as (url, spec, _):
+        await asyncio.sleep(0.5)  # past start-up
+        before = Counter(spec.hits)
+        window = 3.0
+        await asyncio.sleep(window)
+        rounds = window / INTERVAL
+        for path in ("/health", "/metrics"):
+            made = spec.hits[path] - before[path]
+            # one poller makes about `rounds`; each worker polling would make WORKERS times
+            assert rounds * 0.5 <= made <= rounds * 1.4, (path, made)
+
+
+async def test_sigterm_drains_every_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with deployment(monkeypatch) as (url, spec, router):
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            held = [await _open_stream(session, url) for _ in range(HELD)]
+            seen = await _every_worker(url)
+            assert all(status["recent_decisions"] for status, _ in seen.values())  # both hold
+            router.process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            assert router.process.returncode is None  # draining, streams still open
+            spec.release.set()
+            for response in held:  # every stream, on both workers, ends whole
+                body = (await response.read()).decode()
+                assert body.endswith("data: [DONE]\n\n"), body
+                assert "error" not in body
+        assert await asyncio.wait_for(router.process.wait(), 10) == 0
+        assert router.said().count("stopped, 0 request(s) cut off") == WORKERS
+
+
+async def test_a_profile_posted_to_one_worker_routes_every_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with deployment(monkeypatch) as (url, _, _):
+        for crossover in (3.0, 11.0):  # twice: a second post is followed too
+            body = profile(crossover)
+            headers = {"Authorization": f"Bearer {ADMIN}"}
+            async with aiohttp.ClientSession() as s:
+                async with s.post(f"{url}/router/profile", json=body, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+                    assert (await r.json())["policy"]["parameters"]["crossover"] == crossover
+            await asyncio.sleep(0.5)  # the others follow within a tenth of a second
+            for status, metrics in (await _every_worker(url)).values():
+                assert status["policy"]["parameters"]["crossover"] == crossover
+                assert status["profile"]["source"] == "POST /router/profile"
+                assert metrics["specroute_crossover"] == crossover
