@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -42,6 +41,7 @@ from specroute import prometheus
 from specroute.bench.client import request_bodies, served_model
 from specroute.bench.closed_loop import LevelRun, run_level
 from specroute.bench.dataset import synthetic
+from specroute.bench.process_cpu import cpu_seconds
 from specroute.bench.spawn import Spawned, spawned
 from specroute.crossing import Crossing, crossing
 
@@ -135,7 +135,7 @@ class _Watch:
         return _Snapshot(
             time.monotonic(),
             prometheus.sums(text, _COUNTERS),
-            _cpu_seconds(self.emulator.process.pid),
+            cpu_seconds(self.emulator.process.pid),
             time.process_time(),
         )
 
@@ -212,15 +212,6 @@ def _result(run: LevelRun, watch: _Watch) -> LevelResult:
         lag_gauge=after.counters.get(LAG_GAUGE),
         emulator_cpu=cpu, client_cpu=(after.client_cpu - before.client_cpu) / wall,
     )  # fmt: skip
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc); None where unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _loads(session: aiohttp.ClientSession, url: str) -> tuple[int, int]:

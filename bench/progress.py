@@ -33,16 +33,20 @@ class Progress:
             self._show(f"{self._label}: {self._finished} requests done")
 
     def end(self, run: LevelRun, seconds: float) -> None:
-        self.done += 1
         tpots = [t for r in run.measured if (t := r.tpot()) is not None]
         tpot = f"TPOT {statistics.median(tpots) * 1000:.1f} ms" if tpots else "no TPOT"
         accept = f", accept {run.accept_length:.2f}" if run.accept_length else ""
         flag = "" if run.valid else "  INVALID"
+        summary = (f"{len(run.measured)} measured, {tpot}, {run.output_tps():.0f} tok/s{accept}, "
+                   f"{run.failures} failed")  # fmt: skip
+        self.finish(summary, seconds, flag)
+
+    def finish(self, summary: str, seconds: float, flag: str = "") -> None:
+        """A level's closing line: what it measured, how long it took, the time left."""
+        self.done += 1
         eta = (time.monotonic() - self._started) / self.done * (self.total - self.done)
         self._show(
-            f"{self._label}: {len(run.measured)} measured, {tpot}, {run.output_tps():.0f} tok/s"
-            f"{accept}, {run.failures} failed ({seconds:.1f} s, ~{eta:.0f} s left){flag}",
-            final=True,
+            f"{self._label}: {summary} ({seconds:.1f} s, ~{eta:.0f} s left){flag}", final=True
         )
 
     def note(self, text: str) -> None:

@@ -1,5 +1,6 @@
-"""The project's one process spawner: a ``specroute`` subcommand as a process of its own on
-a free loopback port, waited for until it answers, and stopped when the block ends.
+"""The project's one process spawner: a ``specroute`` subcommand (or another Python module's
+command line) as a process of its own on a free loopback port, waited for until it answers,
+and stopped when the block ends.
 
 How a comparison starts routers, the demo its servers, the capacity benchmark its emulator
 and the tests what must be able to die. What the process prints goes to a temporary file
@@ -54,21 +55,24 @@ async def spawned(
     ready: str = "/health",
     stop: signal.Signals = signal.SIGTERM,
     port: int | None = None,
+    module: str = "specroute",
 ) -> AsyncIterator[Spawned]:
     """Run ``specroute ARGS --port P`` until the block ends; yields it once ``ready`` answers
     200. A process that exits first raises with what it said. At the end it is sent
     ``stop`` (``SIGKILL`` for a test that need not wait) and killed if still running
     ``_STOP_SECONDS`` later. ``port``: a given one instead of a free one, to start a server
-    again where its clients (a router) knew it."""
+    again where its clients (a router) knew it. ``module``: another one to run with
+    ``python -m`` (a benchmark's stub server, another project's router)."""
     port = free_port() if port is None else port
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "specroute", *args, "--port", str(port),
+            sys.executable, "-m", module, *args, "--port", str(port),
             stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         server = Spawned(f"http://127.0.0.1:{port}", process, output)
+        what = f"specroute {' '.join(args[:3])}" if module == "specroute" else module
         try:
-            await _wait_ready(server, ready, " ".join(args[:3]))
+            await _wait_ready(server, ready, what)
             yield server
         finally:
             await _stop(process, stop)
@@ -91,7 +95,7 @@ async def _wait_ready(server: Spawned, path: str, what: str) -> None:
     async with aiohttp.ClientSession() as session:
         while loop.time() < deadline:
             if server.process.returncode is not None:
-                raise RuntimeError(f"specroute {what} exited at start: {server.said()}")
+                raise RuntimeError(f"{what} exited at start: {server.said()}")
             try:
                 async with session.get(server.url + path) as r:
                     if r.status == 200:
@@ -99,6 +103,4 @@ async def _wait_ready(server: Spawned, path: str, what: str) -> None:
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.1)
-    raise RuntimeError(
-        f"specroute {what} did not answer {server.url + path} within {_STARTUP_SECONDS:g} s"
-    )
+    raise RuntimeError(f"{what} did not answer {server.url + path} within {_STARTUP_SECONDS:g} s")

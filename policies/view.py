@@ -35,16 +35,10 @@ class BackendView(NamedTuple):  # built for every backend at every request: a tu
     accept_length_age: float | None = None  # seconds since that window: no traffic, no news
     max_running_requests: int | None = None
 
-    @property
-    def reported_load(self) -> int | None:
-        if self.running is None:
-            return None
-        return self.running + (self.queued or 0)
-
     def load(self, source: ConcurrencySource) -> int:
-        reported = self.reported_load
-        if source is ConcurrencySource.ROUTER or reported is None:
+        if source is ConcurrencySource.ROUTER or self.running is None:  # at every request
             return self.inflight
+        reported = self.running + (self.queued or 0)
         if source is ConcurrencySource.BACKEND:
             return reported
         return max(self.inflight, reported)
@@ -57,16 +51,17 @@ class View:
     now: float = 0.0
 
     def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
-        return tuple(b for b in self.backends if b.pool == pool and b.healthy)
+        return tuple([b for b in self.backends if b.pool == pool and b.healthy])
 
     def load(self, pool: Pool | None = None) -> int:
         """Live concurrency of one pool, or of the whole deployment."""
-        return sum(b.load(self.source) for b in self.backends if pool is None or b.pool == pool)
+        source = self.source
+        return sum([b.load(source) for b in self.backends if pool is None or b.pool == pool])
 
     def least_loaded(self, pool: Pool) -> BackendView | None:
         candidates = self.healthy(pool)
-        if not candidates:
-            return None
+        if len(candidates) < 2:
+            return candidates[0] if candidates else None
         return min(candidates, key=lambda b: (b.load(self.source), b.inflight, b.name))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,6 +33,7 @@ from specroute.router.monitor import (
     first_verdicts,
     follow,
     poll_metrics,
+    watch_silence,
 )
 from specroute.router.openapi import document
 from specroute.router.proxy import proxy
@@ -105,11 +107,8 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     )
     app[STATE] = state
 
-    async def forward(request: web.Request) -> web.StreamResponse:
-        return await proxy(request, state)
-
     for path in PROXIED:
-        app.router.add_post(path, forward)
+        app.router.add_post(path, functools.partial(proxy, state=state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
@@ -139,6 +138,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     else:
         await first_verdicts(state)
         tasks = []
+    tasks.append(asyncio.create_task(watch_silence(state)))
     if state.shared is not None:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
     yield

@@ -46,10 +46,13 @@ class Backend:
         ``specroute_backend_healthy`` all read. Half-open, only while nothing is in flight
         here through any worker, so that one request at a time is the trial."""
         state = self.breaker.state
-        self.board.show_level(self.index, state.level)
         return state is BreakerState.CLOSED or (
             state is BreakerState.HALF_OPEN and self.inflight == 0
         )
+
+    def show_level(self) -> None:
+        """This worker's breaker level, on the board for the gauges of every worker."""
+        self.board.show_level(self.index, self.breaker.state.level)
 
     def new_verdict(self) -> bool | None:
         """The leader's latest health verdict, if this worker has not applied it yet."""

@@ -15,11 +15,15 @@ class Flight:
     backend failed before its first byte is not counted here (the backend's error is, by
     kind): another may still serve it."""
 
-    def __init__(self, state: RouterState, backend: Backend) -> None:
-        self.state, self.backend = state, backend
+    def __init__(self, state: RouterState, backend: Backend, stream: bool) -> None:
+        self.state, self.backend, self.stream = state, backend, stream
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
+        # a stream's silence, as the watchdog (monitor.watch_silence) sees it
+        self.reading = False  # the relay waits for the backend (not for a slow client)
+        self.received = 0  # the answer's bytes at the watchdog's last look
+        self.quiet_since = self.started
         backend.dispatched(1)
 
     def first_byte(self) -> None:

@@ -68,8 +68,8 @@ class StateGauges(Collector):
             labels=["backend"],
         )
         for b in self.state.backends:
-            up = b.healthy  # shows this worker's breaker level on the board first
-            worst = b.board.worst_level(b.index)
+            b.show_level()  # this worker's, now; the others' as they last showed it
+            up, worst = b.healthy, b.board.worst_level(b.index)
             inflight.add_metric([b.pool, b.name], b.inflight)
             healthy.add_metric([b.name], int(up and worst < 2))
             breaker.add_metric([b.name], worst)

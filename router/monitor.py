@@ -26,7 +26,7 @@ from specroute.router.state import RouterState
 _log = logging.getLogger("specroute.router")
 
 Task = Literal["health", "poll", "follow"]
-FOLLOW_INTERVAL = 0.1  # seconds: how late a worker may learn of the leader's health verdict
+FOLLOW_INTERVAL = 0.25  # seconds: how late a worker may learn what another published
 Job = Callable[[RouterState, Backend], Awaitable[None]]
 
 
@@ -59,6 +59,26 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     # The text format is UTF-8 whatever the header says; bytes that are not become U+FFFD,
     # and the reader skips the lines they spoil.
     backend.record_stats(parse(body.decode("utf-8", errors="replace")), time.monotonic())
+
+
+async def watch_silence(state: RouterState) -> None:
+    """End a stream whose backend has sent nothing for ``idle_timeout`` while the relay
+    waited for it, as aiohttp's read timeout would (the relay then says so to the client
+    and counts the backend's ``timeout``); one look at every stream a tick."""
+    idle = state.settings.idle_timeout
+    tick = min(1.0, idle / 4)
+    while True:
+        await asyncio.sleep(tick)
+        now = time.monotonic()
+        for upstream, flight in list(state.upstreams.items()):
+            if not flight.stream:
+                continue  # a whole answer has its deadline
+            received = upstream.content.total_bytes
+            if received != flight.received or not flight.reading:
+                flight.received, flight.quiet_since = received, now
+            elif now - flight.quiet_since > idle:
+                silent = aiohttp.ServerTimeoutError(f"no data for {idle:g} s")
+                upstream.content.set_exception(silent)
 
 
 async def follow(state: RouterState) -> None:

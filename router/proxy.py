@@ -134,10 +134,9 @@ async def _forward(
     request: web.Request, state: RouterState, backend: Backend, raw: bytes, body: dict[str, Any]
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
-    flight = Flight(state, backend)
-    stream = body.get("stream") is True
+    flight = Flight(state, backend, stream=body.get("stream") is True)
     try:
-        upstream, first = await open_upstream(request, state, backend, raw, stream)
+        upstream, first = await open_upstream(request, flight, raw)
         try:
             return await relay(request, flight, upstream, first)
         finally:

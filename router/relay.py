@@ -46,7 +46,9 @@ async def relay(
                     await response.write(chunk)
                 except ConnectionError as exc:
                     raise ClientGone(response) from exc
+            flight.reading = True
             chunk = await upstream.content.readany()  # the backend's side
+            flight.reading = False
         if held:
             await _to_client(response, response.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import resource
 import signal
 import time
@@ -53,6 +54,11 @@ async def serve(settings: RouterSettings, workers: Workers | None = None) -> Non
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_port=workers is not None)
         await site.start()
+        # What start-up made (modules, settings, the app) lives as long as the process: out
+        # of the collector's sight, a full collection no longer walks its ~50,000 objects,
+        # a pause of 5-15 ms in every stream at once.
+        gc.collect()
+        gc.freeze()
         who = f"worker {workers.board.worker}" if workers is not None else "router"
         print(
             f"specroute {who} on http://{settings.host}:{settings.port}: "

@@ -96,6 +96,12 @@ class RouterSettings(BaseSettings):
         return [u.rstrip("/") for u in urls]
 
     @model_validator(mode="after")
+    def _one_port(self) -> RouterSettings:
+        if self.workers > 1 and self.port == 0:
+            raise ValueError("workers share one port: give it (port 0 would give each its own)")
+        return self
+
+    @model_validator(mode="after")
     def _cool_downs(self) -> RouterSettings:
         if self.eject_max_seconds < self.eject_seconds:
             raise ValueError(

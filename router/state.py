@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientResponse, ClientSession, ClientTimeout
 
@@ -24,6 +24,9 @@ from specroute.router.health import BreakerState, verdict
 from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
+
+if TYPE_CHECKING:
+    from specroute.router.flight import Flight
 
 _log = logging.getLogger("specroute.router")
 POSTED = "POST /router/profile"
@@ -46,7 +49,7 @@ class RouterState:
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
-    upstreams: set[ClientResponse] = field(default_factory=set)  # answers being relayed
+    upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
     _by_name: dict[str, Backend] = field(init=False, repr=False)
     _profiles_seen: int = 0  # the board's count of posted profiles, when last followed
@@ -89,7 +92,7 @@ class RouterState:
     def view(self) -> View:
         now = time.monotonic()
         return View(
-            tuple(b.view(self.settings.stale_after, now) for b in self.backends),
+            tuple([b.view(self.settings.stale_after, now) for b in self.backends]),
             source=self.settings.concurrency_source,
             now=now,
         )
@@ -117,6 +120,7 @@ class RouterState:
             ok = backend.new_verdict()
             if ok is not None:
                 self._judge(backend, ok, "health check")
+            backend.show_level()  # a cool-down ends with no event
         posted = self.board.profiles_posted()
         if posted != self._profiles_seen and self.shared is not None:
             self._profiles_seen = posted
@@ -127,6 +131,7 @@ class RouterState:
         if ok is None:
             return
         moved = backend.breaker.record(ok)
+        backend.show_level()
         if moved is BreakerState.OPEN:
             if self.board.leader or what != "health check":  # one verdict, every worker
                 self.metrics.child(self.metrics.ejections, backend.name).inc()

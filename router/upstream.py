@@ -12,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from specroute.router.backend import Backend
+from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.state import RouterState
 
@@ -28,14 +29,13 @@ class Failure(Exception):
 
 
 async def open_upstream(
-    request: web.Request,
-    state: RouterState,
-    backend: Backend,
-    raw: bytes,
-    stream: bool,
+    request: web.Request, flight: Flight, raw: bytes
 ) -> tuple[aiohttp.ClientResponse, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
-    The caller owns the answer from here: ``closed`` lets it go."""
+    The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
+    stream's silence is aiohttp's read timeout; from then on the watchdog's, which costs
+    nothing per chunk (aiohttp re-arms a timer at each)."""
+    state, backend, stream = flight.state, flight.backend, flight.stream
     assert state.session is not None  # set at startup, before any request is served
     try:
         upstream = await state.session.post(
@@ -48,11 +48,15 @@ async def open_upstream(
         if upstream.status == 503:
             await upstream.read()
             raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
-        state.upstreams.add(upstream)  # from here the drain timeout may close it
+        state.upstreams[upstream] = flight  # from here the drain timeout may close it
         try:
-            return upstream, await upstream.content.readany()
+            first = await upstream.content.readany()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise stopped(state, backend, exc) from None
+        protocol = upstream.connection.protocol if upstream.connection is not None else None
+        if stream and protocol is not None:
+            protocol.read_timeout = None  # the watchdog's from here
+        return upstream, first
     except BaseException:
         closed(state, upstream)
         raise
@@ -60,7 +64,7 @@ async def open_upstream(
 
 def closed(state: RouterState, upstream: aiohttp.ClientResponse) -> None:
     """The answer let go: its connection back to the pool if it was read to its end."""
-    state.upstreams.discard(upstream)
+    state.upstreams.pop(upstream, None)
     upstream.release()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def add_bench(sub: Subcommands) -> None:
     bench = sub.add_parser(
-        "bench", help="measure backends and the router: sweep, compare, capacity",
+        "bench", help="measure backends and the router: sweep, compare, capacity, overhead",
         description="Benchmarks, each a command of its own.",
     )  # fmt: skip
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
@@ -86,6 +87,36 @@ def add_bench(sub: Subcommands) -> None:
     cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
     cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
     cap.set_defaults(handler=_capacity)
+    overhead = bench_sub.add_parser(
+        "overhead", help="what a router adds: direct, a bare proxy, specroute, sglang-router",
+        description="Two stub SGLang backends on loopback and, in front of them in turn: "
+        "nothing, a bare Python pass-through, specroute serve (one target per --workers "
+        "count) and sglang-router when installed (pip install 'specroute[overhead]'). "
+        "Closed-loop load at each level, the targets interleaved and repeated; per level "
+        "and target the time to first chunk, the gaps between chunks, throughput and the "
+        "CPU the router used per request, and what each adds over direct.",
+    )  # fmt: skip
+    overhead.add_argument("--levels", type=levels, default=[1, 4, 16, 64, 256, 512],
+                          metavar="N1,N2,...", help="concurrent requests per level")  # fmt: skip
+    overhead.add_argument("--workers", type=levels, default=[1, 2], metavar="N1,N2,...",
+                          help="specroute serve --workers, one target each")  # fmt: skip
+    overhead.add_argument("--repeats", type=positive(int), default=3)
+    overhead.add_argument("--modes", type=_modes, default=["stream", "whole"], metavar="M1,M2",
+                          help="stream, whole (unstreamed answers) or both")  # fmt: skip
+    overhead.add_argument("--warmup", type=positive(float), default=0.75, metavar="S",
+                          help="load before each window, at its concurrency")  # fmt: skip
+    overhead.add_argument("--seconds", type=positive(float), default=1.5, metavar="S",
+                          help="each measured window")  # fmt: skip
+    overhead.add_argument("--chunks", type=positive(int), default=16, help="chunks per answer")
+    overhead.add_argument("--gap-ms", type=positive(float), default=20.0, metavar="MS",
+                          help="the backends' pause between chunks")  # fmt: skip
+    overhead.add_argument("--no-sglang-router", dest="sglang_router", action="store_false",
+                          help="leave sglang-router out even when it is installed")  # fmt: skip
+    overhead.add_argument("--quick", action="store_true",
+                          help="a smoke test: levels 1,16, one repeat, short windows")  # fmt: skip
+    overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
+    overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
+    overhead.set_defaults(handler=_overhead)
     chaos = bench_sub.add_parser(
         "chaos", help="mixed traffic through one router while backends are killed, stalled, cut",
         description="A router process in front of emulator processes that a schedule drawn "
@@ -157,6 +188,51 @@ def _capacity(args: argparse.Namespace) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(capacity.as_json(plan, results), indent=1) + "\n")
         print(f"written to {args.out}")
+    return 0
+
+
+def _modes(text: str) -> list[str]:
+    found = [m.strip() for m in text.split(",") if m.strip()]
+    if not found or not set(found) <= {"stream", "whole"}:
+        raise argparse.ArgumentTypeError(f"modes are stream and whole, got {text!r}")
+    return list(dict.fromkeys(found))
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from specroute.bench import overhead_report as report
+    from specroute.bench.overhead import OverheadPlan, Window, measure_overhead
+
+    quick = {"levels": (1, 16), "repeats": 1, "warmup": 0.4, "seconds": 1.0} if args.quick else {}
+    plan = OverheadPlan(**{
+        "levels": tuple(args.levels), "repeats": args.repeats, "workers": tuple(args.workers),
+        "modes": tuple(args.modes), "warmup": args.warmup, "seconds": args.seconds,
+        "chunks": args.chunks, "gap_ms": args.gap_ms, "sglang_router": args.sglang_router,
+        **quick,
+    })  # fmt: skip
+    notes: list[str] = []
+    windows: list[Window] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        print(text, file=sys.stderr, flush=True)
+
+    began = time.monotonic()
+    try:
+        ran = run_loop(measure_overhead(plan, note, windows.append))
+    except KeyboardInterrupt:
+        print("interrupted: the windows measured so far follow", file=sys.stderr)
+        ran = {"targets": list(dict.fromkeys(w.target for w in windows))}
+    if not windows:
+        return 1
+    notes.append(f"{len(windows)} windows in {time.monotonic() - began:.0f} s")
+    rows = report.summarize(windows, ran["targets"])
+    print(report.render(plan, rows, notes))
+    document = report.as_json(plan, ran, windows, rows, notes)
+    _save(document, args.out)
+    if args.plot:
+        from specroute.bench.overhead_plot import plot_overhead
+
+        draw(lambda: plot_overhead(document, Path(args.plot)), args.plot)
     return 0
 
 

@@ -54,6 +54,21 @@ def test_every_command_has_its_handler() -> None:
         (["emulate"], "--mode spec|base is required"),
         (["profile", "/nonexistent-sweep", "-o", "p.json"], "is not a sweep folder"),
         (["serve", "--spec", "http://a:1", "--base", "http://b:2", "--policy", "nope"], "nope"),
+        (["serve", "--spec", "http://a:1", "--base", "http://b:2", "--workers", "0"], "workers"),
+        (
+            [
+                "serve",
+                "--spec",
+                "http://a:1",
+                "--base",
+                "http://b:2",
+                "--workers",
+                "2",
+                "--port",
+                "0",
+            ],
+            "workers share one port",
+        ),
     ],
 )
 def test_bad_input_is_said_in_one_line_with_status_2(

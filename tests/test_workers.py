@@ -70,6 +70,7 @@ async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str
             "--admin-key", ADMIN,
         ) as router,
     ):  # fmt: skip
+        await _every_worker(router.url)  # each is listening
         yield router.url, spec, router
 
 
@@ -138,7 +139,7 @@ async def test_workers_see_the_total_and_decide_as_one_router(
 async def test_one_worker_checks_health_and_polls_for_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with deployment(monkeypatch) as (url, spec, _):
+    async with deployment(monkeypatch) as (_, spec, _):
         await asyncio.sleep(0.5)  # past start-up
         before = Counter(spec.hits)
         window = 3.0
@@ -176,10 +177,12 @@ async def test_a_profile_posted_to_one_worker_routes_every_worker(
         for crossover in (3.0, 11.0):  # twice: a second post is followed too
             body = profile(crossover)
             headers = {"Authorization": f"Bearer {ADMIN}"}
-            async with aiohttp.ClientSession() as s:
-                async with s.post(f"{url}/router/profile", json=body, headers=headers) as r:
-                    assert r.status == 200, await r.text()
-                    assert (await r.json())["policy"]["parameters"]["crossover"] == crossover
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(f"{url}/router/profile", json=body, headers=headers) as r,
+            ):
+                assert r.status == 200, await r.text()
+                assert (await r.json())["policy"]["parameters"]["crossover"] == crossover
             await asyncio.sleep(0.5)  # the others follow within a tenth of a second
             for status, metrics in (await _every_worker(url)).values():
                 assert status["policy"]["parameters"]["crossover"] == crossover

@@ -1,0 +1,254 @@
+"""``specroute bench overhead``: what a router adds between a client and its backends,
+measured on loopback in one run, side by side with no router, a bare Python pass-through
+and SGLang's own router.
+
+Two stub backends (``bench/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
+in CPU) stand behind every target (``bench/overhead_targets.py``). For each repeat, level
+and mode (streamed or whole answers) every target gets one window of closed-loop load
+(``bench/overhead_load.py``), the targets' order rotated from one level to the next so
+that none always runs first or last; before each window, a warm-up at the same
+concurrency opens the connections. Over each window: the time to the first chunk and
+between chunks, requests and chunks per second, and the CPU time of the router's process
+tree, of each backend and of this load generator, from ``/proc``. A target's "added"
+figures are its own less direct's, in the same repeat, at the same level.
+
+On a machine of four cores or more the router, the backends and the load generator are
+pinned to cores of their own; on fewer they share, which is said in the output, and the
+load generator's and backends' CPU shares tell how much of the machine they took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from specroute.bench.overhead_load import Address, Load, Sampled, run_window
+from specroute.bench.overhead_targets import Target, start_backends, start_targets
+from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
+from specroute.bench.progress import Progress
+
+MODES = ("stream", "whole")
+PIN_MIN_CORES = 4
+ENDPOINT = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class OverheadPlan:
+    levels: tuple[int, ...] = (1, 4, 16, 64, 256, 512)
+    repeats: int = 3
+    workers: tuple[int, ...] = (1, 2)  # specroute serve --workers, one target each
+    modes: tuple[str, ...] = MODES
+    warmup: float = 0.75  # seconds of load before each window
+    seconds: float = 1.5  # each window
+    chunks: int = 16  # events per streamed answer
+    gap_ms: float = 20.0  # between them
+    sglang_router: bool = True  # when installed
+    idle: float = 2.0  # seconds of no load, once, for the routers' background CPU
+
+    def __post_init__(self) -> None:
+        if not self.levels or min(self.levels) < 1 or self.repeats < 1 or not self.workers:
+            raise ValueError("overhead needs levels >= 1, repeats >= 1 and a worker count")
+        if min(self.workers) < 1 or self.chunks < 2 or self.gap_ms <= 0:
+            raise ValueError("overhead needs workers >= 1, chunks >= 2 and gap_ms > 0")
+        if self.warmup <= 0 or self.seconds <= 0 or not set(self.modes) <= set(MODES):
+            raise ValueError(f"overhead needs warmup, seconds > 0 and modes among {MODES}")
+
+    @property
+    def answer_seconds(self) -> float:
+        """How long the backend takes over one answer, streamed or whole."""
+        return (self.chunks - 1) * self.gap_ms / 1000
+
+
+@dataclass(frozen=True)
+class Window:
+    """One target's figures over one window; latencies in milliseconds, CPU in seconds of
+    CPU per second of wall time (1.0: one core busy)."""
+
+    target: str
+    mode: str
+    level: int
+    repeat: int
+    seconds: float
+    requests: int  # ended in the window
+    errors: int  # failed or cut off, warm-up and drain included
+    ttfc_p50: float | None  # over the requests that started in the window
+    ttfc_p99: float | None
+    gap_p50: float | None  # between a stream's chunks
+    requests_per_s: float
+    chunks_per_s: float | None  # None for whole answers
+    router_cpu_ms_per_request: float | None  # None for direct
+    router_cores: float | None
+    backend_cores: tuple[float, ...]  # spec, base
+    client_cores: float
+
+
+@dataclass
+class _Readings:
+    """CPU seconds as a window opens and as it closes."""
+
+    router: int | None  # None for direct
+    backends: tuple[int, ...]
+    at: list[tuple[float, ...]] = field(default_factory=list)  # router, backends, this one
+
+    def take(self) -> None:
+        routed = tree_cpu_seconds(self.router) if self.router is not None else 0.0
+        self.at.append((routed or 0.0, *(cpu_seconds(p) or 0.0 for p in self.backends),
+                        time.process_time()))  # fmt: skip
+
+    def used(self) -> tuple[float, ...]:
+        before, after = self.at
+        return tuple(b - a for a, b in zip(before, after, strict=True))
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def figures(
+    target: Target, mode: str, level: int, repeat: int, sampled: Sampled, cpu: tuple[float, ...]
+) -> Window:
+    t0, t1, wall = sampled.t0, sampled.t1, sampled.t1 - sampled.t0
+    ok = [r for r in sampled.replies if r.ok and r.first is not None and r.end is not None]
+    started = [r for r in ok if t0 <= r.start <= t1]
+    ended = [r for r in ok if r.end is not None and t0 <= r.end <= t1]
+    ttfc = [1000 * (r.first - r.start) for r in started if r.first is not None]
+    chunks = [r.events[:-1] for r in ok]  # the last event is [DONE]
+    gaps = [1000 * (b - a) for e in chunks for a, b in itertools.pairwise(e)]
+    router, *backends, client = cpu
+    counted = len(ended)
+    return Window(
+        target=target.name, mode=mode, level=level, repeat=repeat, seconds=wall,
+        requests=counted, errors=sum(1 for r in sampled.replies if not r.ok) + sampled.cut,
+        ttfc_p50=_percentile(ttfc, 0.5), ttfc_p99=_percentile(ttfc, 0.99),
+        gap_p50=statistics.median(gaps) if gaps else None,
+        requests_per_s=counted / wall,
+        chunks_per_s=(sum(1 for e in chunks for t in e if t0 <= t <= t1) / wall
+                      if mode == "stream" else None),
+        router_cpu_ms_per_request=(
+            None if target.pid is None else 1000 * router / counted if counted else None
+        ),
+        router_cores=None if target.pid is None else router / wall,
+        backend_cores=tuple(b / wall for b in backends), client_cores=client / wall,
+    )  # fmt: skip
+
+
+def _request(url: str, stream: bool, chunks: int) -> Address:
+    where = urlsplit(url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+    body = json.dumps({"model": "stub", "messages": [{"role": "user", "content": "Say hi."}],
+                       "max_tokens": chunks, "stream": stream}).encode()  # fmt: skip
+    head = (f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    return Address(host, port, head.encode() + body)
+
+
+def pinning(cores: Sequence[int], workers: int) -> dict[str, set[int]] | None:
+    """Which of ``cores`` the router, the backends and the load generator run on; None
+    below ``PIN_MIN_CORES``. The router gets as many cores as it has workers, leaving one
+    to the backends and at least two to the load generator."""
+    if len(cores) < PIN_MIN_CORES:
+        return None
+    routers = max(1, min(workers, len(cores) - 3))
+    return {"router": set(cores[:routers]), "backends": {cores[routers]},
+            "load": set(cores[routers + 1 :])}  # fmt: skip
+
+
+def machine_note(cores: Sequence[int], pinned: dict[str, set[int]] | None) -> str:
+    if pinned is None:
+        return (f"not pinned: {len(cores)} cores (the router, the backends and the load "
+                "generator share them)")  # fmt: skip
+    return "pinned: " + ", ".join(f"{k} on cores {sorted(v)}" for k, v in pinned.items())
+
+
+def schedule(plan: OverheadPlan, targets: Sequence[str]) -> list[tuple[int, int, str, str]]:
+    """Every window as (repeat, level, mode, target), interleaved: for each repeat, each
+    level, each mode, every target, the targets' order rotated one step each time."""
+    windows, turn = [], 0
+    for repeat in range(plan.repeats):
+        for level in plan.levels:
+            for mode in plan.modes:
+                shift = turn % len(targets)
+                windows += [(repeat, level, mode, t) for t in (*targets[shift:], *targets[:shift])]
+                turn += 1
+    return windows
+
+
+async def measure_overhead(
+    plan: OverheadPlan, note: Callable[[str], None], on_window: Callable[[Window], None]
+) -> dict[str, Any]:
+    """Start the backends and targets, run every window, stop them all; returns what ran."""
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = pinning(cores, max(plan.workers))
+    note(machine_note(cores, pinned))
+    async with AsyncExitStack() as stack:
+        stack.callback(os.sched_setaffinity, 0, cores)  # this process's, as it was
+        backends = await start_backends(stack, plan.chunks, plan.gap_ms)
+        urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
+        targets = await start_targets(stack, urls, plan.workers, plan.sglang_router, note)
+        if pinned is not None:
+            for pid in backend_pids:
+                pin_tree(pid, pinned["backends"])
+            for target in targets:
+                if target.pid is not None:
+                    pin_tree(target.pid, pinned["router"])
+            os.sched_setaffinity(0, pinned["load"])
+        idle = await _idle_cores(targets, plan.idle)
+        processes = {t.name: len(descendants(t.pid)) for t in targets if t.pid is not None}
+        note(f"routers idle for {plan.idle:g} s before any load (pollers, health checks): "
+             + ", ".join(f"{name} {busy:.3f} cores ({processes[name]} processes)"
+                         for name, busy in idle.items()))  # fmt: skip
+        by_name = {t.name: t for t in targets}
+        windows = schedule(plan, list(by_name))
+        progress = Progress(len(windows))
+        note(f"each window: {plan.warmup:g} s of warm-up at its full concurrency (its "
+             f"connections are opened then), then {plan.seconds:g} s measured")  # fmt: skip
+        for repeat, level, mode, name in windows:
+            target = by_name[name]
+            stream = mode == "stream"
+            addresses = [_request(u, stream, plan.chunks) for u in target.urls]
+            load = Load(level, stream, plan.warmup, plan.seconds,
+                        spread=min(plan.answer_seconds, plan.warmup / 2))  # fmt: skip
+            readings = _Readings(target.pid, backend_pids)
+            progress.begin(f"{name} {mode}", level, repeat)
+            began = time.monotonic()
+            sampled = await run_window(addresses, load, readings.take)
+            window = figures(target, mode, level, repeat, sampled, readings.used())
+            on_window(window)
+            progress.finish(_line(window), time.monotonic() - began)
+    return {"targets": [t.name for t in targets], "cores": len(cores),
+            "machine": machine_note(cores, pinned), "idle_router_cores": idle,
+            "router_processes": processes}  # fmt: skip
+
+
+async def _idle_cores(targets: Sequence[Target], seconds: float) -> dict[str, float]:
+    """Each router's CPU share with no request at all: at low levels its CPU per request
+    is mostly this background work, shared out over few requests."""
+    routers = {t.name: t.pid for t in targets if t.pid is not None}
+    before = {name: tree_cpu_seconds(pid) or 0.0 for name, pid in routers.items()}
+    began = time.monotonic()
+    await asyncio.sleep(seconds)
+    wall = time.monotonic() - began
+    return {name: ((tree_cpu_seconds(pid) or 0.0) - before[name]) / wall
+            for name, pid in routers.items()}  # fmt: skip
+
+
+def _line(w: Window) -> str:
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    router = "" if w.router_cores is None else f", router {w.router_cores:.2f} cores"
+    return (f"TTFC p50 {ms(w.ttfc_p50)} ms, {w.requests_per_s:.0f} req/s{router}, "
+            f"backends {max(w.backend_cores):.2f}, load {w.client_cores:.2f}, "
+            f"{w.errors} errors")  # fmt: skip

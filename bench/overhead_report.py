@@ -1,0 +1,120 @@
+"""``specroute bench overhead``'s summary: per mode, level and target, each figure's median
+over the repeats with its range, and the "added" figures (the target's less direct's in
+the same repeat at the same level, so a slow repeat moves both); then the tables and the
+JSON document."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from specroute.bench.overhead import OverheadPlan, Window
+
+Getter = Callable[[Window], float | None]
+FIGURES: dict[str, Getter] = {
+    "ttfc_p50": lambda w: w.ttfc_p50,
+    "ttfc_p99": lambda w: w.ttfc_p99,
+    "gap_p50": lambda w: w.gap_p50,
+    "requests_per_s": lambda w: w.requests_per_s,
+    "chunks_per_s": lambda w: w.chunks_per_s,
+    "router_cpu_ms_per_request": lambda w: w.router_cpu_ms_per_request,
+    "router_cores": lambda w: w.router_cores,
+    "backend_cores": lambda w: max(w.backend_cores),  # the busier backend
+    "client_cores": lambda w: w.client_cores,
+    "errors": lambda w: w.errors,
+}
+ADDED = ("ttfc_p50", "ttfc_p99", "gap_p50")
+Spread = dict[str, float]  # median, min, max
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    found = [v for v in values if v is not None]
+    if not found:
+        return None
+    return {"median": statistics.median(found), "min": min(found), "max": max(found)}
+
+
+def summarize(windows: Sequence[Window], targets: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per mode, level and target, the targets in the order given."""
+    groups: dict[tuple[str, int, str], list[Window]] = {}
+    for w in sorted(windows, key=lambda w: (w.mode, w.level, targets.index(w.target))):
+        groups.setdefault((w.mode, w.level, w.target), []).append(w)
+    direct = {(w.mode, w.level, w.repeat): w for w in windows if w.target == "direct"}
+    rows = []
+    for (mode, level, target), group in groups.items():
+        row: dict[str, Any] = {"mode": mode, "level": level, "target": target,
+                               "repeats": len(group)}  # fmt: skip
+        for name, get in FIGURES.items():
+            row[name] = spread([get(w) for w in group])
+        for name in ADDED:
+            get = FIGURES[name]
+            pairs = [(get(w), get(d)) for w in group
+                     if (d := direct.get((mode, level, w.repeat))) is not None]  # fmt: skip
+            diffs = [a - b for a, b in pairs if a is not None and b is not None]
+            row[f"added_{name}"] = spread(diffs) if target != "direct" else None
+        rows.append(row)
+    return rows
+
+
+def _med(s: Spread | None, digits: int = 1) -> str:
+    return "-" if s is None else f"{s['median']:.{digits}f}"
+
+
+def _range(s: Spread | None, digits: int = 1, sign: str = "") -> str:
+    if s is None:
+        return "-"
+    return (f"{s['median']:{sign}.{digits}f} [{s['min']:{sign}.{digits}f}.."
+            f"{s['max']:{sign}.{digits}f}]")  # fmt: skip
+
+
+def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[str]) -> str:
+    out = [*notes]
+    for mode in plan.modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        if not mine:
+            continue
+        what = (f"streamed answers, {plan.chunks} chunks {plan.gap_ms:g} ms apart"
+                if mode == "stream" else
+                f"whole answers after {1000 * plan.answer_seconds:.0f} ms "
+                "(the first chunk is the whole body)")  # fmt: skip
+        out += ["", f"== {what}; medians over {plan.repeats} repeat(s) [min..max]; "
+                "added = the target's less direct's in the same repeat =="]  # fmt: skip
+        out.append(
+            f"{'level':>5} {'target':<14} {'TTFC p50':>8} {'added p50':>22} "
+            f"{'TTFC p99':>8} {'added p99':>22} {'gap p50':>7} {'added gap':>9}   (ms)"
+        )
+        for r in mine:
+            out.append(
+                f"{r['level']:>5} {r['target']:<14} {_med(r['ttfc_p50'], 2):>8} "
+                f"{_range(r['added_ttfc_p50'], 2, '+'):>22} {_med(r['ttfc_p99'], 2):>8} "
+                f"{_range(r['added_ttfc_p99'], 1, '+'):>22} {_med(r['gap_p50'], 2):>7} "
+                f"{_med(r['added_gap_p50'], 2):>9}"
+            )
+        out.append("")
+        out.append(f"{'level':>5} {'target':<14} {'req/s':>7} {'chunks/s':>8} "
+                   f"{'router CPU ms/request':>22} {'router':>6} {'backend':>7} "
+                   f"{'load':>5} {'errors':>6}   (CPU: cores busy)")  # fmt: skip
+        for r in mine:
+            out.append(
+                f"{r['level']:>5} {r['target']:<14} {_med(r['requests_per_s'], 0):>7} "
+                f"{_med(r['chunks_per_s'], 0):>8} "
+                f"{_range(r['router_cpu_ms_per_request'], 3):>22} "
+                f"{_med(r['router_cores'], 2):>6} {_med(r['backend_cores'], 2):>7} "
+                f"{_med(r['client_cores'], 2):>5} {_med(r['errors'], 0):>6}"
+            )
+    return "\n".join(out)
+
+
+def as_json(
+    plan: OverheadPlan,
+    ran: dict[str, Any],
+    windows: Sequence[Window],
+    rows: Sequence[dict[str, Any]],
+    notes: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        "benchmark": "router_overhead", "plan": asdict(plan), **ran, "notes": list(notes),
+        "summary": list(rows), "windows": [asdict(w) for w in windows],
+    }  # fmt: skip

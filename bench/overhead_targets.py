@@ -1,0 +1,90 @@
+"""What ``specroute bench overhead`` puts between its clients and two stub backends, each
+started by the project's one spawner as a process of its own on loopback:
+
+- ``direct``: nothing; the clients talk to the backends (client ``i`` to backend ``i % 2``);
+- ``bare``: ``specroute.bench.bare_proxy``, a pass-through in Python that decides nothing;
+- ``specroute-wN``: ``specroute serve`` with ``--crossover 1e9`` (every request goes to the
+  speculative backend, through the whole routing path), with N worker processes;
+- ``sglang-router``: SGLang's router in Rust, round robin, when the optional extra is
+  installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from specroute.bench.spawn import free_port, spawned
+
+STUB = "specroute.bench.stub_backend"
+BARE = "specroute.bench.bare_proxy"
+SGLANG_ROUTER = "sglang_router.launch_router"
+INSTALL_HINT = "pip install 'specroute[overhead]'"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    urls: tuple[str, ...]  # where its clients send: the router, or the backends themselves
+    pid: int | None  # the router's process, its workers below it; None for direct
+
+
+def sglang_router_installed() -> bool:
+    return importlib.util.find_spec("sglang_router") is not None
+
+
+async def start_backends(
+    stack: AsyncExitStack, chunks: int, gap_ms: float
+) -> list[tuple[str, int]]:
+    """The speculative and the plain stub backends: their URLs and process ids."""
+    flags = ("--chunks", str(chunks), "--gap-ms", f"{gap_ms:g}")
+    started = []
+    for _ in ("spec", "base"):
+        stub = await stack.enter_async_context(spawned(*flags, module=STUB))
+        started.append((stub.url, stub.process.pid))
+    return started
+
+
+async def start_targets(
+    stack: AsyncExitStack,
+    backends: Sequence[str],
+    workers: Sequence[int],
+    sglang_router: bool,
+    note: Callable[[str], None],
+) -> list[Target]:
+    """Every target the flags ask for, in a fixed order. A worker count that ``specroute
+    serve`` refuses, and sglang-router when it is not installed, are skipped with a note."""
+    spec, base = backends
+    targets = [Target("direct", (spec, base), None)]
+    bare = await stack.enter_async_context(
+        spawned("--upstream", spec, "--upstream", base, module=BARE)
+    )
+    targets.append(Target("bare", (bare.url,), bare.process.pid))
+    for n in workers:
+        flags = ("serve", "--spec", spec, "--base", base, "--crossover", "1e9",
+                 "--drain-grace", "0", "--drain-timeout", "1")  # fmt: skip
+        try:  # --workers only where it is needed, so that one worker runs on any version
+            router = await stack.enter_async_context(
+                spawned(*flags, *(("--workers", str(n)) if n > 1 else ()), ready="/ready")
+            )
+        except RuntimeError as exc:
+            if n == 1:
+                raise
+            note(f"specroute-w{n} skipped: it did not start ({str(exc)[-300:]})")
+            continue
+        targets.append(Target(f"specroute-w{n}", (router.url,), router.process.pid))
+    if not sglang_router:
+        return targets
+    if not sglang_router_installed():
+        note(f"sglang-router skipped: it is not installed ({INSTALL_HINT})")
+        return targets
+    options = ("--worker-urls", spec, base, "--policy", "round_robin", "--host", "127.0.0.1",
+             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+             "--log-level", "warn", "--shutdown-grace-period-secs", "1")  # fmt: skip
+    router = await stack.enter_async_context(
+        spawned(*options, module=SGLANG_ROUTER, ready="/readiness")
+    )
+    targets.append(Target("sglang-router", (router.url,), router.process.pid))
+    return targets

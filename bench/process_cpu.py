@@ -1,0 +1,64 @@
+"""What a process and its descendants cost in CPU, and where they may run: Linux ``/proc``
+and ``sched_setaffinity``. A server that forks workers is measured as its whole tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time of a process, all its threads; None where unavailable (the process is gone,
+    or there is no /proc). Read from the scheduler's nanosecond counters of each living
+    thread (``/proc/PID/task/TID/schedstat``): the user and system times of
+    ``/proc/PID/stat`` count clock ticks of 10 ms, too coarse for a window of a few
+    requests. Where schedstat is missing, those times instead (they also keep the threads
+    that exited)."""
+    ns: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):  # a thread just gone
+                ns.append(int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]))
+    if ns:
+        return sum(ns) / 1e9
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, read from each thread's ``children`` list."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError):
+                    children = Path(f"/proc/{current}/task/{task}/children").read_text()
+                    todo.extend(int(c) for c in children.split())
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU time of ``pid`` and its living descendants (a worker that exited is not
+    counted: compare two readings only while the tree is unchanged)."""
+    readings = [cpu_seconds(p) for p in descendants(pid)]
+    if readings[0] is None:
+        return None
+    return sum(r for r in readings if r is not None)
+
+
+def pin_tree(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` and its descendants onto ``cores`` (an affinity is a
+    thread's own: setting the process's sets only its first thread's)."""
+    for process in descendants(pid):
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{process}/task"):
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(int(task), cores)

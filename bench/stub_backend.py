@@ -1,0 +1,254 @@
+"""A minimal SGLang-shaped server, for measuring what sits in front of it: ``python -m
+specroute.bench.stub_backend --port P``.
+
+The emulator models an engine; this models nothing. It parses HTTP/1.1 on a raw asyncio
+``Protocol``, answers from bytes encoded once at start, and paces a stream with the event
+loop's timers (no task per request), so that it costs a small fraction of what a proxy in
+front of it costs, and a proxy benchmark measures the proxy. A stream is ``chunks`` SSE
+events ``gap_ms`` apart, the first at once (so the time to a first chunk is all transport
+and proxy), the last followed by ``data: [DONE]``; a whole answer comes when the stream's
+last event would. ``/metrics`` has SGLang's gauges, so a router's poller reads a load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+from dataclasses import dataclass, field
+from typing import cast
+
+from specroute.event_loop import run
+
+_STREAMED = ("/v1/chat/completions", "/v1/completions", "/generate")
+_MAX_HEAD = 64 * 1024
+
+
+def _chunked(data: bytes) -> bytes:
+    """One frame of a chunked body."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _head(status: str, content_type: str, length: int | None) -> bytes:
+    size = "Transfer-Encoding: chunked" if length is None else f"Content-Length: {length}"
+    return f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{size}\r\n\r\n".encode()
+
+
+def _json(status: str, document: object) -> bytes:
+    body = json.dumps(document, separators=(",", ":")).encode()
+    return _head(status, "application/json", len(body)) + body
+
+
+@dataclass
+class Answers:
+    """Every byte the server sends, encoded once."""
+
+    model: str
+    chunks: int
+    events: dict[str, list[bytes]] = field(default_factory=dict)  # path: chunked SSE frames
+    whole: dict[str, bytes] = field(default_factory=dict)  # path: a whole response
+    fixed: dict[str, bytes] = field(default_factory=dict)  # GET path: its response
+
+    def __post_init__(self) -> None:
+        m, n = self.model, self.chunks
+        usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+
+        def chat(i: int) -> object:
+            end = "length" if i == n - 1 else None
+            delta = {"role": "assistant", "content": "tok"} if i == 0 else {"content": "tok"}
+            return {"id": "stub", "object": "chat.completion.chunk", "created": 0, "model": m,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": end}]}  # fmt: skip
+
+        def completion(i: int) -> object:
+            end = "length" if i == n - 1 else None
+            return {"id": "stub", "object": "text_completion", "created": 0, "model": m,
+                    "choices": [{"index": 0, "text": "tok", "finish_reason": end}]}  # fmt: skip
+
+        def generate(i: int) -> object:  # SGLang's /generate streams the text so far
+            end = {"type": "length", "length": n} if i == n - 1 else None
+            meta = {"id": "stub", "prompt_tokens": 8, "completion_tokens": i + 1,
+                    "finish_reason": end}  # fmt: skip
+            return {"text": "tok" * (i + 1), "meta_info": meta}
+
+        for path, event in zip(_STREAMED, (chat, completion, generate), strict=True):
+            frames = [_chunked(b"data: %b\n\n" % json.dumps(event(i)).encode()) for i in range(n)]
+            frames[-1] += _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+            frames[0] = _head("200 OK", "text/event-stream", None) + frames[0]
+            self.events[path] = frames
+        text = "tok" * n
+        self.whole = {
+            "/v1/chat/completions": _json("200 OK", {
+                "id": "stub", "object": "chat.completion", "created": 0, "model": m,
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": usage}),
+            "/v1/completions": _json("200 OK", {
+                "id": "stub", "object": "text_completion", "created": 0, "model": m,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": usage}),
+            "/generate": _json("200 OK", {"text": text, "meta_info": {
+                "id": "stub", "prompt_tokens": 8, "completion_tokens": n,
+                "finish_reason": {"type": "length", "length": n}}}),
+        }  # fmt: skip
+        # no model_path: sglang-router would fetch a tokenizer by that name from a model hub
+        info = {"is_generation": True, "model_type": "stub"}
+        server = {**info, "version": "stub", "max_total_num_tokens": 1 << 20}
+        models = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "sglang",
+                                              "root": m, "max_model_len": 131072}]}  # fmt: skip
+        empty = _head("200 OK", "text/plain", 0)
+        self.fixed = {
+            "/health": empty, "/health_generate": empty,
+            "/v1/models": _json("200 OK", models),
+            "/model_info": _json("200 OK", info), "/get_model_info": _json("200 OK", info),
+            "/server_info": _json("200 OK", server), "/get_server_info": _json("200 OK", server),
+        }  # fmt: skip
+
+    def metrics(self, running: int, generated: int) -> bytes:
+        label = f'{{model_name="{self.model}"}}'
+        text = "".join(
+            f"# TYPE sglang:{name} {kind}\nsglang:{name}{label} {value}\n"
+            for name, kind, value in (
+                ("num_running_reqs", "gauge", running), ("num_queue_reqs", "gauge", 0),
+                ("num_used_tokens", "gauge", running * 8), ("token_usage", "gauge", 0.0),
+                ("generation_tokens_total", "counter", generated),
+            )
+        ).encode()  # fmt: skip
+        return _head("200 OK", "text/plain; version=0.0.4", len(text)) + text
+
+
+_NOT_FOUND = _json("404 Not Found", {"object": "error", "message": "Not Found", "code": 404})
+_BAD = _json("400 Bad Request", {"object": "error", "message": "bad request", "code": 400})
+
+
+@dataclass
+class Stub:
+    answers: Answers
+    gap: float  # seconds between a stream's events
+    running: int = 0
+    generated: int = 0
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: one request at a time, kept alive."""
+
+    def __init__(self, stub: Stub) -> None:
+        self.stub, self.buffer = stub, b""
+        self.transport: asyncio.Transport | None = None
+        self.timer: asyncio.TimerHandle | None = None  # a stream's or a whole answer's next
+        self.close_after = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+            self.stub.running -= 1
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.timer is None:
+            self._next_request()
+
+    def _next_request(self) -> None:
+        """Answer the request at the head of the buffer, if it is whole."""
+        assert self.transport is not None
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > _MAX_HEAD:
+                self._send(_BAD, close=True)
+            return
+        lines = self.buffer[:end].decode("latin-1").split("\r\n")
+        method, target, *_ = [*lines[0].split(" "), "", ""]
+        headers = dict(line.lower().split(":", 1) for line in lines[1:] if ":" in line)
+        if "chunked" in headers.get("transfer-encoding", ""):  # no client here sends one
+            self._send(_BAD, close=True)
+            return
+        length = int(headers.get("content-length", "0").strip() or 0)
+        if len(self.buffer) < end + 4 + length:
+            return  # the body is still coming
+        body, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
+        self.close_after = "close" in headers.get("connection", "")
+        path = target.split("?", 1)[0]
+        if method == "POST" and path in _STREAMED:
+            self._generate(path, body)
+        elif method == "GET" and path == "/metrics":
+            self._send(self.stub.answers.metrics(self.stub.running, self.stub.generated))
+        elif method == "GET":
+            self._send(self.stub.answers.fixed.get(path, _NOT_FOUND))
+        else:
+            self._send(_NOT_FOUND)
+
+    def _generate(self, path: str, body: bytes) -> None:
+        try:
+            stream = json.loads(body).get("stream") is True
+        except (ValueError, AttributeError):
+            self._send(_BAD)
+            return
+        stub, loop = self.stub, asyncio.get_running_loop()
+        stub.running += 1
+        if not stream:
+            answer = stub.answers.whole[path]
+            self.timer = loop.call_later(stub.gap * (stub.answers.chunks - 1), self._done, answer)
+            return
+        frames = stub.answers.events[path]
+
+        def tick(i: int) -> None:
+            if i == len(frames) - 1:
+                self._done(frames[i])
+            else:
+                assert self.transport is not None
+                self.transport.write(frames[i])
+                self.timer = loop.call_later(stub.gap, tick, i + 1)
+
+        tick(0)
+
+    def _done(self, last: bytes) -> None:
+        self.timer = None
+        self.stub.running -= 1
+        self.stub.generated += self.stub.answers.chunks
+        self._send(last)
+
+    def _send(self, data: bytes, close: bool = False) -> None:
+        if self.transport is None:
+            return
+        self.transport.write(data)
+        if close or self.close_after:
+            self.transport.close()
+        elif self.buffer:
+            self._next_request()
+
+
+async def serve(host: str, port: int, stub: Stub) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Connection(stub), host, port, backlog=4096)
+    print(f"stub backend on http://{host}:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m specroute.bench.stub_backend",
+                                description=__doc__.split("\n\n")[0])  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--chunks", type=int, default=16, help="events per stream")
+    p.add_argument("--gap-ms", type=float, default=20.0, help="between a stream's events")
+    p.add_argument("--model", default="stub")
+    args = p.parse_args()
+    if args.chunks < 1 or args.gap_ms < 0:
+        p.error("--chunks must be >= 1 and --gap-ms >= 0")
+    stub = Stub(Answers(args.model, args.chunks), args.gap_ms / 1000)
+    with contextlib.suppress(KeyboardInterrupt):
+        run(serve(args.host, args.port, stub))
+
+
+if __name__ == "__main__":
+    main()

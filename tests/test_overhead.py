@@ -1,0 +1,95 @@
+"""``specroute bench overhead``: a quick run from the command line against real processes
+(stub backends, a bare proxy, specroute, sglang-router when installed), checked for what
+holds on any machine; and the order in which windows interleave."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specroute.bench import overhead_targets
+from specroute.bench.overhead import OverheadPlan, pinning, schedule
+from specroute.bench.overhead_targets import INSTALL_HINT, sglang_router_installed
+from specroute.cli import main
+
+PROXIES = ("bare", "specroute-w1")
+
+
+def _run(tmp_path: Path, *flags: str) -> dict[str, Any]:
+    out = tmp_path / "overhead.json"
+    assert main(["bench", "overhead", *flags, "--out", str(out)]) == 0
+    document: dict[str, Any] = json.loads(out.read_text())
+    return document
+
+
+def _rows(document: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    return {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+
+
+def test_a_quick_run_measures_every_target_at_every_level(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = _run(tmp_path, "--quick")
+    said = capsys.readouterr()
+    targets = document["targets"]
+    expected = {"direct", *PROXIES} | ({"sglang-router"} if sglang_router_installed() else set())
+    assert expected <= set(targets)
+    assert "pinned" in said.out and "TTFC p50" in said.out and "router CPU ms/request" in said.out
+    rows = _rows(document)
+    for mode in ("stream", "whole"):
+        for level in (1, 16):
+            for target in targets:
+                r = rows[mode, level, target]
+                assert r["errors"]["max"] == 0
+                assert r["ttfc_p50"]["median"] > 0 and r["requests_per_s"]["median"] > 0
+                assert r["backend_cores"]["max"] < 0.9  # the stub is never the bottleneck
+                if target == "direct":
+                    assert r["router_cpu_ms_per_request"] is None
+                else:
+                    assert r["router_cpu_ms_per_request"]["min"] > 0
+                    assert r["added_ttfc_p50"] is not None
+            if mode == "stream":  # chunks arrive paced by the backend, proxied or not
+                assert rows[mode, level, "direct"]["gap_p50"]["median"] == pytest.approx(20, abs=5)
+    if "sglang-router" in targets:  # 0.3.2 sends a stream's first chunk after a delayed ACK
+        for level in (1, 16):
+            ours = rows["stream", level, "specroute-w1"]["added_ttfc_p50"]["median"]
+            theirs = rows["stream", level, "sglang-router"]["added_ttfc_p50"]["median"]
+            assert ours < theirs
+
+
+def test_without_sglang_router_the_run_says_how_to_get_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(overhead_targets, "sglang_router_installed", lambda: False)
+    document = _run(tmp_path, "--levels", "2", "--modes", "whole", "--workers", "1",
+                       "--repeats", "1", "--warmup", "0.3", "--seconds", "0.3")  # fmt: skip
+    assert document["targets"] == ["direct", "bare", "specroute-w1"]
+    assert INSTALL_HINT in capsys.readouterr().err
+    assert any(INSTALL_HINT in note for note in document["notes"])
+
+
+def test_windows_interleave_with_the_order_rotated() -> None:
+    plan = OverheadPlan(levels=(1, 4), repeats=2, modes=("stream",))
+    windows = schedule(plan, ["a", "b", "c"])
+    assert len(windows) == 2 * 2 * 3
+    firsts = [windows[i][3] for i in range(0, len(windows), 3)]
+    assert firsts == ["a", "b", "c", "a"]  # each level, mode and repeat starts elsewhere
+    assert all(sorted(w[3] for w in windows[i : i + 3]) == ["a", "b", "c"] for i in (0, 3, 6, 9))
+
+
+@pytest.mark.parametrize(
+    ("cores", "workers", "expected"),
+    [
+        ([0, 1], 2, None),
+        ([0, 1, 2, 3], 1, {"router": {0}, "backends": {1}, "load": {2, 3}}),
+        ([0, 1, 2, 3], 2, {"router": {0}, "backends": {1}, "load": {2, 3}}),
+        ([2, 3, 4, 5, 6, 7], 2, {"router": {2, 3}, "backends": {4}, "load": {5, 6, 7}}),
+    ],
+)
+def test_pinning_gives_the_router_its_own_cores_from_four_up(
+    cores: list[int], workers: int, expected: dict[str, set[int]] | None
+) -> None:
+    assert pinning(cores, workers) == expected
