@@ -35,6 +35,14 @@ class Reply:
         return self.error is None and self.end is not None
 
 
+def no_delay(transport: asyncio.BaseTransport) -> asyncio.Transport:
+    """The transport with Nagle's algorithm off: what is written goes out at once."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
+
+
 class ConnectionClosed(Exception):
     """The server closed the connection before the answer ended."""
 
@@ -63,10 +71,7 @@ class Connection(asyncio.Protocol):
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport = no_delay(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

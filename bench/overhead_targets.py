@@ -11,10 +11,13 @@ started by the project's one spawner as a process of its own on loopback:
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+
+import aiohttp
 
 from specroute.bench.spawn import free_port, spawned
 
@@ -22,6 +25,7 @@ STUB = "specroute.bench.stub_backend"
 BARE = "specroute.bench.bare_proxy"
 SGLANG_ROUTER = "sglang_router.launch_router"
 INSTALL_HINT = "pip install 'specroute[overhead]'"
+_WORKER_TRIES = 500
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,19 @@ class Target:
     name: str
     urls: tuple[str, ...]  # where its clients send: the router, or the backends themselves
     pid: int | None  # the router's process, its workers below it; None for direct
+
+
+async def _every_worker_listening(url: str, workers: int) -> None:
+    """Until each worker has answered on a connection of its own: the first one ready does
+    not make the others so, and connections opened before a worker listens never reach it."""
+    seen: set[int] = set()
+    for _ in range(_WORKER_TRIES):
+        async with aiohttp.ClientSession() as s, s.get(f"{url}/router/status") as r:
+            seen.add((await r.json())["worker"]["index"])
+        if len(seen) == workers:
+            return
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"only workers {sorted(seen)} of {workers} answered at {url}")
 
 
 def sglang_router_installed() -> bool:
@@ -54,8 +71,8 @@ async def start_targets(
     sglang_router: bool,
     note: Callable[[str], None],
 ) -> list[Target]:
-    """Every target the flags ask for, in a fixed order. A worker count that ``specroute
-    serve`` refuses, and sglang-router when it is not installed, are skipped with a note."""
+    """Every target the flags ask for, in a fixed order; sglang-router, when it is not
+    installed, is skipped with a note."""
     spec, base = backends
     targets = [Target("direct", (spec, base), None)]
     bare = await stack.enter_async_context(
@@ -65,15 +82,10 @@ async def start_targets(
     for n in workers:
         flags = ("serve", "--spec", spec, "--base", base, "--crossover", "1e9",
                  "--drain-grace", "0", "--drain-timeout", "1")  # fmt: skip
-        try:  # --workers only where it is needed, so that one worker runs on any version
-            router = await stack.enter_async_context(
-                spawned(*flags, *(("--workers", str(n)) if n > 1 else ()), ready="/ready")
-            )
-        except RuntimeError as exc:
-            if n == 1:
-                raise
-            note(f"specroute-w{n} skipped: it did not start ({str(exc)[-300:]})")
-            continue
+        router = await stack.enter_async_context(
+            spawned(*flags, "--workers", str(n), ready="/ready")
+        )
+        await _every_worker_listening(router.url, n)
         targets.append(Target(f"specroute-w{n}", (router.url,), router.process.pid))
     if not sglang_router:
         return targets

@@ -16,10 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 from dataclasses import dataclass, field
-from typing import cast
 
+from specroute.bench.connection import no_delay
 from specroute.event_loop import run
 
 _STREAMED = ("/v1/chat/completions", "/v1/completions", "/generate")
@@ -140,10 +139,7 @@ class _Connection(asyncio.Protocol):
         self.close_after = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass of it
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport = no_delay(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:

@@ -41,6 +41,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except BadRequest as exc:
         return error_response(exc)
+    except UnicodeEncodeError as exc:  # a lone surrogate that JSON lets through: "\ud800"
+        return error_response(BadRequest(f"A string in the request is not valid Unicode: {exc}"))
     except web.HTTPException as exc:
         if exc.status >= 400:
             return web.json_response({"detail": exc.reason}, status=exc.status)

@@ -174,6 +174,7 @@ HI = b'{"messages": [{"role": "user", "content": "hi"}]}'
         (HI[:-1] + b', "max_tokens": -1}', JSON, "max_tokens"),
         (HI[:-1] + b', "max_tokens": 999999}', JSON, "context length"),
         (HI, "text/plain", "application/json"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', JSON, "not valid Unicode"),
     ],
 )  # fmt: skip
 async def test_bad_requests_get_sglang_errors(

@@ -112,6 +112,21 @@ async def test_failures_after_the_first_byte_end_with_an_error_event(
         assert [d["reason"] for d in state.recent] == ["below_crossover"]
 
 
+async def test_a_stream_gone_silent_after_its_first_byte_is_the_backends_timeout() -> None:
+    """After the first byte the router's watchdog, not aiohttp's per-chunk timer, hears the
+    silence: within the idle limit and a tick, counted as the backend's ``timeout``."""
+    async with faulty("stall_mid:3,seconds=30") as (url, state):
+        started = time.monotonic()
+        with pytest.raises(openai.APIError, match="failed mid-stream"):
+            await _ask(url, stream=True)
+        assert IDLE <= time.monotonic() - started < 2 * IDLE + 1
+        sample = state.metrics.exposed.get_sample_value
+        spec = state.backends[0].name
+        assert sample("specroute_upstream_errors_total", {"backend": spec, "kind": "timeout"}) == 1
+        requests = {"pool": "spec", "backend": spec, "status": "broken"}
+        assert sample("specroute_requests_total", requests) == 1
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "non-streamed"])
 async def test_a_silent_backend_times_out_with_504_and_no_second_run(stream: bool) -> None:
     async with faulty("stall_first:5") as (url, state):
