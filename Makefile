@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONFORMANCE := .venv-sglang
+DEPLOY := .venv-deploy
 
-.PHONY: demo test check lint types unit soak conformance-env clean
+.PHONY: demo test environments check lint types unit soak conformance-env deploy-env clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +22,25 @@ $(CONFORMANCE)/.installed: tests/conformance/requirements.txt
 
 conformance-env: $(CONFORMANCE)/.installed
 
+# SGLang's argument parser for the launch scripts in deploy/ (tests/test_deploy.py): it needs
+# torch, which pip takes as the CPU wheel, and no CUDA, GPU or model.
+$(DEPLOY)/.installed: tests/deploy/requirements.txt
+	$(PYTHON) -m venv $(DEPLOY)
+	$(DEPLOY)/bin/pip install --quiet --upgrade pip
+	$(DEPLOY)/bin/pip install --quiet --no-deps -r tests/deploy/requirements.txt
+	touch $@
+
+deploy-env: $(DEPLOY)/.installed
+
 demo: $(BIN)/.installed
 	$(BIN)/specroute demo
 
-test: check
+# The three environments install side by side (each its own pip), then every check runs.
+test:
+	$(MAKE) -j3 environments
+	$(MAKE) check
+
+environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 
 check: lint types unit
 
@@ -41,7 +57,7 @@ types: $(BIN)/.installed
 	for d in bench emulator policies profiler router; do ln -s $(CURDIR)/$$d $(TYPED)/$$d; done
 	$(BIN)/mypy
 
-unit: $(BIN)/.installed $(CONFORMANCE)/.installed
+unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 	$(BIN)/pytest
 
 # 100,000 requests through one router, memory and descriptors sampled (about 2 minutes)
@@ -49,4 +65,4 @@ soak: $(BIN)/.installed
 	$(BIN)/specroute bench soak --requests 100000 --out soak.json
 
 clean:
-	rm -rf $(VENV) $(CONFORMANCE) build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) build .mypy_cache .ruff_cache .pytest_cache

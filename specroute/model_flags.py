@@ -52,7 +52,11 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         metavar="N",
         help="default: 48 with speculation (as SGLang), the model's without",
     )
-    p.add_argument("--cuda-graph-max-bs", type=positive(int), metavar="N")
+    p.add_argument(
+        "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs",
+        type=positive(int), metavar="N",
+        help="largest batch run as a CUDA graph (SGLang 0.5.23's name; the older one works)",
+    )  # fmt: skip
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
 
