@@ -78,9 +78,8 @@ def curves(profile: Profile) -> Curves:
     if any(v <= 0 for curve in tpot.values() for v in curve.values):
         raise ProfileError("a profile level's tpot_ms.median must be positive")
     servers: dict[str, Any] = profile.raw.get("servers") or {}
-    accept = (profile.raw.get("acceptance") or {}).get("mean_accept_length")
     return Curves(
         tpot,
         {pool: (servers.get(pool) or {}).get("max_running_requests") for pool in POOLS},
-        float(accept) if isinstance(accept, (int, float)) else None,
+        profile.accept_length,
     )

@@ -61,6 +61,12 @@ class Profile:
     created: str | None = None  # ISO 8601, when the measurement ended
     raw: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def accept_length(self) -> float | None:
+        """The mean accept length the speculative server was measured at, if it says."""
+        accept = (self.raw.get("acceptance") or {}).get("mean_accept_length")
+        return float(accept) if isinstance(accept, int | float) else None
+
     def age_seconds(self, now: datetime | None = None) -> float | None:
         """How old the measurement is; None when the profile does not say when it was made."""
         if self.created is None:

@@ -4,6 +4,7 @@ from the shared board). A cool-down ends with no event to set a gauge at; read, 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily
@@ -36,7 +37,28 @@ class StateGauges(Collector):
             "every level measured and the router routes by the edge of what was measured.",
             value=0 if note else 1,
         )
+        yield from self._profile()
         yield from self._backends()
+
+    def _profile(self) -> Iterator[GaugeMetricFamily]:
+        """What the profile in force was measured at, and when: for alerts on a live accept
+        length far from it, and on a profile grown old."""
+        profile = self.state.profile
+        if profile is None:
+            return
+        if profile.accept_length is not None:
+            yield GaugeMetricFamily(
+                "specroute_profile_accept_length",
+                "The mean accept length the profile in force was measured at.",
+                value=profile.accept_length,
+            )
+        age = profile.age_seconds()
+        if age is not None:
+            yield GaugeMetricFamily(
+                "specroute_profile_created_timestamp_seconds",
+                "When the measurement of the profile in force ended (Unix time).",
+                value=time.time() - age,
+            )
 
     def _backends(self) -> Iterator[GaugeMetricFamily]:
         inflight = GaugeMetricFamily(

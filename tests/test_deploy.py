@@ -18,12 +18,14 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from specroute import prometheus
 from tests.processes import emulator_pair, specroute
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,18 +297,33 @@ def rules(path: Path) -> list[dict[str, str]]:
     return found
 
 
-async def test_rules_read_only_exported_metrics() -> None:
+PROFILE_GAUGES = ("specroute_profile_accept_length", "specroute_profile_created_timestamp_seconds")
+
+
+async def test_rules_read_only_exported_metrics(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.json"  # what the profile gauges are read from
+    profile.write_text(json.dumps({
+        "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
+        "crossover": {"value": 5, "ci": [4, 6]}, "acceptance": {"mean_accept_length": 3.0},
+    }))  # fmt: skip
     async with (
         emulator_pair("--time-scale", "0.05") as (spec, base),
-        specroute("serve", "--spec", spec, "--base", base, "--crossover", "5") as (router, _),
+        specroute("serve", "--spec", spec, "--base", base, "--profile", str(profile)) as (
+            router,
+            _,
+        ),
         aiohttp.ClientSession() as session,
     ):
         pages = []
         for url in (router, spec, base):
             async with session.get(f"{url}/metrics") as answer:
                 pages.append(await answer.text())
+    shown = prometheus.sums(pages[0], PROFILE_GAUGES)
+    assert shown["specroute_profile_accept_length"] == 3.0
+    created = datetime(2026, 11, 30, tzinfo=UTC).timestamp()
+    assert shown["specroute_profile_created_timestamp_seconds"] == pytest.approx(created, abs=1)
     every = [rule for path in RULE_FILES for rule in rules(path)]
-    assert len(every) == 13 and all("expr" in rule for rule in every)
+    assert len(every) == 14 and all("expr" in rule for rule in every)
     known = set().union(*map(exported, pages)) | {"up"}
     known |= {rule["record"] for rule in every if "record" in rule}
     for rule in every:
