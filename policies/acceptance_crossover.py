@@ -98,8 +98,7 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         length does not: then only probes keep that accept length measured."""
         if self.live is None or self.live >= self.measured:
             return False
-        load = view.load("spec") if self.params.topology == "partitioned" else view.load()
-        return load + 1 <= self._profiled
+        return view.seat(self.params.topology).load + 1 <= self._profiled
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"measured_accept_length": self.measured,

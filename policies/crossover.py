@@ -1,10 +1,13 @@
 """``crossover``: speculate while live concurrency is below the measured crossover.
 
-For: the common case, one speculative and one plain server. ``topology=shared`` (both
-servers on the same GPUs) compares the deployment's total concurrency with the crossover;
-``topology=partitioned`` (separate GPUs) fills the speculative pool up to the crossover and
-spills the rest to the plain pool. ``hysteresis`` keeps the choice from flapping at the
-threshold: once above it, speculation resumes only below ``crossover - hysteresis``.
+For: the common case, one speculative and one plain server, or several of each. The
+crossover is measured for one server, so it is compared with the load where the request
+would run: ``topology=shared`` (each speculative server shares its GPUs with a plain one,
+a GPU group) with the load of the least-loaded group, both pools' requests there;
+``topology=partitioned`` (each server on GPUs of its own) with the load of the
+least-loaded speculative server, spilling the rest to the plain pool. ``hysteresis``
+keeps the choice from flapping at the threshold: once above it, a server or group speculates
+again only below ``crossover - hysteresis``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any, Literal
 
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
-from specroute.policies.policy import pick
+from specroute.policies.policy import seated
 from specroute.policies.profile import Profile
 from specroute.policies.view import RequestInfo, View
 
@@ -39,7 +42,7 @@ class CrossoverPolicy:
     def __init__(self, params: CrossoverParams, threshold: float) -> None:
         self.params = params
         self.threshold = threshold
-        self._above = False
+        self._above: dict[str, bool] = {}  # by server or group: above the crossover last time
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> CrossoverPolicy:
@@ -54,14 +57,15 @@ class CrossoverPolicy:
         return cls(params, profile.crossover.threshold)
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
-        """The new request joins ``load + 1`` concurrent ones: speculate if that is at or
-        below the crossover."""
-        load = view.load("spec") if self.params.topology == "partitioned" else view.load()
-        limit = self.threshold - (self.params.hysteresis if self._above else 0.0)
-        self._above = load + 1 > limit
-        if self._above:
-            return pick(view, "base", "above_crossover")
-        return pick(view, "spec", "below_crossover")
+        """The new request joins ``load + 1`` concurrent ones where it would run: speculate
+        if that is at or below the crossover."""
+        seat = view.seat(self.params.topology)
+        above = self._above.get(seat.key, False)
+        limit = self.threshold - (self.params.hysteresis if above else 0.0)
+        above = self._above[seat.key] = seat.load + 1 > limit
+        if above:
+            return seated(view, seat.base, "base", "above_crossover")
+        return seated(view, seat.spec, "spec", "below_crossover")
 
     def crossover(self) -> float | None:
         return self.threshold

@@ -5,8 +5,8 @@ pool idle or overfull. The prediction reads the profile's curves at the load the
 would join on each candidate backend (the least loaded of each pool, live running and
 queued per ``concurrency_source``); past a backend's ``max_running_requests`` the request
 also waits for a slot, which stretches its time per token by load over capacity.
-``topology=shared`` (both servers on the same GPUs) reads both curves at the deployment's
-total load instead.
+``topology=shared`` (each speculative server shares its GPUs with a plain one) reads both
+curves at the load of the least-loaded GPU group instead, and picks within it.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ class ExpectedLatencyPolicy:
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         best: tuple[float, Decision] | None = None
+        shared = self.params.topology == "shared"
+        seat = view.seat("shared") if shared else None
         for pool in POOLS:
-            backend = view.least_loaded(pool)
+            backend = view.least_loaded(pool) if seat is None else getattr(seat, pool)
             if backend is None:
                 continue
-            shared = self.params.topology == "shared"
-            load = (view.load() if shared else backend.load(view.source)) + 1
+            load = (backend.load(view.source) if seat is None else seat.load) + 1
             capacity = backend.max_running_requests or self.curves.max_running[pool]
             tpot = self.predicted_tpot(pool, load, capacity)
             if best is None or tpot < best[0]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from specroute.policies.decision import Decision
-from specroute.policies.view import POOLS, Pool, RequestInfo, View
+from specroute.policies.view import POOLS, BackendView, Pool, RequestInfo, View
 
 
 class Policy(Protocol):
@@ -35,3 +35,10 @@ def pick(view: View, pool: Pool, reason: str) -> Decision:
     if backend is not None:
         return Decision(other, backend.name, "failover")
     return Decision(pool, None, "no_healthy_backend")
+
+
+def seated(view: View, backend: BackendView | None, pool: Pool, reason: str) -> Decision:
+    """``backend`` of ``pool`` where the request was seated, else the pool's pick."""
+    if backend is not None:
+        return Decision(pool, backend.name, reason)
+    return pick(view, pool, reason)

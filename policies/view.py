@@ -15,13 +15,16 @@ POOLS: tuple[Pool, ...] = ("spec", "base")
 
 
 class ConcurrencySource(StrEnum):
-    """Where live concurrency comes from: the router's own count of in-flight requests,
-    the backends' reported running + queued, or the larger of the two (several router
-    replicas sharing backends each see only their own share)."""
+    """Where live concurrency comes from: the router's own count of in-flight requests;
+    the backends' reported running + queued; the larger of the two; or, for several router
+    replicas sharing the backends (each sees only its own share of the traffic), the
+    backends' report brought up to date with this router's own changes since: the requests
+    it sent there since, less those of its own that have ended."""
 
     ROUTER = "router"
     BACKEND = "backend"
     MAX = "max"
+    REPLICAS = "replicas"
 
 
 class BackendView(NamedTuple):  # built for every backend at every request: a tuple is cheapest
@@ -34,6 +37,8 @@ class BackendView(NamedTuple):  # built for every backend at every request: a tu
     accept_length: float | None = None  # over the last window with verify steps (counters)
     accept_length_age: float | None = None  # seconds since that window: no traffic, no news
     max_running_requests: int | None = None
+    inflight_then: int = 0  # the router's own requests in flight here at the report
+    group: str = ""  # the GPUs it runs on, shared with the other pool's server of the group
 
     def load(self, source: ConcurrencySource) -> int:
         if source is ConcurrencySource.ROUTER or self.running is None:  # at every request
@@ -41,7 +46,21 @@ class BackendView(NamedTuple):  # built for every backend at every request: a tu
         reported = self.running + (self.queued or 0)
         if source is ConcurrencySource.BACKEND:
             return reported
+        if source is ConcurrencySource.REPLICAS:
+            return max(0, reported - self.inflight_then + self.inflight)
         return max(self.inflight, reported)
+
+
+class Seat(NamedTuple):
+    """Where a new request would run, and the load it would join there: in the partitioned
+    topology the least-loaded speculative server and its own load (each server's GPUs are
+    its own); in the shared topology the least-loaded GPU group, its servers of each pool
+    and the load of the whole group."""
+
+    load: int
+    key: str  # the server or group, for a policy's memory of it
+    spec: BackendView | None
+    base: BackendView | None
 
 
 @dataclass(frozen=True)
@@ -58,11 +77,34 @@ class View:
         source = self.source
         return sum([b.load(source) for b in self.backends if pool is None or b.pool == pool])
 
-    def least_loaded(self, pool: Pool) -> BackendView | None:
+    def least_loaded(self, pool: Pool, group: str | None = None) -> BackendView | None:
         candidates = self.healthy(pool)
+        if group is not None:
+            candidates = tuple([b for b in candidates if b.group == group])
         if len(candidates) < 2:
             return candidates[0] if candidates else None
         return min(candidates, key=lambda b: (b.load(self.source), b.inflight, b.name))
+
+    def group_load(self, group: str) -> int:
+        """Live concurrency on one GPU group: both pools' servers there, healthy or not
+        (an ejected server's requests still run on those GPUs)."""
+        source = self.source
+        return sum([b.load(source) for b in self.backends if b.group == group])
+
+    def seat(self, topology: str) -> Seat:
+        if topology == "partitioned":
+            spec = self.least_loaded("spec")
+            load = 0 if spec is None else spec.load(self.source)
+            return Seat(load, "" if spec is None else spec.name, spec, self.least_loaded("base"))
+        groups = {b.group for b in self.backends if b.healthy}
+        if len(groups) < 2:  # one group, the common case
+            group = next(iter(groups), "")
+            load = self.group_load(group)
+        else:
+            loads = {g: self.group_load(g) for g in groups}
+            group = min(loads, key=lambda g: (loads[g], g))
+            load = loads[group]
+        return Seat(load, group, self.least_loaded("spec", group), self.least_loaded("base", group))
 
 
 @dataclass(frozen=True)

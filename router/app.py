@@ -21,6 +21,7 @@ from specroute.policies.registry import build_policy
 from specroute.router.auth import Keys
 from specroute.router.backend import Backend
 from specroute.router.board import Board
+from specroute.router.discovery import Discovery
 from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
@@ -28,11 +29,14 @@ from specroute.router.health import Breaker
 from specroute.router.metrics import RouterMetrics
 from specroute.router.monitor import (
     check_health,
+    discover,
     each_backend,
     every,
     first_verdicts,
     follow,
     poll_metrics,
+    rediscover,
+    watch_profile,
     watch_silence,
 )
 from specroute.router.openapi import document
@@ -70,15 +74,16 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     with the others, if it is one of several."""
     profile: Profile | None = load_profile(settings.profile) if settings.profile else None
     policy = build_policy(settings.policy, settings.policy_params(), profile)
-    servers = settings.servers()
-    board = Board(1, len(servers)) if workers is None else workers.board
+    board = Board(1, settings.columns()) if workers is None else workers.board
     backends = [
-        Backend(url, pool, Breaker(settings.ejection()), board, i)
-        for i, (url, pool) in enumerate(servers)
+        Backend(server, Breaker(settings.ejection()), board, i)
+        for i, server in enumerate(settings.servers())
     ]
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
     shared = None if workers is None else workers.folder
     state = RouterState(settings, backends, policy, profile, metrics, board, shared)
+    if settings.profile is not None:  # what the watch compares with (the file may be newer)
+        state.reread_profile(settings.profile)
     metrics.exposed.register(StateGauges(state))
     state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
     return state
@@ -129,15 +134,24 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
-    if state.board.leader:  # alone, or worker 0: health and polling for every worker
+    if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
+        state.follow()  # a leader started again: the set of backends it published before
+        discovery = None
+        if settings.discovers():
+            discovery = _discovery(state)
+            await discover(state, discovery, at_start=True)  # a bad backends file stops here
         await each_backend("health", state, check_health)  # before serving: one failing waits
         tasks = [
             asyncio.create_task(every(settings.health_interval, "health", state, check_health)),
             asyncio.create_task(every(settings.poll_interval, "poll", state, poll_metrics)),
         ]
+        if discovery is not None:
+            tasks.append(asyncio.create_task(rediscover(state, discovery)))
     else:
         await first_verdicts(state)
         tasks = []
+    if settings.profile is not None:
+        tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     tasks.append(asyncio.create_task(watch_silence(state)))
     if state.shared is not None:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
@@ -148,6 +162,14 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     await state.session.close()
+
+
+def _discovery(state: RouterState) -> Discovery:
+    settings, failures = state.settings, state.metrics.watch_failures
+    for source in ("dns", "backends_file"):
+        failures.labels(source=source)  # 0 from the start
+    return Discovery(settings.servers(), settings.names(), settings.backends_file,
+                     lambda source: failures.labels(source=source).inc())  # fmt: skip
 
 
 async def _models(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ board that the workers share (in flight, health verdicts, the leader's readings)
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
@@ -18,14 +19,27 @@ def backend_name(url: str, pool: Pool) -> str:
     return f"{pool}:{parts.hostname}:{parts.port}"
 
 
+class Server(NamedTuple):
+    """A backend as configured or discovered: where, which pool, which GPU group."""
+
+    url: str
+    pool: Pool
+    group: str = ""  # "": the deployment's one group
+
+    @property
+    def name(self) -> str:
+        return backend_name(self.url, self.pool)
+
+
 class Backend:
-    def __init__(self, url: str, pool: Pool, breaker: Breaker, board: Board, index: int) -> None:
-        self.url, self.pool, self.breaker = url, pool, breaker
-        self.name = backend_name(url, pool)
+    def __init__(self, server: Server, breaker: Breaker, board: Board, index: int) -> None:
+        self.url, self.pool, self.group = server
+        self.server, self.name, self.breaker = server, server.name, breaker
         self.board, self.index = board, index
         self._verdicts_seen = 0  # the sequence number of the last health verdict applied
         self._previous: BackendStats | None = None  # the leader's last scrape
         self._accept: tuple[float, float] | None = None  # the leader's: (accept length, at)
+        self.serves_loads = True  # the leader's: until it answers 404 to /v1/loads
 
     @property
     def inflight(self) -> int:
@@ -63,14 +77,23 @@ class Backend:
         return ok
 
     def record_stats(self, stats: BackendStats, at: float) -> None:
-        """The leader's scrape: the live accept length over the window since the last one
+        """The leader's reading: the live accept length over the window since the last one
         that had verify steps, published with the counts for every worker."""
         if self._previous is not None:
             window = window_accept_length(self._previous, stats)
             if window is not None and math.isfinite(window):
                 self._accept = (window, at)
         self._previous = stats
-        self.board.publish_reading(self.index, stats.running, stats.queued, self._accept, at)
+        counts = stats.running, stats.queued, stats.max_running
+        self.board.publish_reading(self.index, counts, self._accept, stats.engine, at)
+
+    @property
+    def aborts_by_rid(self) -> bool:
+        """Whether a request left by its client is also aborted by its ``rid``: SGLang's
+        ``/abort_request``. vLLM has no such endpoint; closing the connection frees the
+        request there (as it does on SGLang too, which is asked by name as well)."""
+        reading = self.board.reading(self.index)
+        return reading is None or reading.engine != "vllm"
 
     def reading(self, stale_after: float, now: float) -> Reading | None:
         """The leader's last reading, if not older than ``stale_after`` seconds."""
@@ -80,7 +103,9 @@ class Backend:
     def view(self, stale_after: float, now: float) -> BackendView:
         r = self.reading(stale_after, now)
         if r is None:
-            return BackendView(self.name, self.pool, self.healthy, self.inflight)
+            return BackendView(self.name, self.pool, self.healthy, self.inflight,
+                               group=self.group)  # fmt: skip
         age = None if r.accept_length is None else now - r.accept_length_at
-        return BackendView(self.name, self.pool, self.healthy, self.inflight,
-                           r.running, r.queued, r.accept_length, age)  # fmt: skip
+        return BackendView(self.name, self.pool, self.healthy, self.inflight, r.running,
+                           r.queued, r.accept_length, age, r.max_running, r.inflight,
+                           self.group)  # fmt: skip

@@ -37,6 +37,32 @@ class BackendStats:
     generation_tokens: float | None = None
     verify_calls: float | None = None
     accepted_tokens: float | None = None
+    max_running: float | None = None  # from /v1/loads
+    engine: str | None = None  # "sglang" or "vllm", by the names of its metrics
+
+
+def parse_loads(answer: object) -> tuple[float, float, float | None] | None:
+    """Running, queued and capacity from SGLang's ``GET /v1/loads`` (summed over its data
+    parallel ranks), or None for an answer not of that shape. Current at the request, where
+    the ``/metrics`` gauges are refreshed only at prefill and every few dozen decode steps."""
+    loads = answer.get("loads") if isinstance(answer, dict) else None
+    if not isinstance(loads, list) or not loads or not all(isinstance(r, dict) for r in loads):
+        return None
+
+    def total(key: str) -> float | None:
+        counts = [_count(rank.get(key)) for rank in loads]
+        return None if None in counts else math.fsum(c for c in counts if c is not None)
+
+    running, queued = total("num_running_reqs"), total("num_waiting_reqs")
+    if running is None or queued is None:
+        return None
+    return running, queued, total("max_running_requests")
+
+
+def _count(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value < math.inf else None
 
 
 def parse(text: str) -> BackendStats:
@@ -46,7 +72,8 @@ def parse(text: str) -> BackendStats:
         found[field] = next((math.fsum(values[n]) for n in names if n in values), None)
     for field, names in _AVERAGED.items():
         found[field] = next((statistics.fmean(values[n]) for n in names if n in values), None)
-    return BackendStats(**found)
+    engine = next((name.split(":")[0] for name in values), None)
+    return BackendStats(**found, engine=engine)
 
 
 def _delta(old: float | None, new: float | None) -> float | None:
@@ -59,13 +86,18 @@ def _delta(old: float | None, new: float | None) -> float | None:
 
 
 def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
-    """Tokens per verify step between two scrapes (SGLang: generation tokens over verify
-    calls; vLLM: 1 + accepted over drafts); None when nothing was verified."""
+    """Tokens per decoding step between two scrapes, over every step: SGLang's generation
+    tokens over verify calls (each decode step of a speculative server verifies); vLLM's
+    generation tokens over the steps that made them, generation tokens less accepted draft
+    tokens (each step of a request makes one token and whatever it accepts). ``1 + accepted
+    / drafts`` would count only the steps that had a draft, which n-gram speculation often
+    has not. None when nothing was verified."""
     verifies = _delta(old.verify_calls, new.verify_calls)
-    if verifies is None or verifies <= 0:
+    tokens = _delta(old.generation_tokens, new.generation_tokens)
+    if verifies is None or verifies <= 0 or tokens is None:
         return None
     accepted = _delta(old.accepted_tokens, new.accepted_tokens)
-    if accepted is not None:
-        return 1.0 + accepted / verifies
-    tokens = _delta(old.generation_tokens, new.generation_tokens)
-    return None if tokens is None else tokens / verifies
+    if accepted is None:
+        return tokens / verifies
+    steps = tokens - accepted
+    return tokens / steps if steps > 0 else None

@@ -6,20 +6,26 @@ and each backend's health and reported load. So the workers keep those here:
 - each worker's count of requests in flight at each backend, in a slot of its own that
   only it writes; a reader sums a backend's slots. No lock on the hot path: a slot has one
   writer, and an aligned 8-byte store is never seen half done.
-- what the leader (worker 0), which alone checks health and polls metrics, last learned of
-  each backend: the health check's verdict with a sequence number (each worker feeds new
-  verdicts to its own breaker), the running and queued requests it reports, its live accept
+- what the leader (worker 0), which alone checks health and polls the backends, last
+  learned of each: the health check's verdict with a sequence number (each worker feeds new
+  verdicts to its own breaker), the running and queued requests and the capacity it
+  reports, the router's own requests in flight there at that moment, its live accept
   length, and when these were read.
 - each worker's breaker level of each backend, so that the gauges show the worst.
 - how many profiles each worker was posted (``POST /router/profile``): a worker that sees
-  the total grow reads the profile posted last from the workers' folder.
+  the total grow reads the profile posted last from the workers' folder; and how many
+  times the leader published the set of backends (discovery), likewise.
 
-One worker (the default) uses the same layout with one row, in private memory. The block
-is anonymous shared memory, made before the workers are forked and inherited by them.
+Backends are columns: a fixed number, each given to one server at a time by the leader
+(discovery adds and removes servers while the router runs; a column is given again only
+once nothing is in flight there). One worker (the default) uses the same layout with one
+row, in private memory. The block is anonymous shared memory, made before the workers are
+forked and inherited by them.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 from dataclasses import dataclass
@@ -27,7 +33,11 @@ from dataclasses import dataclass
 _INTS = 2  # per worker and backend: in flight, breaker level
 _PUBLISHED_INTS = 2  # per backend: health-check sequence number, its verdict
 _OWN_INTS = 1  # per worker: profiles it was posted
-_FLOATS = 5  # per backend: running, queued, accept length, its time, the scrape's time
+_GLOBAL_INTS = 1  # times the leader published the set of backends
+_OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
+_FLOATS = 8  # per backend: running, queued, capacity, the router's in flight, accept length,
+# its time, the engine, the reading's time
+_ENGINES = (None, "sglang", "vllm")
 _NONE = math.nan
 
 
@@ -38,8 +48,11 @@ class Reading:
 
     running: int | None
     queued: int | None
+    max_running: int | None
+    inflight: int  # the router's own requests in flight there when it was read
     accept_length: float | None
     accept_length_at: float  # monotonic time of the window the accept length is from
+    engine: str | None  # "sglang", "vllm", or None when its metrics do not say
     at: float  # monotonic time of the scrape (the clock is the machine's, not the process's)
 
 
@@ -49,18 +62,19 @@ class Board:
             raise ValueError(f"worker {worker} is not one of {workers}")
         self.workers, self.backends, self.worker = workers, backends, worker
         cells = workers * backends
-        ints = (_INTS * cells + _PUBLISHED_INTS * backends + _OWN_INTS * workers) * 8
-        self._memory = mmap.mmap(-1, ints + _FLOATS * backends * 8)  # MAP_SHARED
+        counts = _INTS * cells + _PUBLISHED_INTS * backends + _OWN_INTS * workers + _GLOBAL_INTS
+        floats = _FLOATS * backends + _OWN_FLOATS * workers
+        self._memory = mmap.mmap(-1, (counts + floats) * 8)  # MAP_SHARED
         every = memoryview(self._memory)
-        whole = every[:ints].cast("q")
-        self._inflight = whole[:cells]
-        self._levels = whole[cells : 2 * cells]
-        self._health_seq = whole[2 * cells : 2 * cells + backends]
-        self._health_ok = whole[2 * cells + backends : 2 * cells + 2 * backends]
-        self._posted = whole[2 * cells + 2 * backends :]
-        self._floats = every[ints:].cast("d")
+        whole = every[: counts * 8].cast("q")
+        sizes = (cells, cells, backends, backends, workers, _GLOBAL_INTS)
+        starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        (self._inflight, self._levels, self._health_seq, self._health_ok, self._posted,
+         self._servers) = (whole[a:b] for a, b in itertools.pairwise(starts))  # fmt: skip
+        self._floats = every[counts * 8 : (counts + _FLOATS * backends) * 8].cast("d")
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE
+        self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")
         self._row = worker * backends
         self._last: list[Reading | None] = [None] * backends  # what ``reading`` last made
 
@@ -92,6 +106,31 @@ class Board:
         start = worker * self.backends
         for i in range(start, start + self.backends):
             self._inflight[i] = self._levels[i] = 0
+        self._cpu[worker] = 0.0  # its successor's count starts again: a counter reset
+
+    # CPU time, each worker's own
+
+    def show_cpu(self, seconds: float) -> None:
+        self._cpu[self.worker] = seconds
+
+    def cpu_seconds(self) -> float:
+        return math.fsum(self._cpu)
+
+    # a column given to another server: the leader clears what it published of the last
+
+    def clear(self, backend: int) -> None:
+        self._health_seq[backend] = self._health_ok[backend] = 0
+        for i in range(_FLOATS * backend, _FLOATS * (backend + 1)):
+            self._floats[i] = _NONE
+        self._last[backend] = None
+
+    # the set of backends, published by the leader (the set itself is a file)
+
+    def publish_servers(self) -> None:
+        self._servers[0] += 1
+
+    def servers_published(self) -> int:
+        return self._servers[0]
 
     # breaker levels, for the gauges
 
@@ -124,26 +163,30 @@ class Board:
     def publish_reading(
         self,
         backend: int,
-        running: float | None,
-        queued: float | None,
+        counts: tuple[float | None, float | None, float | None],
         accept: tuple[float, float] | None,
+        engine: str | None,
         at: float,
     ) -> None:
-        """What the leader read: counts, the live accept length and its time, the time."""
+        """What the leader read: running, queued and capacity, the live accept length and
+        its time, the engine, the time; with the router's requests in flight there now."""
         f, i = self._floats, backend * _FLOATS
-        f[i] = _or_none(running)
-        f[i + 1] = _or_none(queued)
-        f[i + 2], f[i + 3] = accept if accept is not None else (_NONE, 0.0)
-        f[i + 4] = at  # last: a reading is whole once its time is there
+        f[i], f[i + 1], f[i + 2] = (_or_none(c) for c in counts)
+        f[i + 3] = self.inflight(backend)
+        f[i + 4], f[i + 5] = accept if accept is not None else (_NONE, 0.0)
+        f[i + 6] = _ENGINES.index(engine) if engine in _ENGINES else 0
+        f[i + 7] = at  # a reading is whole once its time is there
 
     def reading(self, backend: int) -> Reading | None:
         f, i = self._floats, backend * _FLOATS
-        at = f[i + 4]
+        at = f[i + 7]
         if math.isnan(at):
             return None
         last = self._last[backend]
         if last is None or last.at != at:  # read at every request: made once a scrape
-            last = Reading(_count(f[i]), _count(f[i + 1]), _value(f[i + 2]), f[i + 3], at)
+            counts = _count(f[i]), _count(f[i + 1]), _count(f[i + 2])
+            engine = _ENGINES[int(f[i + 6])]
+            last = Reading(*counts, int(f[i + 3]), _value(f[i + 4]), f[i + 5], engine, at)
             self._last[backend] = last
         return last
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from specroute.router.state import RouterState
@@ -17,9 +17,19 @@ class StateGauges(Collector):
     def __init__(self, state: RouterState) -> None:
         self.state = state
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         state = self.state
         view = state.view()
+        board = state.board
+        board.show_cpu(time.process_time())  # this worker's now, the others' of their last tick
+        yield CounterMetricFamily(
+            "specroute_router_cpu_seconds",
+            "CPU time of the router's worker processes (user and system), summed.",
+            value=board.cpu_seconds(),
+        )
+        yield GaugeMetricFamily(
+            "specroute_router_workers", "The router's worker processes.", value=board.workers
+        )
         yield GaugeMetricFamily(
             "specroute_live_concurrency",
             "The live concurrency of the whole deployment as the policy counts it, now.",

@@ -59,6 +59,13 @@ class RouterMetrics:
             ["task"],
             registry=r,
         )
+        self.watch_failures = Counter(
+            "specroute_watch_failures",
+            "A watched source that could not be read or was refused (source dns, "
+            "backends_file or profile_file); the router kept what it had from it.",
+            ["source"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "specroute_ttft_seconds",
             "Time from the request to the first byte of the backend's answer.",

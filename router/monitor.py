@@ -11,21 +11,26 @@ load it last saw, with nothing to say so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
 import aiohttp
+import orjson
 
 from specroute.router.backend import Backend
-from specroute.router.backend_stats import parse
+from specroute.router.backend_stats import BackendStats, parse, parse_loads
+from specroute.router.discovery import Discovery
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.state import RouterState
 
 _log = logging.getLogger("specroute.router")
 
-Task = Literal["health", "poll", "follow"]
+Task = Literal["health", "poll", "follow", "discovery"]
 FOLLOW_INTERVAL = 0.25  # seconds: how late a worker may learn what another published
 Job = Callable[[RouterState, Backend], Awaitable[None]]
 
@@ -46,19 +51,36 @@ async def check_health(state: RouterState, backend: Backend) -> None:
 
 
 async def poll_metrics(state: RouterState, backend: Backend) -> None:
+    """The backend's load from ``/v1/loads`` (SGLang's, current), else from the ``/metrics``
+    gauges, and its counters from ``/metrics``. A backend that answers 404 to
+    ``/v1/loads`` (an older SGLang, vLLM) is not asked again."""
+    loads = None
+    if backend.serves_loads:
+        status, answer = await _get(state, f"{backend.url}/v1/loads")
+        backend.serves_loads = status != 404
+        with contextlib.suppress(ValueError):
+            loads = None if answer is None else parse_loads(orjson.loads(answer))
+    _, body = await _get(state, f"{backend.url}/metrics")
+    if body is None and loads is None:
+        return  # the readings go stale
+    # The text format is UTF-8 whatever the header says; bytes that are not become U+FFFD,
+    # and the reader skips the lines they spoil.
+    stats = BackendStats() if body is None else parse(body.decode("utf-8", errors="replace"))
+    if loads is not None:
+        stats = replace(stats, running=loads[0], queued=loads[1], max_running=loads[2])
+    backend.record_stats(stats, time.monotonic())
+
+
+async def _get(state: RouterState, url: str) -> tuple[int, bytes | None]:
+    """The status and, if 200, the body; (0, None) when no answer came in a poll's time."""
     assert state.session is not None
     timeout = aiohttp.ClientTimeout(total=max(state.settings.poll_interval, 1.0))
     try:
-        async with state.session.get(f"{backend.url}/metrics", timeout=timeout) as r:
-            if r.status != 200:
-                return
-            body = await r.read()
+        async with state.session.get(url, timeout=timeout) as r:
+            return r.status, (await r.read() if r.status == 200 else None)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        _router_out_of_fds(state, exc)  # counted if so; either way the stats go stale
-        return
-    # The text format is UTF-8 whatever the header says; bytes that are not become U+FFFD,
-    # and the reader skips the lines they spoil.
-    backend.record_stats(parse(body.decode("utf-8", errors="replace")), time.monotonic())
+        _router_out_of_fds(state, exc)  # counted if so
+        return 0, None
 
 
 async def watch_silence(state: RouterState) -> None:
@@ -93,12 +115,51 @@ async def follow(state: RouterState) -> None:
             _log.exception("Following the other workers failed; it goes on.")
 
 
+async def discover(state: RouterState, discovery: Discovery, at_start: bool = False) -> None:
+    """The leader: the servers as the sources give them now. One new to the router is
+    checked before it is routed to, so that one not up yet joins ejected."""
+    placed, new = state.place(await discovery.servers(at_start))
+    await asyncio.gather(*(_guarded("health", state, check_health, b) for b in new))
+    if at_start or new or len(placed) != len(state.backends):
+        state.route_between(placed)  # (at start: published, for the workers waiting on it)
+
+
+async def rediscover(state: RouterState, discovery: Discovery) -> None:
+    """Discovery every ``watch_interval``, until cancelled."""
+    state.metrics.background_errors.labels(task="discovery")  # 0 from the start
+    while True:
+        await asyncio.sleep(state.settings.watch_interval)
+        try:
+            await discover(state, discovery)
+        except Exception:
+            state.metrics.background_errors.labels(task="discovery").inc()
+            _log.exception("Discovery failed; it goes on.")
+
+
+async def watch_profile(state: RouterState, path: Path) -> None:
+    """Every worker: the profile file read every ``watch_interval``, adopted when it changes
+    (a mounted ConfigMap: every replica changes together)."""
+    failures = state.metrics.watch_failures.labels(source="profile_file")  # 0 from the start
+    while True:
+        await asyncio.sleep(state.settings.watch_interval)
+        if state.reread_profile(path) and state.board.leader:  # counted once for the router
+            failures.inc()
+
+
 async def first_verdicts(state: RouterState) -> None:
     """A worker other than the leader starts serving once the leader's first health round
-    is in (as the leader does), or after the time that round may take."""
-    deadline = time.monotonic() + state.settings.health_timeout + 1.0
+    is in (as the leader does), and its first set of backends if it discovers them, or
+    after the time these may take."""
+    board, settings = state.board, state.settings
+    deadline = time.monotonic() + settings.health_timeout + 1.0
+    if settings.discovers():
+        deadline += settings.health_timeout  # the discovered servers' checks come first
     while time.monotonic() < deadline:
-        if all(b.board.verdict(b.index)[0] for b in state.backends):
+        if settings.discovers() and not board.servers_published():
+            await asyncio.sleep(FOLLOW_INTERVAL)
+            continue
+        state.follow()
+        if all(board.verdict(b.index)[0] for b in state.backends):
             break
         await asyncio.sleep(FOLLOW_INTERVAL)
     state.follow()

@@ -171,9 +171,10 @@ def _refusal(failure: Failure) -> web.Response:
 
 
 def _abort_upstream(state: RouterState, backend: Backend, body: dict[str, Any]) -> None:
-    """Closing the connection makes SGLang abort; a known ``rid`` is also aborted by name."""
+    """Closing the connection makes the engine abort; on SGLang a known ``rid`` is also
+    aborted by name."""
     rid = body.get("rid")
-    if isinstance(rid, str) and rid and state.session is not None:
+    if isinstance(rid, str) and rid and state.session is not None and backend.aborts_by_rid:
         session = state.session
 
         async def abort() -> None:

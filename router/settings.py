@@ -16,7 +16,8 @@ from pydantic_settings import (
 
 from specroute.policies.registry import entry
 from specroute.policies.view import ConcurrencySource, Pool
-from specroute.router.backend import backend_name
+from specroute.router.backend import Server
+from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -25,8 +26,28 @@ _EJECTION = Ejection()  # the breaker's defaults are its own
 class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECROUTE_", extra="forbid")
 
-    spec: list[str] = Field(min_length=1, description="speculative backends' base URLs")
-    base: list[str] = Field(min_length=1, description="plain backends' base URLs")
+    spec: list[str] = Field(
+        default_factory=list,
+        description="speculative backends' base URLs; dns+http://NAME:PORT: every address "
+        "NAME resolves to (a headless Kubernetes Service), resolved again as it changes",
+    )  # fmt: skip
+    base: list[str] = Field(default_factory=list, description="plain backends, likewise")
+    backends_file: Path | None = Field(
+        None,
+        description="more backends, from a file watched for changes, in Prometheus' file_sd "
+        'form: [{"targets": ["HOST:PORT"], "labels": {"pool": "spec|base", "group": G}}]',
+    )  # fmt: skip
+    groups: list[list[str]] = Field(
+        default_factory=list,
+        description="GPU groups of the shared topology: each the URLs of the servers that "
+        "share GPUs (a speculative and a plain one); servers in no group form one group",
+    )  # fmt: skip
+    watch_interval: float = Field(
+        5.0, gt=0,
+        description="seconds between readings of the DNS names, the backends file and the "
+        "profile file",
+    )  # fmt: skip
+    max_backends: int = Field(64, ge=1, le=4096, description="most backends known at once")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     policy: str = "crossover"
@@ -91,9 +112,31 @@ class RouterSettings(BaseSettings):
     @classmethod
     def _urls(cls, urls: list[str]) -> list[str]:
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"backend URL must start with http:// or https://, got {url!r}")
+            if not url.startswith(SCHEMES):
+                raise ValueError(f"backend URL must start with {', '.join(SCHEMES)}, got {url!r}")
         return [u.rstrip("/") for u in urls]
+
+    @field_validator("groups")
+    @classmethod
+    def _group_urls(cls, groups: list[list[str]]) -> list[list[str]]:
+        return [[u.rstrip("/") for u in group] for group in groups]
+
+    @model_validator(mode="after")
+    def _backends(self) -> RouterSettings:
+        if self.backends_file is None and not (self.spec and self.base):
+            raise ValueError("give both pools' backends (--spec and --base) or a backends file")
+        static = {u for u in (*self.spec, *self.base) if not is_dns(u)}
+        seen: set[str] = set()
+        for group in self.groups:
+            for url in group:
+                if url not in static:
+                    raise ValueError(f"group member {url!r} is not one of --spec or --base")
+                if url in seen:
+                    raise ValueError(f"{url!r} is in two groups")
+                seen.add(url)
+        if len(self.servers()) > self.max_backends:
+            raise ValueError(f"more backends than max_backends ({self.max_backends})")
+        return self
 
     @model_validator(mode="after")
     def _one_port(self) -> RouterSettings:
@@ -110,14 +153,32 @@ class RouterSettings(BaseSettings):
             )
         return self
 
-    def servers(self) -> list[tuple[str, Pool]]:
-        """Each backend once, with its pool: a server given twice in a pool is one server."""
-        named: dict[str, tuple[str, Pool]] = {}
+    def servers(self) -> list[Server]:
+        """Each backend given by URL once, with its pool and group: a server given twice in
+        a pool is one server. Names to resolve and the backends file come at run time."""
+        group = {url: f"group{i}" for i, urls in enumerate(self.groups, 1) for url in urls}
+        named: dict[str, Server] = {}
         pools: tuple[tuple[Pool, list[str]], ...] = (("spec", self.spec), ("base", self.base))
         for pool, urls in pools:
             for url in urls:
-                named.setdefault(backend_name(url, pool), (url, pool))
+                if not is_dns(url):
+                    server = Server(url, pool, group.get(url, ""))
+                    named.setdefault(server.name, server)
         return list(named.values())
+
+    def names(self) -> list[tuple[str, Pool]]:
+        """The ``dns+`` URLs to resolve, with their pools."""
+        pools: tuple[tuple[Pool, list[str]], ...] = (("spec", self.spec), ("base", self.base))
+        return [(url, pool) for pool, urls in pools for url in urls if is_dns(url)]
+
+    def discovers(self) -> bool:
+        """Whether the set of backends may change while the router runs."""
+        return self.backends_file is not None or bool(self.names())
+
+    def columns(self) -> int:
+        """Backends the workers' board has room for: the servers given, or as many as may
+        be known at once when servers are discovered."""
+        return self.max_backends if self.discovers() else len(self.servers())
 
     def upstream_timeouts(self) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
         """For a stream and for a whole answer. A stream may run for hours as long as it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -18,9 +19,9 @@ from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import View
-from specroute.router.backend import Backend
+from specroute.router.backend import Backend, Server
 from specroute.router.board import Board
-from specroute.router.health import BreakerState, verdict
+from specroute.router.health import Breaker, BreakerState, verdict
 from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("specroute.router")
 POSTED = "POST /router/profile"
 POSTED_FILE = "posted-profile.json"
+SERVERS_FILE = "servers.json"  # the leader's set of backends, for the other workers
+_REUSE_AFTER = 10.0  # seconds a column of a server gone stays unused (a worker may be late)
 
 
 @dataclass
@@ -51,15 +54,97 @@ class RouterState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
+    profile_digest: bytes = b""  # of the profile file as last read
     _by_name: dict[str, Backend] = field(init=False, repr=False)
     _profiles_seen: int = 0  # the board's count of posted profiles, when last followed
+    _servers_seen: int = 0  # the board's count of published sets of backends, likewise
+    _gone: dict[int, float] = field(default_factory=dict)  # the leader's: column, when freed
 
     def __post_init__(self) -> None:
         self.recent = deque(maxlen=self.settings.recent_decisions)
         self.timeouts = self.settings.upstream_timeouts()
-        self._by_name = {b.name: b for b in self.backends}
-        for b in self.backends:
+        self._route_between(self.backends)
+
+    def _route_between(self, backends: list[Backend]) -> None:
+        self.backends = backends
+        self._by_name = {b.name: b for b in backends}
+        for b in backends:
             self.metrics.ejections.labels(backend=b.name)  # at 0 from the start
+
+    # discovery: the leader places servers in columns of the board, the others follow
+
+    def place(self, servers: list[Server]) -> tuple[list[Backend], list[Backend]]:
+        """The leader's backends for ``servers``: those it has, and new ones each in a free
+        column (a server past ``max_backends`` waits, logged, for a column to free)."""
+        have = {b.name: b for b in self.backends}
+        taken = {b.index for b in self.backends}
+        placed: list[Backend] = []
+        new: list[Backend] = []
+        for server in servers:
+            backend = have.get(server.name)
+            if backend is None:
+                column = self._free_column(taken)
+                if column is None:
+                    _log.warning("No room for backend %s: max_backends (%d) are known.",
+                                 server.name, self.board.backends)  # fmt: skip
+                    continue
+                taken.add(column)
+                self.board.clear(column)
+                backend = Backend(server, Breaker(self.settings.ejection()), self.board, column)
+                new.append(backend)
+            backend.group = server.group
+            placed.append(backend)
+        return placed, new
+
+    def _free_column(self, taken: set[int]) -> int | None:
+        """Never used first; then one a server left long enough ago, with nothing in flight."""
+        now, board = time.monotonic(), self.board
+        free = [
+            c for c in range(board.backends)
+            if c not in taken and board.inflight(c) == 0
+            and now - self._gone.get(c, -_REUSE_AFTER) >= _REUSE_AFTER
+        ]  # fmt: skip
+        never = [c for c in free if c not in self._gone]
+        return min(never or free, default=None)
+
+    def route_between(self, backends: list[Backend]) -> None:
+        """The leader: these backends from now on, for every worker. Requests in flight at
+        one that left finish there; its column stays its own until they have."""
+        now = time.monotonic()
+        kept = {b.index for b in backends}
+        for gone in self.backends:
+            if gone.index not in kept:
+                self._gone[gone.index] = now
+                _log.warning("Backend %s left (%d requests in flight there finish).",
+                             gone.name, gone.inflight)  # fmt: skip
+        for b in backends:
+            if b.name not in self._by_name:
+                _log.warning("Backend %s joined.", b.name)
+        self._route_between(backends)
+        if self.shared is not None:
+            listed = [{"column": b.index, "url": b.url, "pool": b.pool, "group": b.group}
+                      for b in backends]  # fmt: skip
+            _write_whole(self.shared / SERVERS_FILE, json.dumps(listed), self.board.worker)
+            self.board.publish_servers()
+            self._servers_seen = self.board.servers_published()
+        self.follow()
+
+    def _follow_servers(self) -> None:
+        published = self.board.servers_published()
+        if published == self._servers_seen or self.shared is None:
+            return  # (a leader started again takes up the set it published before)
+        self._servers_seen = published
+        have = {(b.index, b.name): b for b in self.backends}
+        backends = []
+        for entry in json.loads((self.shared / SERVERS_FILE).read_text()):
+            server = Server(entry["url"], entry["pool"], entry["group"])
+            backend = have.get((entry["column"], server.name))
+            if backend is None:
+                backend = Backend(server, Breaker(self.settings.ejection()), self.board,
+                                  entry["column"])  # fmt: skip
+            backend.group = server.group
+            backends.append(backend)
+        self._route_between(backends)
 
     def post_profile(self, raw: Any) -> None:
         """Route by the profile ``raw`` from the next request on, in every worker; a
@@ -68,10 +153,7 @@ class RouterState:
         if self.shared is None:
             self.adopt(policy, profile, POSTED)
             return
-        posted = self.shared / POSTED_FILE
-        written = posted.with_suffix(f".{self.board.worker}")
-        written.write_text(json.dumps(raw))
-        written.replace(posted)  # whole or not at all, for a worker reading it now
+        _write_whole(self.shared / POSTED_FILE, json.dumps(raw), self.board.worker)
         self.board.post_profile()
         self.follow()  # this worker adopts what every worker reads: the last one posted
 
@@ -88,6 +170,28 @@ class RouterState:
         note = None if profile is None else profile.crossover.note
         if note:
             _log.warning("profile %s: %s", source, note)
+
+    def reread_profile(self, path: Path) -> bool:
+        """The profile file again: adopted if it changed and reads as a profile the policy
+        takes; kept out (the one in force stays) if not. Whether it was refused."""
+        try:
+            data = path.read_bytes()
+        except OSError as exc:  # a mounted ConfigMap is swapped by a rename: gone a moment
+            _log.warning("The profile file was not read (%s); the profile in force stays.", exc)
+            return True
+        digest = hashlib.sha256(data).digest()
+        if digest == self.profile_digest:
+            return False
+        self.profile_digest = digest
+        try:
+            policy, profile = self._policy_for(json.loads(data))
+        except ValueError as exc:  # bad JSON, ProfileError and PolicyError alike
+            _log.warning("The changed profile file was refused (%s); the profile in force "
+                         "stays.", exc)  # fmt: skip
+            return True
+        self.adopt(policy, profile, str(path))
+        _log.warning("Profile file %s changed: crossover %g.", path, profile.crossover.threshold)
+        return False
 
     def view(self) -> View:
         now = time.monotonic()
@@ -114,8 +218,11 @@ class RouterState:
         self.follow()
 
     def follow(self) -> None:
-        """What the other workers published and this one has not applied: the leader's
-        health verdicts, to this worker's breakers; the profile posted last, to its policy."""
+        """What the other workers published and this one has not applied: the leader's set
+        of backends; its health verdicts, to this worker's breakers; the profile posted
+        last, to its policy."""
+        self._follow_servers()
+        self.board.show_cpu(time.process_time())
         for backend in self.backends:
             ok = backend.new_verdict()
             if ok is not None:
@@ -144,3 +251,10 @@ class RouterState:
         self.metrics.child(self.metrics.decisions, decision.pool, decision.reason).inc()
         self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
                             "reason": decision.reason, "live_concurrency": load})  # fmt: skip
+
+
+def _write_whole(path: Path, text: str, worker: int) -> None:
+    """Whole or not at all, for a worker reading it now."""
+    written = path.with_suffix(f".{worker}")
+    written.write_text(text)
+    written.replace(path)

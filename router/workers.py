@@ -48,7 +48,7 @@ Serve = Callable[[RouterSettings, Workers], None]
 
 def supervise(settings: RouterSettings, serve: Serve) -> int:
     folder = Path(tempfile.mkdtemp(prefix="specroute-workers-"))
-    workers = Workers(Board(settings.workers, len(settings.servers())), folder)
+    workers = Workers(Board(settings.workers, settings.columns()), folder)
     children: dict[int, tuple[int, float]] = {}  # pid: (worker, when it started)
     stopping: list[int] = []
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,19 @@ def add_bench(sub: Subcommands) -> None:
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
     overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
     overhead.set_defaults(handler=_overhead)
+    replicas = bench_sub.add_parser(
+        "replicas", help="several router replicas against one router: the speculative share",
+        description="Emulated servers, then one router and several replicas in front of them "
+        "in turn under the same ramp; how far the replicas' share of speculative requests "
+        "strays from one router's, by load source, replicas and poll interval.",
+    )  # fmt: skip
+    replicas.add_argument("--replicas", type=levels, default=[2, 4], metavar="N1,N2,...")
+    replicas.add_argument("--polls", type=_seconds, default=[0.05, 0.25, 1.0], metavar="S1,S2",
+                          help="poll intervals of the replicas load source")  # fmt: skip
+    replicas.add_argument("--seconds", type=positive(float), default=2.0, metavar="S",
+                          help="at each level of the ramp")  # fmt: skip
+    replicas.add_argument("--out", metavar="FILE.json")
+    replicas.set_defaults(handler=_replicas)
     chaos = bench_sub.add_parser(
         "chaos", help="mixed traffic through one router while backends are killed, stalled, cut",
         description="A router process in front of emulator processes that a schedule drawn "
@@ -323,3 +337,23 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
+
+
+def _seconds(text: str) -> list[float]:
+    values = [float(part) for part in text.split(",")]
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive seconds, got {text!r}")
+    return values
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    from specroute.bench.replicas import ReplicasPlan, measure_replicas, render
+
+    plan = ReplicasPlan(replicas=tuple(args.replicas), polls=tuple(args.polls),
+                        seconds=args.seconds)  # fmt: skip
+    rows = run_loop(measure_replicas(plan, lambda text: print(text, file=sys.stderr, flush=True)))
+    print(render(rows))
+    if args.out:
+        document = {"plan": asdict(plan), "rows": [r.as_json() for r in rows]}
+        Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+    return 0

@@ -60,8 +60,23 @@ def _add_serve(sub: Subcommands) -> None:
         "serve", help="run the router in front of speculative and plain backends",
         description="An OpenAI-compatible proxy that routes by live concurrency.",
     )  # fmt: skip
-    serve.add_argument("--spec", action="append", metavar="URL", help="a speculative backend")
-    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend")
+    serve.add_argument(
+        "--spec", action="append", metavar="URL",
+        help="a speculative backend (repeatable); dns+http://NAME:PORT: each address of NAME",
+    )  # fmt: skip
+    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend, likewise")
+    serve.add_argument(
+        "--backends-file", metavar="FILE",
+        help="backends from a watched file_sd JSON file (labels pool=spec|base, group)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--group", dest="groups", action="append", metavar="URL,URL", type=_urls,
+        help="servers sharing GPUs (the shared topology), compared with the crossover together",
+    )  # fmt: skip
+    serve.add_argument(
+        "--watch-interval", type=float, metavar="S",
+        help="seconds between readings of names, the backends file and the profile (default 5)",
+    )  # fmt: skip
     serve.add_argument(
         "--policy",
         help="crossover (default), acceptance-crossover, expected-latency, always-spec, "
@@ -71,7 +86,14 @@ def _add_serve(sub: Subcommands) -> None:
     serve.add_argument("--topology", choices=["shared", "partitioned"])
     serve.add_argument("--hysteresis", type=float)
     serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
-    serve.add_argument("--concurrency-source", choices=["router", "backend", "max"])
+    serve.add_argument(
+        "--concurrency-source", choices=["router", "backend", "max", "replicas"],
+        help="replicas: for several routers in front of the same servers",
+    )  # fmt: skip
+    serve.add_argument(
+        "--poll-interval", type=float, metavar="S",
+        help="seconds between readings of each backend's load and metrics (default 0.5)",
+    )  # fmt: skip
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
@@ -158,6 +180,10 @@ def _add_demo(sub: Subcommands) -> None:
     demo.add_argument("--phase-seconds", type=positive(float), default=3.0)
     demo.add_argument("--out", default="specroute-demo", metavar="DIR")
     demo.set_defaults(handler=_demo)
+
+
+def _urls(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -23,11 +23,12 @@ def test_sglang_sums_ranks_skips_priority_repeats_and_averages_accept_length() -
     assert stats.generation_tokens == 1234567
     assert stats.verify_calls == 411522
     assert stats.accepted_tokens is None
+    assert stats.engine == "sglang"
 
 
 def test_missing_numbers_are_none_and_junk_is_ignored() -> None:
     text = '# HELP x\nsglang:num_running_reqs{a="b}"} 4\nsglang:num_queue_reqs NaNx\nfoo 1\n'
-    assert parse(text) == BackendStats(running=4.0)
+    assert parse(text) == BackendStats(running=4.0, engine="sglang")
     assert parse("") == BackendStats()
 
 
@@ -36,7 +37,7 @@ def test_missing_numbers_are_none_and_junk_is_ignored() -> None:
     [
         ("sglang_a", "sglang_b", 3.5),  # (1700 - 1000) / (500 - 300); the gauge says 2
         ("sglang_a", "sglang_a", None),  # no verify in the window
-        ("vllm_a", "vllm_b", 1 + 60 / 40),
+        ("vllm_a", "vllm_b", 80 / (80 - 60)),  # tokens over the steps that made them
         ("empty", "sglang_a", 1000 / 300),  # counters not yet created count as 0
         ("sglang_b", "sglang_a", 1000 / 300),  # a restarted backend counts from 0
     ],
@@ -60,8 +61,11 @@ def test_vllm_capture_and_its_window_accept_length() -> None:
     assert (busy.running, busy.queued) == (8, 0)
     assert (after.running, after.generation_tokens, after.verify_calls) == (0, 4800, 1186)
     assert after.accept_length_gauge is None  # vLLM has no such gauge
-    # 1 + accepted / drafts between the two scrapes: (3053 - 959) / (1186 - 363)
-    assert window_accept_length(busy, after) == pytest.approx(1 + 2094 / 823)
+    assert after.engine == "vllm"  # so a client that leaves is not aborted by rid there
+    # tokens over steps between the two scrapes: 3151 tokens, of which 2094 accepted drafts,
+    # in 1057 steps; 1 + accepted / drafts would say 1 + 2094 / 823, counting only the steps
+    # that had a draft
+    assert window_accept_length(busy, after) == pytest.approx((4800 - 1649) / (3151 - 2094))
 
 
 def test_timestamps_escaped_labels_and_exemplars_are_read_as_prometheus_means_them() -> None:

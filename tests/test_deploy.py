@@ -11,67 +11,31 @@ saying why, when its tool is absent.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from specroute import prometheus
-from tests.processes import emulator_pair, specroute
+from tests.exported_metrics import RULE_FILES, exported, metric_names, recorded, rules, scrape
+from tests.sglang_launch import LAUNCH, Launch, parse, render
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
-LAUNCH = DEPLOY / "sglang" / "launch.sh"
 ENV_FILES = sorted((DEPLOY / "sglang").glob("*.env"))
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 PROMETHEUS = DEPLOY / "prometheus"
-RULE_FILES = [PROMETHEUS / "rules.yml", PROMETHEUS / "alerts.yml"]
-DEPLOY_PYTHON = REPO / ".venv-deploy" / "bin" / "python"
-PARSER = REPO / "tests" / "deploy" / "server_args.py"
 TOPOLOGIES = ("partitioned", "shared", "node")
 ROLES = ("spec", "base")
-LAUNCHER = ["-m", "sglang.launch_server"]
 # the KV cache needs room beside the weights: a share that the weights fill past this
 # fraction serves too few tokens to be worth starting
 WEIGHTS_SHARE_MAX = 0.9
-
-
-@dataclass(frozen=True)
-class Launch:
-    env: str
-    topology: str
-    role: str
-    gpus: tuple[int, ...]
-    argv: list[str]
-
-    @property
-    def name(self) -> str:
-        return f"{self.env}/{self.topology}/{self.role}"
-
-
-def render(env_file: Path, topology: str, role: str) -> Launch:
-    line = subprocess.run(
-        ["bash", str(LAUNCH), role, "--env", str(env_file), "--topology", topology, "--print"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    ).stdout
-    words = shlex.split(line)
-    assignment, _python, *rest = words
-    key, _, gpus = assignment.partition("=")
-    assert key == "CUDA_VISIBLE_DEVICES"
-    assert rest[:2] == LAUNCHER, line
-    return Launch(env_file.name, topology, role, tuple(int(g) for g in gpus.split(",")), rest[2:])
 
 
 def env_values(env_file: Path) -> dict[str, str]:
@@ -98,19 +62,7 @@ def test_there_is_something_to_check() -> None:
 
 @pytest.fixture(scope="module")
 def parsed() -> dict[str, dict[str, Any]]:
-    if not DEPLOY_PYTHON.exists():
-        pytest.skip(f"{DEPLOY_PYTHON} is missing: run `make deploy-env` to build it")
-    cases = [{"name": launch.name, "argv": launch.argv} for launch in LAUNCHES]
-    run = subprocess.run(
-        [str(DEPLOY_PYTHON), str(PARSER)],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    results: list[dict[str, Any]] = json.loads(run.stdout.strip().splitlines()[-1])
-    return {result["name"]: result for result in results}
+    return parse({launch.name: launch.argv for launch in LAUNCHES})
 
 
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda launch: launch.name)
@@ -236,96 +188,21 @@ def test_promtool_accepts(argv: list[str]) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-# what in an expression is not a metric name: label matchers and lists, functions, keywords
-_NOT_NAMES = re.compile(
-    r"\{[^}]*\}|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)|\[[^\]]*\]"
-)
-_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring"}
-
-
-def metric_names(expr: str) -> set[str]:
-    text = _NOT_NAMES.sub(" ", expr)
-    names = {
-        m.group()
-        for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text)
-        if not text[m.end() :].lstrip().startswith("(")  # a function or an aggregation
-    }
-    return names - _KEYWORDS
-
-
-def exported(text: str) -> set[str]:
-    """Every name a /metrics page can carry: its samples, and its declared families (a
-    labelled counter shows no sample before its first increment)."""
-    names = set()
-    for line in text.splitlines():
-        if line.startswith(("# HELP ", "# TYPE ")):
-            _, kind, name, *rest = line.split()
-            names.add(name)
-            if kind == "TYPE" and rest == ["histogram"]:
-                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
-            if kind == "TYPE" and rest == ["counter"]:
-                names.add(f"{name}_total")
-        elif line and not line.startswith("#"):
-            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-    return names
-
-
-def rules(path: Path) -> list[dict[str, str]]:
-    """The rules of one of deploy/prometheus's files: ``record`` or ``alert``, and ``expr``.
-    (The project has no YAML parser; promtool has read the files whole above, and these
-    are written one key a line, an ``expr`` either on its line or as a ``|`` block.)"""
-    found: list[dict[str, str]] = []
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
-        key, _, value = line.strip().removeprefix("- ").partition(": ")
-        if key in ("record", "alert"):
-            found.append({key: value})
-        elif key == "expr":
-            if value == "|":
-                indent = len(line) - len(line.lstrip()) + 1
-                block = lines[i + 1 :]
-                end = next(
-                    (
-                        j
-                        for j, x in enumerate(block)
-                        if x.strip() and len(x) - len(x.lstrip()) < indent
-                    ),
-                    len(block),
-                )
-                value = " ".join(x.strip() for x in block[:end])
-            found[-1]["expr"] = value
-    return found
-
-
 PROFILE_GAUGES = ("specroute_profile_accept_length", "specroute_profile_created_timestamp_seconds")
 
 
 async def test_rules_read_only_exported_metrics(tmp_path: Path) -> None:
-    profile = tmp_path / "profile.json"  # what the profile gauges are read from
-    profile.write_text(json.dumps({
-        "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
-        "crossover": {"value": 5, "ci": [4, 6]}, "acceptance": {"mean_accept_length": 3.0},
-    }))  # fmt: skip
-    async with (
-        emulator_pair("--time-scale", "0.05") as (spec, base),
-        specroute("serve", "--spec", spec, "--base", base, "--profile", str(profile)) as (
-            router,
-            _,
-        ),
-        aiohttp.ClientSession() as session,
-    ):
-        pages = []
-        for url in (router, spec, base):
-            async with session.get(f"{url}/metrics") as answer:
-                pages.append(await answer.text())
+    pages = await scrape(tmp_path)
     shown = prometheus.sums(pages[0], PROFILE_GAUGES)
     assert shown["specroute_profile_accept_length"] == 3.0
     created = datetime(2026, 11, 30, tzinfo=UTC).timestamp()
     assert shown["specroute_profile_created_timestamp_seconds"] == pytest.approx(created, abs=1)
     every = [rule for path in RULE_FILES for rule in rules(path)]
-    assert len(every) == 14 and all("expr" in rule for rule in every)
-    known = set().union(*map(exported, pages)) | {"up"}
-    known |= {rule["record"] for rule in every if "record" in rule}
+    written = sum(
+        len(re.findall(r"^\s+- (?:record|alert):", p.read_text(), re.M)) for p in RULE_FILES
+    )
+    assert len(every) == written and all("expr" in rule for rule in every)
+    known = set().union(*map(exported, pages)) | {"up"} | recorded()
     for rule in every:
         missing = metric_names(rule["expr"]) - known
         assert not missing, f"{rule.get('alert') or rule.get('record')} reads {sorted(missing)}"

@@ -8,10 +8,12 @@ and polling to one of them, and drains on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -188,3 +190,47 @@ async def test_a_profile_posted_to_one_worker_routes_every_worker(
                 assert status["policy"]["parameters"]["crossover"] == crossover
                 assert status["profile"]["source"] == "POST /router/profile"
                 assert metrics["specroute_crossover"] == crossover
+
+
+async def test_servers_discovered_reach_every_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The leader reads the backends file; every worker routes by what it read, and a
+    stream at a server that left, through any worker, ends whole."""
+    monkeypatch.setenv("SPECROUTE_WATCH_INTERVAL", str(INTERVAL))
+    first, second, base = Held(), Held(), Held()
+    second.release = base.release = first.release
+    targets = tmp_path / "targets.json"
+
+    def listing(*urls: tuple[str, str]) -> None:
+        groups = [{"targets": [u.removeprefix("http://")], "labels": {"pool": p}} for p, u in urls]
+        staged = tmp_path / "staged.json"
+        staged.write_text(json.dumps(groups))
+        staged.replace(targets)
+
+    async with (
+        serving(first.app) as first_url,
+        serving(second.app) as second_url,
+        serving(base.app) as base_url,
+    ):
+        listing(("spec", first_url), ("base", base_url))
+        async with spawned("serve", "--backends-file", str(targets), "--crossover", "100",
+                           "--workers", str(WORKERS)) as router:  # fmt: skip
+            url = router.url
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                leaving = [await _open_stream(session, url) for _ in range(4)]
+                listing(("spec", second_url), ("base", base_url))
+                await asyncio.sleep(4 * INTERVAL)
+                for status, _ in (await _every_worker(url)).values():
+                    names = {b["url"] for b in status["backends"]}
+                    assert names == {second_url, base_url}, (status["worker"], names)
+                joined = [await _open_stream(session, url) for _ in range(4)]
+                served = {r.headers["x-specroute-backend"] for r in joined}
+                assert served == {f"spec:{second_url.removeprefix('http://')}"}
+                first.release.set()
+                for response in leaving + joined:
+                    body = (await response.read()).decode()
+                    assert body.endswith("data: [DONE]\n\n") and "error" not in body
+            for _, metrics in (await _every_worker(url)).values():
+                assert metrics["specroute_inflight"] == 0
