@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 
 from specroute.router.health import Breaker, Ejection
 from specroute.router.state import RouterState
+from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric
@@ -221,3 +223,56 @@ async def test_models_and_readiness(backends: tuple[str, str]) -> None:
         with pytest.raises(openai.APIStatusError) as refused:
             await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=3)
         assert refused.value.status_code == 503
+
+
+class EngineShaped:
+    """A backend whose ``/metrics`` names say which engine it is; its streams send one event
+    and wait; it keeps the ``/abort_request`` bodies it gets."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.aborted: list[object] = []
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self._chat)
+        self.app.router.add_post("/abort_request", self._abort)
+        self.app.router.add_get("/health", self._probe)
+        self.app.router.add_get("/metrics", self._probe)
+
+    async def _probe(self, request: web.Request) -> web.Response:
+        running = "num_running_reqs" if self.engine == "sglang" else "num_requests_running"
+        return web.Response(text=f"{self.engine}:{running} 0\n")
+
+    async def _abort(self, request: web.Request) -> web.Response:
+        self.aborted.append(await request.json())
+        return web.json_response({})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n')
+        await asyncio.sleep(30)
+        return response
+
+
+@pytest.mark.parametrize(("engine", "by_rid"), [("sglang", True), ("vllm", False)])
+async def test_a_client_that_leaves_is_aborted_by_rid_on_sglang_only(
+    engine: str, by_rid: bool
+) -> None:
+    """Closing the connection frees the request on either engine; SGLang is also told by
+    ``rid`` at ``/abort_request``, which vLLM does not serve."""
+    backend = EngineShaped(engine)
+    async with (
+        serving(backend.app) as url,
+        running_router(spec=[url], base=[url], crossover=8, poll_interval=0.05) as (router, _),
+        aiohttp.ClientSession() as s,
+    ):
+        await asyncio.sleep(0.2)  # a reading: the engine is known
+        body = {**LONG_STREAM, "rid": "leaving-1"}
+        async with s.post(f"{router}/v1/chat/completions", json=body) as r:
+            await r.content.readline()
+        for _ in range(50):
+            if backend.aborted:
+                break
+            await asyncio.sleep(0.02)
+    assert backend.aborted == ([{"rid": "leaving-1"}] if by_rid else [])
