@@ -1,6 +1,12 @@
-"""Before measuring: read both servers' ``/server_info`` and say loudly when the comparison
-would be unfair (a speculative SGLang server is capped at 48 running requests unless told
-otherwise, which alone can decide the crossover)."""
+"""Before measuring: read both servers' settings and say loudly when the comparison would be
+unfair (a speculative SGLang server is capped at 48 running requests unless told
+otherwise, which alone can decide the crossover).
+
+SGLang's ``/server_info`` is read as is. vLLM serves its whole configuration there only
+with ``VLLM_SERVER_DEV_MODE=1``; it is read from its JSON form into SGLang's names. A vLLM
+server without it says only its model and context length (``/v1/models``): the rest cannot
+be compared, which is said once, as a note, not as a finding.
+"""
 
 from __future__ import annotations
 
@@ -11,39 +17,89 @@ import aiohttp
 _COMPARED = (
     ("model_path", "the two servers serve different models"),
     ("max_running_requests", "SGLang caps a speculative server at 48 unless "
-                             "--max-running-requests is given; pass the same value to both"),
+                             "--max-running-requests is given; pass the same value to both "
+                             "(vLLM: --max-num-seqs)"),
     ("cuda_graph_max_bs", "batches past it run without CUDA graphs, slower on one side only"),
     ("tp_size", "different tensor parallelism"),
     ("context_length", "different context lengths"),
     ("stream_interval", "different --stream-interval changes the chunking clients see"),
+    ("async_scheduling", "vLLM overlaps scheduling with the forward pass on one side only "
+                         "(it does not with n-gram speculation): pass --no-async-scheduling "
+                         "to the plain server"),
 )  # fmt: skip
+PARTIAL = "partial"  # the key of a note on what a server's settings do not say
 
 
 async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
-    """SGLang's ``/server_info``; None from servers without it (vLLM)."""
+    """The server's settings in SGLang's names; None from a server that says nothing."""
+    info = await _json(session, f"{url}/server_info?config_format=json")
+    if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
+        return _from_vllm(info["vllm_config"])
+    if isinstance(info, dict) and "vllm_config" not in info:
+        return info  # SGLang's
+    models = await _json(session, f"{url}/v1/models")
+    cards = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
+        return None
+    card = cards[0]
+    return {
+        "model_path": card.get("root") or card.get("id"),
+        "context_length": card.get("max_model_len"),
+        PARTIAL: "its running-request limit and speculation could not be read (a vLLM "
+        "server shows them at /server_info with VLLM_SERVER_DEV_MODE=1)",
+    }
+
+
+async def _json(session: aiohttp.ClientSession, url: str) -> Any:
     try:
-        async with session.get(f"{url}/server_info") as r:
-            if r.status != 200:
-                return None
-            info = await r.json()
-            return info if isinstance(info, dict) else None
+        async with session.get(url) as r:
+            return await r.json(content_type=None) if r.status == 200 else None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
 
 
+def _from_vllm(config: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's configuration (``VllmConfig`` as JSON) in the names compared here."""
+
+    def part(name: str) -> dict[str, Any]:
+        found = config.get(name)
+        return found if isinstance(found, dict) else {}
+
+    model, scheduler = part("model_config"), part("scheduler_config")
+    speculative = part("speculative_config")
+    return {
+        "engine": "vllm",
+        "model_path": model.get("model"),
+        "context_length": model.get("max_model_len"),
+        "max_running_requests": scheduler.get("max_num_seqs"),
+        "async_scheduling": bool(scheduler.get("async_scheduling")),
+        "tp_size": part("parallel_config").get("tensor_parallel_size"),
+        "cuda_graph_max_bs": part("compilation_config").get("max_cudagraph_capture_size"),
+        "speculative_algorithm": speculative.get("method"),
+        "speculative_num_draft_tokens": speculative.get("num_speculative_tokens"),
+    }
+
+
 def fairness_warnings(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> list[str]:
+    """What differs between the two beyond speculation (or what could not be read at all)."""
     if spec is None or base is None:
         missing = " and ".join(n for n, i in (("spec", spec), ("base", base)) if i is None)
-        return [f"cannot check fairness: no /server_info from {missing}"]
+        return [f"cannot check fairness: {missing} said nothing of its settings"]
     warnings = []
     for key, why in _COMPARED:
         if key in spec and key in base and spec[key] != base[key]:
             warnings.append(f"{key} differs: spec {spec[key]!r}, base {base[key]!r} ({why})")
-    if not spec.get("speculative_algorithm"):
+    if "speculative_algorithm" in spec and not spec["speculative_algorithm"]:
         warnings.append("the spec server does not speculate (speculative_algorithm is unset)")
     if base.get("speculative_algorithm"):
         warnings.append(f"the base server speculates too ({base['speculative_algorithm']})")
     return warnings
+
+
+def fairness_notes(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> list[str]:
+    """What could not be compared, said once and quietly: no finding, a limit of the check."""
+    return [f"{name}: {info[PARTIAL]}" for name, info in (("spec", spec), ("base", base))
+            if info is not None and PARTIAL in info]  # fmt: skip
 
 
 def banner(warnings: list[str]) -> str:
