@@ -42,7 +42,7 @@ from specroute.router.monitor import (
 from specroute.router.openapi import document
 from specroute.router.proxy import proxy
 from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState
+from specroute.router.state import RouterState, digest_of
 from specroute.router.workers import Workers
 
 STATE = web.AppKey("state", RouterState)
@@ -82,8 +82,8 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
     shared = None if workers is None else workers.folder
     state = RouterState(settings, backends, policy, profile, metrics, board, shared)
-    if settings.profile is not None:  # what the watch compares with (the file may be newer)
-        state.reread_profile(settings.profile)
+    if settings.profile is not None:  # what the watch compares with
+        state.profile_digest = digest_of(settings.profile.read_bytes())
     metrics.exposed.register(StateGauges(state))
     state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
     return state

@@ -71,6 +71,10 @@ class RouterState:
         for b in backends:
             self.metrics.ejections.labels(backend=b.name)  # at 0 from the start
 
+    def backend_at(self, column: int, server: Server) -> Backend:
+        """``server`` as this worker tracks it, in ``column`` of the board, breaker new."""
+        return Backend(server, Breaker(self.settings.ejection()), self.board, column)
+
     # discovery: the leader places servers in columns of the board, the others follow
 
     def place(self, servers: list[Server]) -> tuple[list[Backend], list[Backend]]:
@@ -90,7 +94,7 @@ class RouterState:
                     continue
                 taken.add(column)
                 self.board.clear(column)
-                backend = Backend(server, Breaker(self.settings.ejection()), self.board, column)
+                backend = self.backend_at(column, server)
                 new.append(backend)
             backend.group = server.group
             placed.append(backend)
@@ -140,8 +144,7 @@ class RouterState:
             server = Server(entry["url"], entry["pool"], entry["group"])
             backend = have.get((entry["column"], server.name))
             if backend is None:
-                backend = Backend(server, Breaker(self.settings.ejection()), self.board,
-                                  entry["column"])  # fmt: skip
+                backend = self.backend_at(entry["column"], server)
             backend.group = server.group
             backends.append(backend)
         self._route_between(backends)
@@ -179,7 +182,7 @@ class RouterState:
         except OSError as exc:  # a mounted ConfigMap is swapped by a rename: gone a moment
             _log.warning("The profile file was not read (%s); the profile in force stays.", exc)
             return True
-        digest = hashlib.sha256(data).digest()
+        digest = digest_of(data)
         if digest == self.profile_digest:
             return False
         self.profile_digest = digest
@@ -258,3 +261,8 @@ def _write_whole(path: Path, text: str, worker: int) -> None:
     written = path.with_suffix(f".{worker}")
     written.write_text(text)
     written.replace(path)
+
+
+def digest_of(data: bytes) -> bytes:
+    """What tells a file's new content from its old."""
+    return hashlib.sha256(data).digest()
