@@ -23,7 +23,7 @@ import aiohttp
 from specroute.bench.client import request_bodies, served_model
 from specroute.bench.closed_loop import LevelRun, run_level
 from specroute.bench.dataset import Dataset
-from specroute.bench.fairness import banner, fairness_warnings, server_info
+from specroute.bench.fairness import banner, fairness_notes, fairness_warnings, server_info
 from specroute.bench.progress import Progress
 
 SCHEMA = "specroute.sweep/v1"
@@ -59,6 +59,7 @@ class Sweep:
         self._session: aiohttp.ClientSession | None = None
         self._bodies: Iterator[dict[str, Any]] = iter(())
         self._order = itertools.count()
+        self.repeats: dict[int, int] = {}  # level: runs per backend so far, numbered on
 
     @property
     def headers(self) -> dict[str, str] | None:
@@ -78,8 +79,12 @@ class Sweep:
         infos = {"spec": await server_info(session, plan.spec),
                  "base": await server_info(session, plan.base)}  # fmt: skip
         warnings = fairness_warnings(infos["spec"], infos["base"])
-        if warnings and self.progress is not None:
-            self.progress.note(banner(warnings))
+        notes = fairness_notes(infos["spec"], infos["base"])
+        if self.progress is not None:
+            if warnings:
+                self.progress.note(banner(warnings))
+            for note in notes:
+                self.progress.note(f"fairness check: {note}")
         model = await served_model(session, plan.spec)
         self._bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
         self.meta = {
@@ -89,6 +94,7 @@ class Sweep:
             "spec": {"url": plan.spec, "server_info": infos["spec"]},
             "base": {"url": plan.base, "server_info": infos["base"]},
             "fairness_warnings": warnings,
+            "fairness_notes": notes,
             "dataset": plan.dataset.describe(),
             "settings": {k: v for k, v in asdict(plan).items()
                          if k not in ("dataset", "api_key", "spec", "base")},
@@ -97,31 +103,38 @@ class Sweep:
         return self
 
     async def measure(self, level: int, repeats: int | None = None) -> list[LevelRun]:
-        """Both backends at one level, ``repeats`` times (the plan's by default),
-        alternating which goes first."""
-        assert self._session is not None, "use the sweep as an async context manager"
-        plan, runs = self.plan, []
-        urls = {"spec": plan.spec, "base": plan.base}
-        for repeat in range(plan.repeats if repeats is None else repeats):
+        """Both backends at one level, ``repeats`` more times (the plan's by default),
+        alternating which goes first. Runs of a level measured again are numbered on from
+        the ones before, so each run keeps its own ``repeat``: the bootstrap's unit."""
+        runs = []
+        done = self.repeats.get(level, 0)
+        for repeat in range(done, done + (self.plan.repeats if repeats is None else repeats)):
             first = next(self._order) % 2
             for backend in (BACKENDS[first], BACKENDS[1 - first]):
                 if self.progress is not None:
                     self.progress.begin(backend, level, repeat)
-                started = time.monotonic()
-                run = await run_level(
-                    self._session, urls[backend], self._bodies,
-                    backend=backend, level=level, repeat=repeat,
-                    requests=plan.requests_at(level), duration=plan.duration,
-                    on_record=None if self.progress is None else self.progress.record,
-                )  # fmt: skip
-                seconds = time.monotonic() - started
+                run, seconds = await self.run_one(backend, level, repeat)
                 self.backend_seconds += seconds
                 self._append(run, seconds)
                 if self.progress is not None:
                     self.progress.end(run, seconds)
                 runs.append(run)
+            self.repeats[level] = repeat + 1
         self.runs += runs
         return runs
+
+    async def run_one(self, backend: str, level: int, repeat: int) -> tuple[LevelRun, float]:
+        """One closed-loop run and the backend time it took."""
+        assert self._session is not None, "use the sweep as an async context manager"
+        plan = self.plan
+        started = time.monotonic()
+        run = await run_level(
+            self._session, plan.spec if backend == "spec" else plan.base, self._bodies,
+            backend=backend, level=level, repeat=repeat,
+            requests=plan.requests_at(level), duration=plan.duration,
+            on_record=None if self.progress is None else self.progress.record,
+        )  # fmt: skip
+        return run, time.monotonic() - started
 
     def _append(self, run: LevelRun, seconds: float) -> None:
         with (self.out / "levels.jsonl").open("a") as f:

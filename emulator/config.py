@@ -9,6 +9,7 @@ from specroute.emulator.acceptance import Acceptance
 from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
 from specroute.emulator.hardware import HardwareModel
+from specroute.emulator.noise import NO_NOISE, Noise
 
 VERSION = "0.5.23"
 SPEC_DEFAULT_MAX_RUNNING = 48  # SGLang's cap for EAGLE-family servers left unset
@@ -32,6 +33,7 @@ class EmulatorConfig:
     seed: int = 0
     api_key: str | None = None  # as SGLang's --api-key: every path but probes needs it
     faults: tuple[Fault, ...] = ()  # injected from the start; /emulator/faults changes them
+    noise: Noise = NO_NOISE  # run-to-run and step-to-step timing noise; off by default
 
     @property
     def speculative(self) -> bool:
@@ -91,4 +93,5 @@ class EmulatorConfig:
             max_running_requests=self.effective_max_running,
             cuda_graph_max_bs=self.effective_cuda_graph_max_bs,
             seed=self.seed,
+            noise=self.noise,
         )

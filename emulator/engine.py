@@ -12,11 +12,12 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from specroute.emulator.acceptance import Acceptance, accepted_drafts
 from specroute.emulator.hardware import HardwareModel
+from specroute.emulator.noise import Noise, NoiseSource
 from specroute.emulator.vocabulary import EOS_TOKEN_ID, TOKEN_ID_BASE, WORDS, word
 
 FinishType = Literal["stop", "length", "abort"]
@@ -123,6 +124,7 @@ class Engine:
         cuda_graph_max_bs: int,
         seed: int = 0,
         chunked_prefill_size: int = 8192,
+        noise: Noise | None = None,
     ) -> None:
         self.hardware = hardware
         self.speculative = speculative
@@ -134,6 +136,8 @@ class Engine:
         self.chunked_prefill_size = chunked_prefill_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        mode = "spec" if speculative else "base"
+        self.noise = None if noise is None or noise.off else NoiseSource(noise, f"{seed}|{mode}")
 
     def submit(self, seq: Sequence) -> None:
         seq.seed(self.seed)
@@ -151,10 +155,16 @@ class Engine:
     def step(self) -> Step | None:
         self._drop_finished()
         if self.waiting and len(self.running) < self.max_running_requests:
-            return self._prefill()
-        if self.running:
-            return self._decode()
-        return None
+            step = self._prefill()
+        elif self.running:
+            step = self._decode()
+        else:
+            if self.noise is not None:
+                self.noise.idle()
+            return None
+        if self.noise is not None:
+            step = replace(step, duration=step.duration * self.noise.factor())
+        return step
 
     def _drop_finished(self) -> None:
         for seq in self.waiting:

@@ -198,6 +198,7 @@ async def _server_info(request: web.Request) -> web.Response:
             "time_scale": config.time_scale,
             "acceptance": loop.engine.acceptance.describe(),
             "faults": request.app[FAULTS].describe()["faults"],
+            "noise": config.noise.describe(),
         },
     }
     return web.json_response(info)

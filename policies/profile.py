@@ -2,8 +2,11 @@
 
 Kept small and versioned. Required: ``crossover.value`` (the concurrency where speculation
 stops paying, or null when it paid or lost at every level measured, with ``bound`` saying
-which) and ``crossover.ci`` (its confidence interval). Everything else is optional
-metadata that tells whether the profile still applies (settings, workload, date).
+which) and ``crossover.ci`` (its confidence interval, ``[low, high]``; either end may
+be null when the interval is open on that side, as ``ci_open`` says: ``[8.2, null]`` reads
+"at least 8.2"; it need not contain the value). Everything else is optional metadata that
+tells whether the profile still applies (settings, workload, date), and what calibration
+found: every crossing (``crossings``) and the rule that picked ``value`` (``rule``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class ProfileError(ValueError):
 @dataclass(frozen=True)
 class Crossover:
     value: float | None
-    ci: tuple[float, float] | None
+    ci: tuple[float | None, float | None] | None  # None at an open end
     bound: Literal["above", "below"] | None = None  # value is None: spec wins/loses everywhere
     limit: float | None = None  # the last (above) or first (below) level measured
 
@@ -94,11 +97,19 @@ def _crossover(data: Any, where: str) -> Crossover:
     if (
         not isinstance(ci, list)
         or len(ci) != 2
-        or not all(isinstance(x, (int, float)) for x in ci)
-        or not ci[0] <= value <= ci[1]
+        or not all(x is None or _number(x) for x in ci)
+        or (ci[0] is not None and ci[1] is not None and ci[0] > ci[1])
     ):
-        raise ProfileError(f"{where}.ci must be [low, high] around the value, got {ci!r}")
-    return Crossover(float(value), (float(ci[0]), float(ci[1])))
+        raise ProfileError(f"{where}.ci must be [low, high], null at an open end, got {ci!r}")
+    opened = data.get("ci_open")
+    if opened not in (None, "above", "below", "both"):
+        raise ProfileError(f"{where}.ci_open must be above, below or both, got {opened!r}")
+    low, high = (None if x is None else float(x) for x in ci)
+    return Crossover(float(value), (low, high))
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def parse_profile(data: Any) -> Profile:

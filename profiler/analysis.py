@@ -4,11 +4,13 @@ its interval, or the bound when speculation won (or lost) at every level measure
 
 Aggregate throughput of a closed loop is taken by Little's law, ``level x mean output
 tokens / mean end-to-end time`` over the measured requests, so it is bootstrapped with
-them. Each replicate also carries a small systematic error (``SYSTEMATIC``).
+them. Bootstrap replicates resample runs, then requests within each run (``stats``): the
+spread between runs is measured, not assumed, so no fixed systematic term is added.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -23,16 +25,12 @@ from specroute.profiler.stats import (
     Estimate,
     crossing_with_ci,
     estimate,
-    median_replicates,
+    resampled,
+    two_stage,
 )
 from specroute.profiler.sweep_data import Cell, SweepData, SweepError
 
 BOOTSTRAP = 2000
-# A level's median moves by about this much (1 sigma) with what the requests cannot show:
-# the load generator's own latency and the server's timer slack. Measured as the spread
-# between live runs against the emulator and its virtual-time prediction; added to every
-# bootstrap replicate of TPOT and throughput, so crossings of flat curves get honest widths.
-SYSTEMATIC = 0.01
 _SERVER_KEYS = ("model_path", "version", "tp_size", "dp_size", "max_running_requests",
                 "cuda_graph_max_bs", "context_length", "stream_interval", "speculative_algorithm",
                 "speculative_draft_model_path", "speculative_num_steps",
@@ -42,6 +40,7 @@ _SERVER_KEYS = ("model_path", "version", "tp_size", "dp_size", "max_running_requ
 @dataclass(frozen=True)
 class CellStats:
     n: int
+    runs: int  # valid runs the requests came from: the bootstrap's unit
     tpot: Estimate  # seconds
     decode_tps: Estimate  # per request
     ttft: Estimate  # seconds
@@ -56,7 +55,8 @@ class CellStats:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "requests": self.n, "tpot_ms": self.tpot.as_json(1000, 3, exact=True),
+            "requests": self.n, "runs": self.runs,
+            "tpot_ms": self.tpot.as_json(1000, 3, exact=True),
             "decode_tps": self.decode_tps.as_json(1, 2), "ttft_ms": self.ttft.as_json(1000, 2),
             "output_tps": self.output_tps.as_json(1, 2, exact=True),
             "accept_length": self.accept_length,
@@ -75,20 +75,20 @@ class Analysis:
     slo: dict[str, float]
 
 
-def _median(samples: Array, rng: np.random.Generator) -> Estimate:
-    return estimate(float(np.median(samples)), median_replicates(samples, rng, BOOTSTRAP))
-
-
 def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generator) -> CellStats:
-    records = cell.records
+    records = sorted(cell.records, key=lambda r: r.repeat)  # one run after another
+    runs = [sum(1 for _ in group) for _, group in itertools.groupby(records, lambda r: r.repeat)]
     tpot = np.array([r.tpot() for r in records], dtype=float)
     ttft = np.array([r.ttft() for r in records], dtype=float)
     tokens = np.array([r.tokens for r in records], dtype=float)
     e2e = np.array([r.e2e() for r in records], dtype=float)
-    idx = rng.integers(0, len(records), size=(BOOTSTRAP, len(records)))
-    drift = rng.normal(1.0, SYSTEMATIC, size=(2, BOOTSTRAP))
-    tpot_reps = np.median(tpot[idx], axis=1) * drift[0]
-    output_reps = level * tokens[idx].mean(axis=1) / e2e[idx].mean(axis=1) * drift[1]
+    draws = two_stage(runs, rng, BOOTSTRAP)
+    tpot_reps = resampled(tpot, draws, np.median)
+    output_reps = level * resampled(tokens, draws, np.mean) / resampled(e2e, draws, np.mean)
+
+    def median(samples: Array) -> Estimate:
+        return estimate(float(np.median(samples)), resampled(samples, draws, np.median))
+
     met = goodput = None
     if slo:
         ok = np.ones(len(records), dtype=bool)
@@ -100,10 +100,10 @@ def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generato
         goodput = round(met * level / float(e2e.mean()), 4)
     accepts = cell.accept_lengths
     return CellStats(
-        n=len(records),
+        n=len(records), runs=len(runs),
         tpot=estimate(float(np.median(tpot)), tpot_reps),
-        decode_tps=_median(1 / tpot, rng),
-        ttft=_median(ttft, rng),
+        decode_tps=median(1 / tpot),
+        ttft=median(ttft),
         output_tps=estimate(level * float(tokens.mean() / e2e.mean()), output_reps),
         accept_length=round(float(np.mean(accepts)), 3) if accepts else None,
         slo_met=met, goodput_rps=goodput,
@@ -153,14 +153,26 @@ def _margins(
     return log_margin(ours[0], theirs[0]), replicates
 
 
+RULE = ("the first crossing going up in load where speculation stops paying (its margin "
+        "falls from positive to zero or below): below it speculation paid at every level "
+        "measured, so the router speculates up to it")  # fmt: skip
+
+
 def _crossover_json(c: Crossing, metric: str) -> dict[str, Any]:
     """The value unrounded: it is the crossing of the curves the profile records, and a
-    reader computing it again from them (a policy's threshold) finds the same number."""
+    reader computing it again from them (a policy's threshold) finds the same number.
+    An open end of the interval is null, and ``ci_open`` says which."""
+    turns = [{"at": round(t.at, 3), "direction": t.direction} for t in c.turns]
+    beyond = {"below": round(c.beyond[0], 4), "above": round(c.beyond[1], 4)}
+    common = {"metric": metric, "crossings": turns, "rule": RULE,
+              "replicates_without_crossing": beyond}  # fmt: skip
     if c.value is None:
-        return {"value": None, "ci": None, "bound": c.bound, "limit": c.limit, "metric": metric}
-    assert c.low is not None and c.high is not None
-    ci = [min(round(c.low, 3), c.value), max(round(c.high, 3), c.value)]
-    return {"value": c.value, "ci": ci, "confidence": 0.95, "metric": metric}
+        return {"value": None, "ci": None, "bound": c.bound, "limit": c.limit} | common
+    ci = [None if c.low is None else round(c.low, 3), None if c.high is None else round(c.high, 3)]
+    found: dict[str, Any] = {"value": c.value, "ci": ci, "confidence": 0.95}
+    if c.open_side is not None:
+        found["ci_open"] = c.open_side
+    return found | common
 
 
 def _server(meta: dict[str, Any], backend: str) -> dict[str, Any]:

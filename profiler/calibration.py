@@ -1,11 +1,21 @@
 """``specroute calibrate``: sweep and profile in one go, spending backend time where it
 narrows the crossover.
 
-A coarse grid (powers of two, one run per backend) goes up until speculation has clearly
-lost at a level, which brackets the crossover. The rest of the budget goes to levels inside
-the bracket, each halving it and each run ``repeats`` times, until both the crossover's
-interval and the bracket are narrow enough, the bracket is one request wide, or the budget
-is spent. The cost is reported beside an estimate of what a uniform grid as fine near the
+The search doubles the concurrency from 1, one run per backend and level, for as long as
+speculation pays at every level measured: there is no fixed top, only the user's
+``max_concurrency`` (a hard ceiling), the servers' largest batch and the budget. A level
+that looks like a loss does not end the search on one run: the levels around the crossing
+are measured until each has ``near`` runs (at least 3; the middle between them first, when
+the level above had one run and lies more than a request away), and the search goes on
+if the crossing goes away. While the crossover's interval is open above (more than its tail of
+the replicates find speculation paying at every level) and the bracket's top is the highest
+level measured, it doubles again. The rest of the budget goes to levels inside the
+crossover's interval, each with ``near`` runs: the middle of the bracket around the
+crossover, then of the widest gap left inside the interval (whose ends reach to the levels
+measured past them), until the interval is within ``precision`` of the crossover, the
+levels inside it are one request apart, or the budget is spent. The budget counts
+backend time (the runs themselves), so a virtual-time sweep spends it alike.
+The cost is reported beside an estimate of what a uniform grid as fine near the
 crossover, over the whole range, would have cost.
 """
 
@@ -13,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,19 +35,27 @@ from specroute.bench.sweep import BACKENDS, Sweep, SweepPlan
 from specroute.profiler.analysis import Analysis, analyse
 from specroute.profiler.sweep_data import SweepData, load_sweep
 
+MIN_RUNS_NEAR = 3  # runs per backend at the levels around the crossover, at least
+
 
 @dataclass(frozen=True)
 class CalibrationPlan:
     sweep: SweepPlan
-    max_concurrency: int = 64
-    budget_seconds: float = 15 * 60
+    max_concurrency: int | None = None  # a hard ceiling; None: the servers' largest batch
+    budget_seconds: float = 15 * 60  # of backend time
     precision: float = 0.3  # stop when (high - low) / value is at most this
+
+    @property
+    def near(self) -> int:
+        """Runs per backend at the levels around the crossover."""
+        return max(MIN_RUNS_NEAR, self.sweep.repeats)
 
 
 @dataclass(frozen=True)
 class Calibration:
     analysis: Analysis
-    levels: list[int]  # in the order measured
+    levels: list[int]  # in the order first measured
+    runs: dict[int, int]  # level: runs per backend
     backend_seconds: float
     grid_levels: int
     grid_seconds: float
@@ -47,6 +64,7 @@ class Calibration:
     def as_json(self) -> dict[str, Any]:
         return {
             "levels_measured": self.levels,
+            "runs_per_level": {str(lvl): n for lvl, n in sorted(self.runs.items())},
             "backend_seconds": round(self.backend_seconds, 1),
             "uniform_grid_levels": self.grid_levels,
             "uniform_grid_backend_seconds": round(self.grid_seconds, 1),
@@ -54,15 +72,8 @@ class Calibration:
         }
 
 
-def coarse_levels(max_concurrency: int) -> list[int]:
-    levels = [2**i for i in range(int(math.log2(max_concurrency)) + 1)]
-    return levels if levels[-1] == max_concurrency else [*levels, max_concurrency]
-
-
-def _spec_surely_lost(analysis: Analysis, level: int) -> bool:
-    """Speculation's median TPOT is worse than the plain server's whole interval."""
-    cells = analysis.cells
-    return cells[("spec", level)].tpot.value > cells[("base", level)].tpot.high
+class _BudgetSpent(Exception):
+    """The next measurement would overrun the budget."""
 
 
 def _bracket(value: float, measured: Collection[int]) -> tuple[int | None, int | None]:
@@ -72,25 +83,44 @@ def _bracket(value: float, measured: Collection[int]) -> tuple[int | None, int |
     return below, above
 
 
-def _next_level(analysis: Analysis, measured: set[int]) -> int | None:
-    """The unmeasured level nearest the middle of the bracket around the crossover."""
-    value = analysis.tpot_crossover.value
-    if value is None:
+def _next_level(analysis: Analysis, measured: Collection[int]) -> int | None:
+    """An unmeasured level inside the crossover's interval: the middle of the bracket around
+    it if that is wider than one request, else of the widest gap between levels measured
+    inside the interval (the interval reaches to the levels measured past its ends, so a
+    gap there is what keeps it wide)."""
+    crossover = analysis.tpot_crossover
+    if crossover.value is None:
         return None
-    below, above = _bracket(value, measured)
-    if below is None or above is None or above - below <= 1:
+    below, above = _bracket(crossover.value, measured)
+    if below is not None and above is not None and above - below > 1:
+        return _middle(below, above)
+    low = crossover.low if crossover.low is not None else min(measured)
+    high = crossover.high if crossover.high is not None else max(measured)
+    inside = sorted(lvl for lvl in measured if low <= lvl <= high)
+    gaps = [(b / a, a, b) for a, b in itertools.pairwise(inside) if b - a > 1]
+    if not gaps:
         return None
-    return round(math.sqrt(below * above)) if above > 2 * below else (below + above) // 2
+    _, a, b = max(gaps)
+    return _middle(a, b)
+
+
+def _middle(a: int, b: int) -> int:
+    return round(math.sqrt(a * b)) if b > 2 * a else (a + b) // 2
 
 
 def _grid_cost(
     data: SweepData, measured: list[int], spacing: int, highest: int
 ) -> tuple[int, float]:
-    """A uniform grid from 1 to ``highest``, ``spacing`` apart, at the per-level cost
-    measured here (interpolated in log concurrency; past the highest level measured, in
-    proportion to the level, as the requests per level are)."""
+    """A uniform grid from 1 to ``highest``, ``spacing`` apart, at the per-run cost measured
+    here times the most runs any level had (interpolated in log concurrency; past the
+    highest level measured, in proportion to the level, as the requests per level are)."""
     levels = sorted(measured)
-    costs = [sum(data.cells[(b, lvl)].seconds for b in BACKENDS) for lvl in levels]
+    runs = max(data.cells[("spec", lvl)].runs for lvl in levels)
+    costs = [
+        sum(data.cells[(b, lvl)].seconds / max(1, data.cells[(b, lvl)].runs) for b in BACKENDS)
+        * runs
+        for lvl in levels
+    ]
     grid = np.arange(1, highest + 1, max(1, spacing), dtype=float)
     seconds = np.interp(np.log(grid), np.log(levels), costs)
     beyond = grid > levels[-1]
@@ -98,55 +128,172 @@ def _grid_cost(
     return len(grid), float(seconds.sum())
 
 
-def _why_stop(analysis: Analysis, measured: list[int], precision: float) -> str | None:
+def _why_stop(analysis: Analysis, precision: float) -> str | None:
     crossover = analysis.tpot_crossover
-    if crossover.value is None:
-        side = "wins" if crossover.bound == "above" else "loses"
-        return f"no crossover to refine: speculation {side} at every level measured"
-    assert crossover.low is not None and crossover.high is not None
-    below, above = _bracket(crossover.value, measured)
-    assert below is not None  # a crossover lies at or above the first level measured
-    width = 0 if above is None else above - below
-    narrow = max(crossover.high - crossover.low, width) <= precision * crossover.value
-    if narrow:  # the bracket too: interpolating across a wide one can miss a bent curve
-        return f"interval and bracket within {precision:.0%} of the crossover"
+    assert crossover.value is not None
+    if crossover.low is None or crossover.high is None:
+        return None
+    if crossover.high - crossover.low <= precision * crossover.value:
+        return f"interval within {precision:.0%} of the crossover"
     return None
 
 
-async def calibrate(plan: CalibrationPlan, out: Path) -> Calibration:
-    coarse = coarse_levels(plan.max_concurrency)
-    progress = Progress(len(coarse) * len(BACKENDS))
-    deadline = time.monotonic() + plan.budget_seconds
-    measured: list[int] = []
-    async with Sweep(plan.sweep, out, progress) as sweep:
-        for level in coarse:
-            await sweep.measure(level, repeats=1)
-            measured.append(level)
-            analysis = analyse(load_sweep(out))
-            if _spec_surely_lost(analysis, level):
-                break  # the crossover is bracketed; higher levels cost most and say least
-            if time.monotonic() > deadline:
-                break
-        while (stopped := _why_stop(analysis, measured, plan.precision)) is None:
-            inside = _next_level(analysis, set(measured))
-            if inside is None:
-                stopped = "the bracket is one request wide"
-                break
-            last = sum(analysis.data.cells[(b, measured[-1])].seconds for b in BACKENDS)
-            if time.monotonic() + last > deadline:
-                stopped = "the budget is spent"
-                break
-            progress.total += plan.sweep.repeats * len(BACKENDS)
-            await sweep.measure(inside)
-            measured.append(inside)
-            analysis = analyse(load_sweep(out))
+def _server_ceiling(meta: dict[str, Any]) -> int | None:
+    """The smaller of the two servers' largest batches, when both say: past it a closed
+    loop only queues."""
+    caps = [
+        (meta.get(b, {}).get("server_info") or {}).get("max_running_requests") for b in BACKENDS
+    ]
+    known = [int(c) for c in caps if isinstance(c, int) and c > 0]
+    return min(known) if len(known) == len(caps) else None
+
+
+class _Search:
+    def __init__(self, plan: CalibrationPlan, sweep: Sweep, out: Path) -> None:
+        self.plan, self.sweep, self.out = plan, sweep, out
+        self.order: list[int] = []
+        self.ceiling = plan.max_concurrency
+        self.analysis: Analysis | None = None
+
+    @property
+    def runs(self) -> dict[int, int]:
+        return dict(self.sweep.repeats)
+
+    def _cost(self, level: int, runs: int) -> float:
+        """Backend time ``runs`` more runs of ``level`` should take: the nearest level
+        measured below, per run, in proportion to the level when it is higher."""
+        data = self.analysis.data if self.analysis is not None else None
+        known = sorted(self.runs)
+        if data is None or not known:
+            return 0.0
+        near = max((lvl for lvl in known if lvl <= level), default=known[0])
+        per_run = sum(
+            data.cells[(b, near)].seconds / max(1, data.cells[(b, near)].runs) for b in BACKENDS
+        )
+        return per_run * runs * max(1.0, level / near)
+
+    async def measure(self, level: int, runs: int) -> Analysis:
+        spent = self.sweep.backend_seconds
+        if spent > 0 and spent + self._cost(level, runs) > self.plan.budget_seconds:
+            raise _BudgetSpent
+        if self.sweep.progress is not None:
+            self.sweep.progress.total += runs * len(BACKENDS)
+        await self.sweep.measure(level, runs)
+        if level not in self.order:
+            self.order.append(level)
+        self.analysis = analyse(load_sweep(self.out))
+        return self.analysis
+
+    async def top_up(self, levels: Collection[int]) -> bool:
+        """Measure each of ``levels`` again until it has ``near`` runs; False if none
+        needed it."""
+        short = sorted(lvl for lvl in set(levels) if self.runs.get(lvl, 0) < self.plan.near)
+        for level in short:
+            await self.measure(level, self.plan.near - self.runs.get(level, 0))
+        return bool(short)
+
+    async def settle(self, value: float) -> bool:
+        """What the bracket around a crossing at ``value`` needs before it is believed: the
+        level below to ``near`` runs; then, while the level above had fewer and the bracket
+        is wider than ``precision`` of the crossing, its middle, one run (halving it where
+        runs are cheap: a level that stops bracketing costs one run, not ``near``); then the
+        level above to ``near`` runs. False when the bracket needs nothing more."""
+        below, above = _bracket(value, self.runs)
+        if below is not None and await self.top_up([below]):
+            return True
+        if below is None or above is None:
+            return False
+        wide = above - below > max(1.0, self.plan.precision * value)
+        if self.runs[above] < self.plan.near and wide:
+            await self.measure(_middle(below, above), 1)
+            return True
+        return await self.top_up([above])
+
+    async def top_up_inside(self) -> bool:
+        """Every level inside the crossover's interval to ``near`` runs: a level of one run
+        shows no spread between runs, and would narrow the interval it lies in."""
+        crossover = self.analysis.tpot_crossover if self.analysis is not None else None
+        if crossover is None or crossover.value is None:
+            return False
+        low = -math.inf if crossover.low is None else crossover.low
+        high = math.inf if crossover.high is None else crossover.high
+        return await self.top_up([lvl for lvl in self.runs if low <= lvl <= high])
+
+    async def find(self) -> str | None:
+        """Double until a crossing is found with ``near`` runs on both sides; a reason to
+        stop when the search cannot go on."""
+        if self.ceiling is None:
+            self.ceiling = _server_ceiling(self.sweep.meta)
+        analysis = await self.measure(1, 1)
+        while True:
+            found, top = analysis.tpot_crossover, max(self.runs)
+            if found.value is None and found.bound == "below":
+                if await self.top_up([min(self.runs)]):
+                    analysis = self.analysis or analysis
+                    continue
+                return (f"speculation paid at no level: it lost at {min(self.runs)} in "
+                        f"{self.runs[min(self.runs)]} runs")  # fmt: skip
+            if found.value is not None:
+                if await self.settle(found.value):
+                    analysis = self.analysis or analysis
+                    continue  # the crossing may move or go away
+                above = _bracket(found.value, self.runs)[1]
+                if not (found.high is None and above == top):
+                    return None  # bracketed: refine inside
+            if self.ceiling is not None and top >= self.ceiling:
+                return (f"speculation still paid at {top}, the ceiling (--max-concurrency, or "
+                        "the servers' max running requests)") if found.value is None else (
+                        f"the interval stays open above {top}, the ceiling")  # fmt: skip
+            higher = top * 2 if self.ceiling is None else min(top * 2, self.ceiling)
+            analysis = await self.measure(higher, 1)
+
+    async def refine(self) -> str:
+        while True:
+            analysis = self.analysis
+            assert analysis is not None
+            if analysis.tpot_crossover.value is None:
+                return "the crossing went away when the levels around it were measured again"
+            if await self.settle(analysis.tpot_crossover.value):
+                continue
+            stopped = _why_stop(analysis, self.plan.precision)
+            inside = _next_level(analysis, self.runs) if stopped is None else None
+            if stopped is None and inside is None:
+                stopped = (
+                    "the levels inside the interval are one request apart: the runs' "
+                    "spread sets its width (more runs per level would narrow it)"
+                )
+            if stopped is not None:
+                if await self.top_up_inside():
+                    continue  # the interval may move
+                return stopped
+            assert inside is not None
+            await self.measure(inside, self.plan.near)
+
+
+async def calibrate(plan: CalibrationPlan, out: Path, sweep: Sweep | None = None) -> Calibration:
+    """``sweep``: where the runs come from (by default HTTP to the plan's servers)."""
+    sweep = sweep if sweep is not None else Sweep(plan.sweep, out, Progress(0))
+    search = _Search(plan, sweep, out)
+    async with sweep:
+        try:
+            stopped = await search.find()
+            if stopped is None:
+                stopped = await search.refine()
+        except _BudgetSpent:
+            highest = max(search.runs)
+            found = search.analysis.tpot_crossover if search.analysis else None
+            stopped = (f"the budget is spent (highest level measured {highest})"
+                       + ("" if found is not None and found.value is not None
+                          else ", before speculation stopped paying"))  # fmt: skip
     data = load_sweep(out)  # again: closing the sweep wrote its end time and cost
     analysis = analyse(data)
+    measured = search.order
     spacing = _final_spacing(analysis, measured)
-    grid_levels, grid_seconds = _grid_cost(data, measured, spacing, plan.max_concurrency)
+    grid_levels, grid_seconds = _grid_cost(data, measured, spacing, max(measured))
     return Calibration(
-        analysis, measured, sweep.backend_seconds, grid_levels, grid_seconds, stopped
-    )
+        analysis, measured, search.runs, sweep.backend_seconds, grid_levels, grid_seconds,
+        stopped,
+    )  # fmt: skip
 
 
 def _final_spacing(analysis: Analysis, measured: list[int]) -> int:

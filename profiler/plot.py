@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specroute.profiler.report import interval_text
+
 COLORS = {"spec": "#c2410c", "base": "#1d4ed8"}
 LABELS = {"spec": "speculative (EAGLE-3)", "base": "plain"}
 
@@ -30,11 +32,12 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
             ax.fill_between(x, low, high, color=COLORS[backend], alpha=0.2, linewidth=0)
         if crossover["value"] is not None:
             ax.axvline(crossover["value"], color="black", linestyle="--", linewidth=1)
-            ax.axvspan(*crossover["ci"], color="grey", alpha=0.2, linewidth=0)
+            low, high = crossover["ci"]
+            span = (x[0] if low is None else low, x[-1] if high is None else high)
+            ax.axvspan(*span, color="grey", alpha=0.2, linewidth=0)
             left = crossover["value"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
             ax.annotate(
-                f"crossover {crossover['value']:.1f}\n95% [{crossover['ci'][0]:.1f}, "
-                f"{crossover['ci'][1]:.1f}]",
+                f"crossover {crossover['value']:.1f}\n95% {interval_text(crossover['ci'])}",
                 (crossover["value"], 0.95), xycoords=("data", "axes fraction"),
                 xytext=(-6 if left else 6, 0), textcoords="offset points", va="top",
                 ha="right" if left else "left", fontsize=9,

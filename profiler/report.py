@@ -5,6 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 
+def interval_text(ci: list[float | None]) -> str:
+    """A crossover's interval in words: an open end reads "at least" or "at most"."""
+    low, high = ci
+    if low is None and high is None:
+        return "anywhere: the replicates found it below and above the levels measured"
+    if high is None:
+        return f"at least {low:.1f}"
+    if low is None:
+        return f"at most {high:.1f}"
+    return f"{low:.1f} to {high:.1f}"
+
+
+def _runs_text(levels: list[dict[str, Any]]) -> str:
+    """How many runs each level had, per backend, grouped: "1 at 1, 2, 4; 3 at 8, 6"."""
+    groups: dict[str, list[str]] = {}
+    for row in levels:
+        runs = {row[b].get("runs") for b in ("spec", "base")}
+        key = "/".join(str(r) for r in sorted(runs, key=str))
+        groups.setdefault(key, []).append(str(row["concurrency"]))
+    return "; ".join(f"{k} at {', '.join(v)}" for k, v in groups.items())
+
+
 def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
     if c["value"] is None:
         if c["bound"] == "above":
@@ -14,13 +36,23 @@ def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
         return (f"Speculation gave worse {what} at every level measured (from "
                 f"{c['limit']:g}): it does not pay here, even at the lowest load.")  # fmt: skip
     low, high = c["ci"]
-    width = (high - low) / c["value"]
-    sure = ("narrow" if width < 0.25 else "moderately wide" if width < 0.6 else "wide: "
-            "measure more requests per level or more levels around it")  # fmt: skip
-    return (
+    if low is None or high is None:
+        sure = ("open: the crossover may lie outside the levels measured; measure "
+                "further out")  # fmt: skip
+    else:
+        width = (high - low) / c["value"]
+        sure = ("narrow" if width < 0.25 else "moderately wide" if width < 0.6 else "wide: "
+                "measure more requests per level or more levels around it")  # fmt: skip
+    sentence = (
         f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
-        f"requests, worse above (95% interval {low:.1f} to {high:.1f}, {sure})."
+        f"requests, worse above (95% interval {interval_text(c['ci'])}, {sure})."
     )
+    turns = c.get("crossings", [])
+    if len(turns) > 1:
+        listed = ", ".join(f"{t['direction']} at {t['at']:.1f}" for t in turns)
+        sentence += (f" The margin changes sign {len(turns)} times ({listed}); the value is "
+                     "the first where speculation stops paying, going up in load.")  # fmt: skip
+    return sentence
 
 
 def render_report(profile: dict[str, Any]) -> str:
@@ -32,8 +64,8 @@ def render_report(profile: dict[str, Any]) -> str:
         "# Speculative decoding crossover",
         "",
         f"Model `{meta.get('model')}`, measured {meta.get('started')} to {meta.get('ended')} "
-        f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}), "
-        f"{meta.get('repeats')} repeats per level and backend, "
+        f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}); "
+        f"runs per level and backend: {_runs_text(levels)}; "
         f"{(meta.get('backend_seconds') or 0) / 60:.1f} minutes of backend time.",
         "",
         "## What it means",
@@ -65,15 +97,16 @@ def render_report(profile: dict[str, Any]) -> str:
         "",
         "## Per level (medians, 95% bootstrap intervals)",
         "",
-        "| conc. | spec TPOT ms | base TPOT ms | spec/base | spec tok/s | base tok/s | "
+        "| conc. | runs | spec TPOT ms | base TPOT ms | spec/base | spec tok/s | base tok/s | "
         "spec total | base total | accept |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in levels:
         s, b = row["spec"], row["base"]
         ratio = s["tpot_ms"]["median"] / b["tpot_ms"]["median"]
         lines.append(
-            f"| {row['concurrency']} | {_ci(s['tpot_ms'])} | {_ci(b['tpot_ms'])} | {ratio:.2f} "
+            f"| {row['concurrency']} | {s.get('runs', '-')} | {_ci(s['tpot_ms'])} "
+            f"| {_ci(b['tpot_ms'])} | {ratio:.2f} "
             f"| {s['decode_tps']['median']:.1f} | {b['decode_tps']['median']:.1f} "
             f"| {_ci(s['output_tps'], 0)} | {_ci(b['output_tps'], 0)} "
             f"| {s['accept_length'] if s['accept_length'] is not None else '-'} |"

@@ -1,21 +1,37 @@
 """Bootstrap statistics, vectorised with numpy, and the crossover with its interval.
 
+Resampling follows how the data was made: the requests of one closed-loop run share their
+batches, so the unit is the run. Each replicate draws a level's runs with replacement, then
+each drawn run's requests with replacement (the two-stage bootstrap of hierarchical data:
+Davison and Hinkley 1997, *Bootstrap Methods and their Application*, section 3.8; Field
+and Welsh 2007, "Bootstrapping clustered data", JRSS B 69(3)). Resampling both stages
+counts the within-run spread a second time on top of the between-run spread the runs
+show, which errs wide, where three runs alone would err narrow.
+
 The crossover is the project's one crossing finder (``specroute.crossing``) applied to the
 margin of the two curves (the log of their ratio), once for the point estimates and once
-per bootstrap replicate. Bootstrap replicates resample each level's requests with
-replacement.
+per bootstrap replicate. A replicate with no crossing among the levels counts as beyond
+them on its side, never at their edge: when more than the tail of the replicates lie
+beyond, that end of the interval is open ("at least", "at most").
+
+Between two levels measured, where a replicate's margin changes sign, the crossing finder
+interpolates on a straight line; the curve may bend there (a batch-size table's knee, the
+CUDA-graph limit), and nothing measured says how. So each closed end of the interval goes
+out to the level measured past it: the interval says where the crossover can be given
+what was measured, and the search narrows it by measuring inside.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from specroute.crossing import crossing
+from specroute.crossing import Turn, crossing, crossings
 
 Array = NDArray[np.float64]
 CONFIDENCE = 0.95
@@ -39,25 +55,75 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Crossing:
-    """Where the margin turns, or a bound when it never does among the levels measured."""
+    """Where the margin turns, or a bound when it never does among the levels measured.
+
+    ``low`` or ``high`` is None when that end of the interval is open: more than its tail
+    of the replicates found no crossing on that side of the levels measured. ``beyond``
+    gives the share of replicates without a crossing on each side; ``turns`` every sign
+    change of the point estimates' margin (``value`` is the first ``"down"`` one)."""
 
     value: float | None
     low: float | None
     high: float | None
     bound: Literal["above", "below"] | None = None  # "above": spec wins at every level
     limit: float | None = None
+    beyond: tuple[float, float] = (0.0, 0.0)  # replicates: (below the levels, above them)
+    turns: tuple[Turn, ...] = ()
+
+    @property
+    def open_side(self) -> Literal["above", "below", "both"] | None:
+        if self.value is None:
+            return None
+        if self.low is None and self.high is None:
+            return "both"
+        return "above" if self.high is None else "below" if self.low is None else None
 
 
 def percentile_interval(replicates: Array) -> tuple[float, float]:
+    """The central ``CONFIDENCE`` interval; infinite replicates (beyond what was measured)
+    give an infinite end once they reach into that end's tail."""
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(replicates, [tail, 100 - tail])
-    return float(low), float(high)
+    finite = replicates[np.isfinite(replicates)]
+    if not len(finite):
+        return float(replicates.min()), float(replicates.max())
+    lo, hi = float(finite.min()), float(finite.max())
+    spread = max(hi - lo, abs(hi), 1.0) * 4  # stands in for the infinities
+    stand_in = np.clip(replicates, lo - spread, hi + spread)
+    low, high = (float(x) for x in np.percentile(stand_in, [tail, 100 - tail]))
+    return (low if low >= lo else -math.inf), (high if high <= hi else math.inf)
 
 
-def median_replicates(samples: Array, rng: np.random.Generator, count: int) -> Array:
-    """``count`` bootstrap medians of ``samples``."""
-    idx = rng.integers(0, len(samples), size=(count, len(samples)))
-    return np.median(samples[idx], axis=1)
+def two_stage(
+    runs: Sequence[int], rng: np.random.Generator, count: int
+) -> tuple[NDArray[np.intp], NDArray[np.bool_]]:
+    """Indices into the requests of runs of sizes ``runs`` (stored one run after another)
+    for ``count`` two-stage replicates: runs drawn with replacement, then each drawn run's
+    requests with replacement. Returns ``(index, valid)`` of shape ``(count, slots)``;
+    a drawn run smaller than the largest fills its slots only where ``valid``."""
+    sizes = np.asarray(runs, dtype=np.intp)
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    chosen = rng.integers(0, len(sizes), size=(count, len(sizes)))
+    n, start = sizes[chosen][..., None], offsets[chosen][..., None]
+    widest = int(sizes.max())
+    index = start + np.floor(rng.random((count, len(sizes), widest)) * n).astype(np.intp)
+    valid = np.broadcast_to(np.arange(widest) < n, index.shape)
+    return index.reshape(count, -1), valid.reshape(count, -1)
+
+
+def resampled(
+    samples: Array, draws: tuple[NDArray[np.intp], NDArray[np.bool_]],
+    stat: Callable[..., Array],
+) -> Array:  # fmt: skip
+    """``stat`` (``np.median`` or ``np.mean``; its nan-ignoring twin when runs differ in
+    size) of ``samples`` over each replicate's draws."""
+    index, valid = draws
+    values = samples[index]
+    if valid.all():
+        return np.asarray(stat(values, axis=1))
+    padded = np.where(valid, values, np.nan)
+    if stat is np.median:
+        return np.asarray(np.nanmedian(padded, axis=1))
+    return np.asarray(np.nanmean(padded, axis=1))
 
 
 def estimate(point: float, replicates: Array) -> Estimate:
@@ -68,17 +134,28 @@ def crossing_with_ci(
     levels: Sequence[float], point: Sequence[float], replicates: Iterable[Sequence[float]]
 ) -> Crossing:
     """``point``: the margin at each level; ``replicates``: its bootstrap copies. The
-    interval comes from the replicates' crossings, each without one counted at the edge of
-    the range measured on its side, and always contains the point."""
+    interval is the percentile interval of the replicates' crossings, a replicate without
+    one counting as below or above every level (see the module's docstring); it need not
+    contain the point."""
     found = crossing(levels, point)
+    turns = tuple(crossings(levels, point))
+    at = np.array([_at_or_beyond(levels, m) for m in replicates], dtype=float)
+    if not len(at):
+        at = np.array([_at_or_beyond(levels, point)])
+    beyond = (float(np.mean(at == -math.inf)), float(np.mean(at == math.inf)))
     if found.at is None:
-        return Crossing(None, None, None, found.bound, found.limit)
-    low, high = percentile_interval(np.array([_at_or_edge(levels, m) for m in replicates]))
-    return Crossing(found.at, min(low, found.at), max(high, found.at))
+        return Crossing(None, None, None, found.bound, found.limit, beyond, turns)
+    low, high = percentile_interval(at)
+    low = max((lvl for lvl in levels if lvl <= low), default=low)
+    high = min((lvl for lvl in levels if lvl >= high), default=high)
+    return Crossing(
+        found.at, float(low) if math.isfinite(low) else None,
+        float(high) if math.isfinite(high) else None, beyond=beyond, turns=turns,
+    )  # fmt: skip
 
 
-def _at_or_edge(levels: Sequence[float], margin: Sequence[float]) -> float:
+def _at_or_beyond(levels: Sequence[float], margin: Sequence[float]) -> float:
     found = crossing(levels, margin)
     if found.at is not None:
         return found.at
-    return float(levels[-1] if found.bound == "above" else levels[0])
+    return math.inf if found.bound == "above" else -math.inf

@@ -164,6 +164,25 @@ def add_bench(sub: Subcommands) -> None:
                       help="after the last request, before the last sample")  # fmt: skip
     soak.add_argument("--out", metavar="FILE.json", help="every sample and the tally")
     soak.set_defaults(handler=_soak)
+    cov = bench_sub.add_parser(
+        "coverage", help="how often calibration's 95%% interval holds the true crossover",
+        description="Calibrations of noisy emulated servers in virtual time (no servers, "
+        "modelled seconds), each against the noise-free engine's crossover and beside a "
+        "fixed grid of powers of two with 3 runs each: coverage, median width, backend time.",
+    )  # fmt: skip
+    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie,llama3.1-8b-h200",
+                     help="hardware models, comma-separated, taken in turn")  # fmt: skip
+    cov.add_argument("--calibrations", type=positive(int), default=50)
+    cov.add_argument("--noise", default="default", metavar="run=S,step=S")
+    cov.add_argument("--input-len", type=positive(int), default=512)
+    cov.add_argument("--output-len", type=positive(int), default=128)
+    cov.add_argument("--max-running-requests", type=positive(int), default=256)
+    cov.add_argument("--grid-every", type=int, default=1, metavar="N",
+                     help="sweep the grid beside every N-th calibration (0: never)")  # fmt: skip
+    cov.add_argument("--seed", type=int, default=0)
+    cov.add_argument("--out", metavar="FILE.json")
+    cov.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
+    cov.set_defaults(handler=_coverage)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -356,4 +375,32 @@ def _replicas(args: argparse.Namespace) -> int:
     if args.out:
         document = {"plan": asdict(plan), "rows": [r.as_json() for r in rows]}
         Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+    return 0
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from specroute.bench.coverage import CoveragePlan, coverage, render
+    from specroute.bench.coverage_plot import plot_coverage
+    from specroute.bench.dataset import synthetic
+    from specroute.emulator.noise import parse_noise
+
+    def config(name: str) -> Any:
+        return emulator_config(argparse.Namespace(
+            hardware=name.strip(), accept_rate=None, accept_length=None,
+            speculative_num_steps=None, time_scale=1.0, cuda_graph_max_bs=None,
+            max_running_requests=args.max_running_requests, seed=args.seed,
+            noise=parse_noise(args.noise),
+        ))  # fmt: skip
+
+    configs = tuple(config(name) for name in args.hardware.split(","))
+    plan = CoveragePlan(configs, synthetic(args.input_len, args.output_len),
+                        calibrations=args.calibrations, input_len=args.input_len,
+                        output_len=args.output_len, grid_every=args.grid_every,
+                        seed=args.seed)  # fmt: skip
+    result = coverage(plan)
+    print(render(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if args.plot:
+        draw(lambda: plot_coverage(result, Path(args.plot)), args.plot)
     return 0

@@ -52,6 +52,29 @@ def crossing(levels: Sequence[float], margin: Sequence[float]) -> Crossing:
     return Crossing(None, "above", float(levels[-1]))
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One sign change of the margin: ``"down"`` where speculation stops paying going up in
+    load (positive, then zero or below), ``"up"`` where it starts paying again."""
+
+    at: float
+    direction: Literal["down", "up"]
+
+
+def crossings(levels: Sequence[float], margin: Sequence[float]) -> list[Turn]:
+    """Every sign change of ``margin``, in order of load, by the same rule as ``crossing``
+    (whose crossing is the first ``"down"`` one, when the margin starts positive)."""
+    if len(levels) != len(margin) or not levels:
+        raise ValueError("crossings needs one margin per level, and at least one level")
+    turns = []
+    for (x0, m0), (x1, m1) in pairwise(zip(levels, margin, strict=True)):
+        if m0 > 0 >= m1:
+            turns.append(Turn(_between(x0, m0, x1, m1), "down"))
+        elif m0 <= 0 < m1:
+            turns.append(Turn(_between(x0, m0, x1, m1), "up"))
+    return turns
+
+
 def _between(x0: float, m0: float, x1: float, m1: float) -> float:
     """Where the line through (log x0, m0) and (log x1, m1) reaches 0."""
     return float(x0 * (x1 / x0) ** (m0 / (m0 - m1)))

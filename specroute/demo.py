@@ -29,6 +29,7 @@ from specroute.policies.registry import build_policy
 from specroute.policies.view import POOLS
 from specroute.profiler.analysis import profile_document
 from specroute.profiler.calibration import CalibrationPlan, calibrate
+from specroute.profiler.report import interval_text
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
         profile_path = plan.out / "profile.json"
         save_profile(document, profile_path)
         crossover = document["crossover"]
-        found = (f"{crossover['value']:.1f} (95% {crossover['ci'][0]:.1f} to "
-                 f"{crossover['ci'][1]:.1f})" if crossover["value"] is not None
+        found = (f"{crossover['value']:.1f} (95% {interval_text(crossover['ci'])})"
+                 if crossover["value"] is not None
                  else f"none: speculation {'wins' if crossover['bound'] == 'above' else 'loses'}"
                  " at every level")  # fmt: skip
         _say(f"    crossover {found}; profile written to {profile_path}")

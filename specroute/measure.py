@@ -31,13 +31,23 @@ def add_profile(sub: Subcommands) -> None:
 def add_calibrate(sub: Subcommands) -> None:
     calibrate = sub.add_parser(
         "calibrate", help="sweep and profile in one go, refining around the crossover",
-        description="A coarse sweep, then levels inside the bracket until the crossover's "
-        "interval is narrow enough or the budget is spent.",
+        description="Doubles the concurrency from 1 (one run per level) while speculation pays, "
+        "measures the levels around the crossing again until each has --repeats runs (at "
+        "least 3), then levels inside the bracket, until the crossover's interval is narrow "
+        "enough or the budget is spent.",
     )  # fmt: skip
     add_workload_flags(calibrate)
     add_report_flags(calibrate)
-    calibrate.add_argument("--budget", type=float, default=15, metavar="MINUTES")
-    calibrate.add_argument("--max-concurrency", type=int, default=64)
+    calibrate.add_argument(
+        "--budget", type=float, default=15, metavar="MINUTES",
+        help="backend time to spend, at most (default: %(default)s)",
+    )  # fmt: skip
+    calibrate.add_argument(
+        "--max-concurrency", type=int, default=None, metavar="N",
+        help="a hard ceiling: never measure above N. Default: none; the search doubles "
+        "until speculation stops paying, the budget ends, or the servers' max running "
+        "requests (when both report it)",
+    )  # fmt: skip
     calibrate.add_argument("--precision", type=float, default=0.3,
                            help="stop when the interval is this fraction of the value")  # fmt: skip
     calibrate.add_argument("--out", metavar="DIR", help="the sweep folder (default: beside -o)")
@@ -66,13 +76,19 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
         from specroute.profiler.plot import plot_profile
 
         draw(lambda: plot_profile(document, Path(args.plot)), args.plot)
+    from specroute.profiler.report import interval_text
+
     for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
         c = document[key]
         if c["value"] is None:
             where = "every" if c["bound"] == "above" else "no"
             print(f"{label}: speculation pays at {where} level measured (limit {c['limit']:g})")
         else:
-            print(f"{label}: crossover {c['value']:.1f} (95% {c['ci'][0]:.1f} to {c['ci'][1]:.1f})")
+            print(f"{label}: crossover {c['value']:.1f} (95% {interval_text(c['ci'])})")
+        if len(c.get("crossings", [])) > 1:
+            turns = ", ".join(f"{t['direction']} at {t['at']:.1f}" for t in c["crossings"])
+            print(f"{label}: the margin changes sign {len(c['crossings'])} times ({turns}); "
+                  "the router uses the first where speculation stops paying")  # fmt: skip
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -98,8 +114,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     document = profile_document(result.analysis)
     document["measurement"]["calibration"] = result.as_json()
     _write(document, args)
+    runs = ", ".join(f"{lvl} x{result.runs[lvl]}" for lvl in sorted(result.runs))
     print(
-        f"calibration: {len(result.levels)} levels ({', '.join(map(str, result.levels))}), "
+        f"calibration: {len(result.levels)} levels (runs per backend: {runs}), "
         f"{result.backend_seconds:.0f} s of backend time; a uniform grid as fine around the "
         f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
         f"Stopped: {result.stopped}."

@@ -11,6 +11,7 @@ from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_ra
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.faults import parse_faults
 from specroute.emulator.hardware import load_hardware
+from specroute.emulator.noise import Noise, NoiseError, parse_noise
 
 
 def positive(kind: type[int] | type[float]) -> argparse._ActionType:
@@ -24,6 +25,13 @@ def positive(kind: type[int] | type[float]) -> argparse._ActionType:
         return value
 
     return parse
+
+
+def _noise(text: str) -> Noise:
+    try:
+        return parse_noise(text)
+    except NoiseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
@@ -56,6 +64,12 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs",
         type=positive(int), metavar="N",
         help="largest batch run as a CUDA graph (SGLang 0.5.23's name; the older one works)",
+    )  # fmt: skip
+    p.add_argument(
+        "--noise", type=_noise, default=Noise(), metavar="run=S,step=S",
+        help="timing noise like a real engine's (off by default): the log-sigma of a "
+        "multiplier drawn per run (each time the server starts work after idling) and of one "
+        "drawn per step; 'default' is run=0.02,step=0.05. Seeded by --seed",
     )  # fmt: skip
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
@@ -95,6 +109,7 @@ def emulator_config(
         api_key=getattr(args, "api_key", None),
         stream_interval=getattr(args, "stream_interval", 1),
         faults=parse_faults(getattr(args, "fault", None) or ()),
+        noise=getattr(args, "noise", None) or Noise(),
     )
 
 

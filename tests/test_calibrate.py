@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
 
 import pytest
 
+from specroute.crossing import crossing, log_margin
 from specroute.emulator.predict import predict
 from specroute.policies.profile import load_profile
 from tests.emulators import emulator_config
@@ -22,12 +24,15 @@ from tests.routers import running_router
 # keep up. Kimi's 512-token prefill is modelled at 0.3 s, so its closed loop hinges on how
 # arrivals straddle prefill steps, which a live client's latency moves by a few percent;
 # with 128-token prompts the live loop stays within 1% of the virtual one.
+# llama3.1-8b-h100 is not a case: its predicted margin stays within 0.1% of zero from 96 to
+# 128 requests and changes sign three times there, so no measurement can tell where it
+# crosses (README, "Stated coverage").
 CASES = {
     "kimi-k2.5-8x-pcie": ("0.25", "32", 128),
-    "llama3.1-8b-h100": ("0.25", "256", 512),
     "llama3.1-8b-h200": ("0.25", "256", 512),
 }
-OUTPUT = 256
+OUTPUT = 128
+LIVE_VS_VIRTUAL = 0.01  # the live closed loop's per-request speed against the virtual one's
 
 
 @pytest.mark.parametrize("hardware", CASES)
@@ -52,13 +57,24 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     assert process.returncode == 0, output
     profile = json.loads(out.read_text())
     levels = [row["concurrency"] for row in profile["levels"]]
-    expected = predict(emulator_config(*flags), levels, prompt, OUTPUT).crossover
+    prediction = predict(emulator_config(*flags), levels, prompt, OUTPUT)
     crossover = profile["crossover"]
-    assert expected is not None and crossover["value"] is not None, output
-    low, high = crossover["ci"]
-    print(f"{hardware}: predicted {expected:.2f}, measured {crossover['value']:.2f} "
-          f"[{low:.2f}, {high:.2f}] at levels {levels}")  # fmt: skip
-    assert low <= expected <= high, f"predicted {expected:.1f}, measured {crossover}"
+    assert prediction.crossover is not None and crossover["value"] is not None, output
+    # The live loop runs within LIVE_VS_VIRTUAL of the virtual one (its client's latency, the
+    # server's timer slack): what the prediction allows is where its margin, moved that far
+    # either way, crosses. The measured interval must meet that range.
+    margin = log_margin([lvl.base.per_request for lvl in prediction.levels],
+                        [lvl.spec.per_request for lvl in prediction.levels])  # fmt: skip
+    earliest, latest = (
+        crossing(levels, [m + shift for m in margin]).at or math.inf
+        for shift in (-LIVE_VS_VIRTUAL, LIVE_VS_VIRTUAL)
+    )
+    low = -math.inf if crossover["ci"][0] is None else crossover["ci"][0]
+    high = math.inf if crossover["ci"][1] is None else crossover["ci"][1]
+    print(f"{hardware}: predicted {prediction.crossover:.2f} ({earliest:.2f} to {latest:.2f} "
+          f"within {LIVE_VS_VIRTUAL:.0%}), measured {crossover['value']:.2f} [{low}, {high}] "
+          f"at levels {levels}")  # fmt: skip
+    assert low <= latest and earliest <= high, f"predicted {prediction.crossover:.1f}, {output}"
 
     calibration = profile["measurement"]["calibration"]
     assert calibration["backend_seconds"] < calibration["uniform_grid_backend_seconds"]

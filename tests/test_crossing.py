@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 
 from specroute.bench.record import RequestRecord
-from specroute.crossing import Crossing, crossing, log_margin
+from specroute.crossing import Crossing, crossing, crossings, log_margin
 from specroute.emulator.predict import as_profile, predict
 from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy
 from specroute.policies.curves import curves
 from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.profiler.analysis import analyse, profile_document
-from specroute.profiler.stats import Crossing as CrossingWithCI
-from specroute.profiler.stats import crossing_with_ci
+from specroute.profiler.stats import crossing_with_ci, percentile_interval, resampled, two_stage
 from specroute.profiler.sweep_data import Cell, SweepData
 from tests.emulators import emulator_config
 
@@ -62,12 +61,50 @@ def test_times_and_rates_cross_at_the_same_concurrency() -> None:
     assert by_rate == pytest.approx(by_time, rel=1e-12)
 
 
-def test_replicates_without_a_crossing_count_at_the_edge_on_their_side() -> None:
+def test_replicates_without_a_crossing_open_the_interval_on_their_side() -> None:
     levels, point = [1, 2, 4], [1.0, 0.0, -1.0]
     above, below = [1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]
     found = crossing_with_ci(levels, point, [above] * 10 + [below] * 10 + [point] * 80)
-    assert (found.value, found.low, found.high) == (2.0, 1.0, 4.0)
-    assert crossing_with_ci(levels, above, [point]) == CrossingWithCI(None, None, None, "above", 4)
+    assert (found.value, found.low, found.high) == (2.0, None, None)  # not clipped to 1 and 4
+    assert found.beyond == (0.1, 0.1) and found.open_side == "both"
+    found = crossing_with_ci(levels, point, [above] * 10 + [point] * 90)
+    assert (found.low, found.high, found.open_side) == (2.0, None, "above")  # "at least 2"
+    few = crossing_with_ci(levels, point, [above] * 2 + [point] * 98)  # inside the tail
+    assert (few.low, few.high, few.open_side) == (2.0, 2.0, None)
+    nowhere = crossing_with_ci(levels, above, [point])
+    assert (nowhere.value, nowhere.bound, nowhere.limit) == (None, "above", 4)
+
+
+def test_the_interval_need_not_contain_the_point() -> None:
+    levels, point = [1, 2, 4], [1.0, 0.0, -1.0]
+    later = [1.0, 0.5, -1.0]  # crosses between 2 and 4
+    found = crossing_with_ci(levels, point, [later] * 100)
+    assert found.value == 2.0 and found.low is not None and found.low > 2.0
+
+
+def test_every_sign_change_is_reported_and_the_first_fall_is_the_value() -> None:
+    levels, margin = [1, 2, 4, 8, 16], [1.0, -1.0, -1.0, 1.0, -1.0]
+    turns = crossings(levels, margin)
+    assert [t.direction for t in turns] == ["down", "up", "down"]
+    assert turns[0].at == pytest.approx(math.sqrt(2)) and turns[1].at == pytest.approx(4 * 2**0.5)
+    assert crossing(levels, margin).at == turns[0].at
+    found = crossing_with_ci(levels, margin, [margin])
+    assert found.turns == tuple(turns) and found.value == turns[0].at
+    assert crossings([1, 2], [-1.0, 1.0])[0].direction == "up"
+    assert crossings([1], [1.0]) == []
+
+
+def test_runs_are_the_resampling_unit() -> None:
+    """Two runs whose requests agree within each run but not between them: the two-stage
+    bootstrap's interval spans both runs' medians, resampling requests alone would not."""
+    samples = np.array([1.0] * 20 + [2.0] * 20)
+    draws = two_stage([20, 20], np.random.default_rng(0), 2000)
+    medians = resampled(samples, draws, np.median)
+    low, high = percentile_interval(medians)
+    assert low == 1.0 and high == 2.0
+    uneven = two_stage([3, 5], np.random.default_rng(1), 500)
+    means = resampled(np.array([0.0] * 3 + [1.0] * 5), uneven, np.mean)
+    assert set(np.unique(means)) <= {0.0, 1.0, 0.375, 0.5, 0.625}  # whole runs, either size
 
 
 def _sweep(levels: list[int]) -> SweepData:
@@ -78,21 +115,26 @@ def _sweep(levels: list[int]) -> SweepData:
     for level in levels:
         for backend, tpot in (("spec", 0.005 * level**0.6), ("base", 0.010 * level**0.35)):
             records = []
-            for _ in range(max(16, 2 * level)):
-                per_token = tpot * rng.lognormal(0.0, 0.05)
-                records.append(RequestRecord(backend, level, 0, 0.0, 0.1, 0.1 + 63 * per_token,
-                                             output_tokens=64, measured=True))  # fmt: skip
+            for run in range(3):
+                shift = rng.lognormal(0.0, 0.02)  # a run's own speed
+                for _ in range(max(16, 2 * level)):
+                    per_token = tpot * shift * rng.lognormal(0.0, 0.05)
+                    records.append(RequestRecord(backend, level, run, 0.0, 0.1,
+                                                 0.1 + 63 * per_token, output_tokens=64,
+                                                 measured=True))  # fmt: skip
             accepts = [2.873] if backend == "spec" else []
-            cells[(backend, level)] = Cell(records, runs=1, accept_lengths=accepts)
+            cells[(backend, level)] = Cell(records, runs=3, accept_lengths=accepts)
     return SweepData(Path("synthetic"), {}, cells)
 
 
 def test_the_profile_and_its_policies_give_one_crossover() -> None:
     document = profile_document(analyse(_sweep([1, 2, 4, 8, 12, 24, 32])))
     crossover = document["crossover"]
-    assert set(crossover) == {"value", "ci", "confidence", "metric"}
+    assert {"value", "ci", "confidence", "metric", "crossings", "rule"} <= set(crossover)
     value = crossover["value"]
     assert 8 < value < 32 and crossover["ci"][0] <= value <= crossover["ci"][1]
+    assert [t["direction"] for t in crossover["crossings"]] == ["down"]
+    assert {row["spec"]["runs"] for row in document["levels"]} == {3}
     profile = parse_profile(document)
     assert curves(profile).crossover() == pytest.approx(value, rel=1e-9)
     assert build_policy("crossover", {}, profile).crossover() == value

@@ -119,8 +119,19 @@ def test_profile_gives_the_crossover() -> None:
         ),
         ({"schema": "specroute.profile/v1"}, "needs 'crossover'"),
         (
-            {"schema": "specroute.profile/v1", "crossover": {"value": 5, "ci": [6, 7]}},
-            "around the value",
+            {"schema": "specroute.profile/v1", "crossover": {"value": 5, "ci": [7, 6]}},
+            r"must be \[low, high\]",
+        ),
+        (
+            {"schema": "specroute.profile/v1", "crossover": {"value": 5, "ci": [4, "6"]}},
+            r"must be \[low, high\]",
+        ),
+        (
+            {
+                "schema": "specroute.profile/v1",
+                "crossover": {"value": 5, "ci": [4, None], "ci_open": "sideways"},
+            },
+            "ci_open",
         ),
         ({"schema": "specroute.profile/v1", "crossover": {"value": None}}, "bound"),
     ],
@@ -128,3 +139,24 @@ def test_profile_gives_the_crossover() -> None:
 def test_bad_profiles_are_refused(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ProfileError, match=message):
         parse_profile(data)
+
+
+@pytest.mark.parametrize(
+    ("ci", "expected"),
+    [
+        ([4.0, 6.0], (4.0, 6.0)),
+        ([4.0, None], (4.0, None)),  # at least 4: the crossover may lie past the levels
+        ([None, 6.0], (None, 6.0)),
+        ([5.5, 7.0], (5.5, 7.0)),  # an interval need not contain the point estimate
+    ],
+)
+def test_open_and_off_centre_intervals_load(
+    ci: list[float | None], expected: tuple[float | None, float | None]
+) -> None:
+    opened = "above" if ci[1] is None else "below" if ci[0] is None else None
+    profile = parse_profile(
+        {"schema": "specroute.profile/v1",
+         "crossover": {"value": 5, "ci": ci, "ci_open": opened}}
+    )  # fmt: skip
+    assert profile.crossover.ci == expected
+    assert build_policy("crossover", {}, profile).crossover() == 5
