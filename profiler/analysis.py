@@ -203,6 +203,9 @@ def profile_document(analysis: Analysis) -> dict[str, Any]:
             "mean_accept_length": round(float(np.mean(accepts)), 3) if accepts else None,
             "by_level": {str(lvl): cells[("spec", lvl)].accept_length for lvl in analysis.levels},
             "source": "counter deltas over each measurement window",
+            "definition": "tokens per decoding step, over every step: SGLang's generation "
+            "tokens / verify calls; vLLM's generation tokens / (generation tokens - accepted "
+            "draft tokens)",
         },
         "servers": {"spec": _server(meta, "spec"), "base": _server(meta, "base")},
         "workload": (meta.get("dataset") or {}) | {
