@@ -8,6 +8,12 @@ a GPU group) with the load of the least-loaded group, both pools' requests there
 least-loaded speculative server, spilling the rest to the plain pool. ``hysteresis``
 keeps the choice from flapping at the threshold: once above it, a server or group speculates
 again only below ``crossover - hysteresis``.
+
+A profile may give several bands of load where speculation pays (``crossover.bands``: a
+mixture-of-experts model can lose at low load, where a verify pass reads many more experts
+than a decode step, win at medium load and lose again); then a request speculates while its
+load lies inside one, and ``hysteresis`` applies at every edge: a server or group that did
+not speculate last time speculates again only ``hysteresis`` inside a band.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any, Literal
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
-from specroute.policies.profile import Profile
+from specroute.policies.profile import Band, Profile
 from specroute.policies.view import RequestInfo, View
 
 
@@ -39,10 +45,13 @@ class CrossoverParams:
 class CrossoverPolicy:
     name = "crossover"
 
-    def __init__(self, params: CrossoverParams, threshold: float) -> None:
+    def __init__(
+        self, params: CrossoverParams, threshold: float, bands: tuple[Band, ...] | None = None
+    ) -> None:
         self.params = params
-        self.threshold = threshold
-        self._above: dict[str, bool] = {}  # by server or group: above the crossover last time
+        self.threshold = threshold  # the first band's top: the crossover
+        self.bands = bands  # None: one band, up to the threshold
+        self._out: dict[str, bool] = {}  # by server or group: not speculating last time
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> CrossoverPolicy:
@@ -54,23 +63,41 @@ class CrossoverPolicy:
                 "failed to parse the parameters of the 'crossover' policy: "
                 "give crossover=N or a profile"
             )
-        return cls(params, profile.crossover.threshold)
+        crossover = profile.crossover
+        bands = crossover.given_bands
+        return cls(params, crossover.threshold, bands)
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate
         if that is at or below the crossover."""
         seat = view.seat(self.params.topology)
-        above = self._above.get(seat.key, False)
-        limit = self.threshold - (self.params.hysteresis if above else 0.0)
-        above = self._above[seat.key] = seat.load + 1 > limit
-        if above:
-            return seated(view, seat.base, "base", "above_crossover")
-        return seated(view, seat.spec, "spec", "below_crossover")
+        load = seat.load + 1
+        margin = self.params.hysteresis if self._out.get(seat.key, False) else 0.0
+        if self.bands is None:
+            out = load > self.threshold - margin
+            reason = "above_crossover"
+        else:
+            out = not any(_inside(load, band, margin) for band in self.bands)
+            reason = "outside_band"
+        self._out[seat.key] = out
+        if out:
+            return seated(view, seat.base, "base", reason)
+        return seated(view, seat.spec, "spec", "below_crossover" if self.bands is None
+                      else "inside_band")  # fmt: skip
 
     def crossover(self) -> float | None:
         return self.threshold
 
     def describe(self) -> dict[str, Any]:
-        return {"crossover": self.threshold} | {
-            k: v for k, v in asdict(self.params).items() if k != "crossover"
-        }
+        bands = {} if self.bands is None else {"bands": [list(b) for b in self.bands]}
+        return (
+            {"crossover": self.threshold}
+            | bands
+            | {k: v for k, v in asdict(self.params).items() if k != "crossover"}
+        )
+
+
+def _inside(load: float, band: Band, margin: float) -> bool:
+    """``load`` inside ``band``, ``margin`` in from each closed edge."""
+    start, end = band
+    return (start is None or load >= start + margin) and (end is None or load <= end - margin)

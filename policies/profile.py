@@ -25,12 +25,26 @@ class ProfileError(ValueError):
     """A profile that cannot be used, with the reason."""
 
 
+Band = tuple[float | None, float | None]  # loads where speculation pays: (from, to), None open
+
+
 @dataclass(frozen=True)
 class Crossover:
     value: float | None
     ci: tuple[float | None, float | None] | None  # None at an open end
     bound: Literal["above", "below"] | None = None  # value is None: spec wins/loses everywhere
     limit: float | None = None  # the last (above) or first (below) level measured
+    given_bands: tuple[Band, ...] | None = None  # ``bands``, when the profile has them
+
+    @property
+    def bands(self) -> tuple[Band, ...]:
+        """The loads where speculation pays, lowest first: the profile's ``bands`` (a
+        mixture-of-experts model may lose at low load, win at medium and lose again), or
+        else the one band up to the crossover (or the edge of what was measured)."""
+        if self.given_bands is not None:
+            return self.given_bands
+        threshold = self.threshold
+        return () if threshold <= 0 else ((None, None if math.isinf(threshold) else threshold),)
 
     @property
     def threshold(self) -> float:
@@ -91,7 +105,8 @@ def _crossover(data: Any, where: str) -> Crossover:
         if bound not in ("above", "below"):
             raise ProfileError(f"{where}.value is null, so {where}.bound must be above or below")
         limit = data.get("limit")
-        return Crossover(None, None, bound, None if limit is None else float(limit))
+        limit = None if limit is None else float(limit)
+        return Crossover(None, None, bound, limit, given_bands=_bands(data, where))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ProfileError(f"{where}.value must be a positive number, got {value!r}")
     if (
@@ -105,7 +120,32 @@ def _crossover(data: Any, where: str) -> Crossover:
     if opened not in (None, "above", "below", "both"):
         raise ProfileError(f"{where}.ci_open must be above, below or both, got {opened!r}")
     low, high = (None if x is None else float(x) for x in ci)
-    return Crossover(float(value), (low, high))
+    return Crossover(float(value), (low, high), given_bands=_bands(data, where))
+
+
+def _bands(data: dict[str, Any], where: str) -> tuple[Band, ...] | None:
+    """``bands``: ``[[from, to], ...]``, ascending and apart, null at an open end (from the
+    lowest load, or with no top)."""
+    bands = data.get("bands")
+    if bands is None:
+        return None
+    problem = f"{where}.bands must be [[from, to], ...], ascending, null at an open end"
+    if not isinstance(bands, list):
+        raise ProfileError(f"{problem}, got {bands!r}")
+    found: list[Band] = []
+    edge = -math.inf
+    for band in bands:
+        if not isinstance(band, list) or len(band) != 2 or not all(
+            x is None or _number(x) for x in band
+        ):
+            raise ProfileError(f"{problem}, got {band!r}")
+        start = -math.inf if band[0] is None else float(band[0])
+        end = math.inf if band[1] is None else float(band[1])
+        if start < edge or start >= end or (band[0] is None and found):
+            raise ProfileError(f"{problem}, got {bands!r}")
+        edge = end
+        found.append((None if band[0] is None else start, None if band[1] is None else end))
+    return tuple(found)
 
 
 def _number(x: Any) -> bool:

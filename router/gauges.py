@@ -40,6 +40,19 @@ class StateGauges(Collector):
             yield GaugeMetricFamily(
                 "specroute_crossover", "The crossover the policy routes by.", value=crossover
             )
+        bands = getattr(state.policy, "bands", None)
+        if bands is not None:
+            edges = GaugeMetricFamily(
+                "specroute_band_edge",
+                "The edges of the bands of load where the policy speculates (from a profile "
+                "with bands): band is its rank from the lowest load, edge from or to.",
+                labels=["band", "edge"],
+            )
+            for rank, band in enumerate(bands):
+                for edge, value in zip(("from", "to"), band, strict=True):
+                    if value is not None:
+                        edges.add_metric([str(rank), edge], value)
+            yield edges
         note = None if state.profile is None else state.profile.crossover.note
         yield GaugeMetricFamily(
             "specroute_crossover_measured",

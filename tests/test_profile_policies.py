@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from specroute.policies.curves import curves
 from specroute.policies.decision import PolicyError
 from specroute.policies.profile import Profile, ProfileError, parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
+from tests.emulators import running_emulator
+from tests.routers import running_router
 
 REQUEST = RequestInfo(path="/v1/chat/completions")
 # spec: 5, 10, 30 ms per token at 1, 4, 16; base: 10, 12, 20; spec capped at 8 running
@@ -120,3 +126,58 @@ def test_bad_setups_are_refused(
 ) -> None:
     with pytest.raises((PolicyError, ProfileError), match=message):
         build_policy(policy, params, profile)
+
+
+BANDED_CROSSOVER: dict[str, Any] = {"value": 16.0, "ci": [14.0, 18.0], "bands": [[4, 16], [32, 64]]}
+BANDED = {"schema": "specroute.profile/v1", "crossover": BANDED_CROSSOVER}
+
+
+def test_bands_route_inside_them_with_hysteresis_at_every_edge() -> None:
+    """A mixture-of-experts profile: speculation loses below 4, pays from 4 to 16, loses
+    again, and pays from 32 to 64; outside a band, a group speculates again only once its
+    load is ``hysteresis`` inside one."""
+    policy = build_policy("crossover", {"hysteresis": 1}, parse_profile(BANDED))
+    pools = [policy.choose(REQUEST, view(n - 1, 0)).pool for n in
+             (3, 4, 5, 16, 17, 16, 15, 31, 32, 33, 64, 65)]  # fmt: skip
+    assert pools == ["base", "base", "spec", "spec", "base", "base", "spec",
+                     "base", "base", "spec", "spec", "base"]  # fmt: skip
+    reasons = {policy.choose(REQUEST, view(n - 1, 0)).reason for n in (10, 20)}
+    assert reasons == {"inside_band", "outside_band"}
+    assert policy.describe()["bands"] == [[4.0, 16.0], [32.0, 64.0]]
+
+
+def test_a_profile_without_bands_routes_by_its_one_crossover() -> None:
+    profile = parse_profile({"schema": "specroute.profile/v1",
+                             "crossover": {"value": 6.0, "ci": [5.0, 7.0]}})  # fmt: skip
+    assert profile.crossover.bands == ((None, 6.0),)
+    policy = build_policy("crossover", {}, profile)
+    assert [policy.choose(REQUEST, view(n - 1, 0)).reason for n in (6, 7)] == [
+        "below_crossover", "above_crossover"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "bands", [[[4, 16], [8, 32]], [[16, 4]], [[None, 4], [None, 8]], [4, 16], "4-16", [[4, 16, 32]]]
+)
+def test_bands_that_do_not_read_are_refused(bands: Any) -> None:
+    with pytest.raises(ProfileError, match="bands"):
+        parse_profile(BANDED | {"crossover": BANDED_CROSSOVER | {"bands": bands}})
+
+
+async def test_the_router_shows_the_bands_it_routes_by(tmp_path: Path) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(BANDED))
+    async with (
+        running_emulator("--mode", "spec", "--time-scale", "0.05") as spec,
+        running_emulator("--mode", "base", "--time-scale", "0.05") as base,
+        running_router(spec=[spec], base=[base], profile=path) as (url, _),
+        aiohttp.ClientSession() as s,
+        s.get(f"{url}/metrics") as r,
+    ):
+        text = await r.text()
+    edges = {tuple(sorted(m.labels.items())): m.value
+             for family in text_string_to_metric_families(text) for m in family.samples
+             if m.name == "specroute_band_edge"}  # fmt: skip
+    assert edges == {
+        (("band", "0"), ("edge", "from")): 4, (("band", "0"), ("edge", "to")): 16,
+        (("band", "1"), ("edge", "from")): 32, (("band", "1"), ("edge", "to")): 64,
+    }  # fmt: skip
