@@ -47,7 +47,7 @@ class CoveragePlan:
     repeats: int = 3  # calibration's runs near the crossover
     precision: float = 0.3
     seed: int = 0
-    grid_every: int = 1  # sweep the grid beside every n-th calibration; 0: never
+    grid_every: int = 1  # the grid beside every n-th calibration of each model; 0: never
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,10 @@ def _grid(highest: int) -> list[int]:
     return [2**i for i in range(int(math.log2(highest)) + 1)]
 
 
-def run_trial(plan: CoveragePlan, config: EmulatorConfig, seed: int, truth: Truth) -> Trial:
+def run_trial(
+    plan: CoveragePlan, config: EmulatorConfig, seed: int, truth: Truth, with_grid: bool
+) -> Trial:
+    """One calibration, and beside it the fixed grid when ``with_grid``."""
     started = time.monotonic()
     sweep_plan = SweepPlan("virtual", "virtual", plan.dataset, repeats=plan.repeats)
     calibration_plan = CalibrationPlan(sweep_plan, budget_seconds=math.inf,
@@ -157,7 +160,7 @@ def run_trial(plan: CoveragePlan, config: EmulatorConfig, seed: int, truth: Trut
         result = run_loop(calibrate(calibration_plan, out, sweep))
         adaptive = _outcome(result.analysis.tpot_crossover, result.backend_seconds,
                             sorted(result.runs))  # fmt: skip
-        if not plan.grid_every or (seed - plan.seed) % plan.grid_every:
+        if not with_grid:
             return Trial(config.hardware.name, seed, truth.fine(highest),
                          truth.at(adaptive.levels), adaptive, Outcome(None, None, None, 0.0, []),
                          time.monotonic() - started)  # fmt: skip
@@ -243,7 +246,9 @@ def coverage(plan: CoveragePlan, stream: TextIO = sys.stderr) -> dict[str, Any]:
     started = time.monotonic()
     for i in range(plan.calibrations):
         config = plan.configs[i % len(plan.configs)]
-        trial = run_trial(plan, config, plan.seed + i, truths[config.hardware.name])
+        nth = i // len(plan.configs)  # of this model's calibrations
+        grid = plan.grid_every > 0 and nth % plan.grid_every == 0
+        trial = run_trial(plan, config, plan.seed + i, truths[config.hardware.name], grid)
         trials.append(trial)
         a, g = trial.adaptive, trial.grid
         covered = sum(t.adaptive.covers(t.truth) for t in trials)

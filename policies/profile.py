@@ -135,8 +135,10 @@ def _bands(data: dict[str, Any], where: str) -> tuple[Band, ...] | None:
     found: list[Band] = []
     edge = -math.inf
     for band in bands:
-        if not isinstance(band, list) or len(band) != 2 or not all(
-            x is None or _number(x) for x in band
+        if (
+            not isinstance(band, list)
+            or len(band) != 2
+            or not all(x is None or _number(x) for x in band)
         ):
             raise ProfileError(f"{problem}, got {band!r}")
         start = -math.inf if band[0] is None else float(band[0])

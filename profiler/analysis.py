@@ -34,7 +34,8 @@ BOOTSTRAP = 2000
 _SERVER_KEYS = ("model_path", "version", "tp_size", "dp_size", "max_running_requests",
                 "cuda_graph_max_bs", "context_length", "stream_interval", "speculative_algorithm",
                 "speculative_draft_model_path", "speculative_num_steps",
-                "speculative_eagle_topk", "speculative_num_draft_tokens", "emulator")  # fmt: skip
+                "speculative_eagle_topk", "speculative_num_draft_tokens", "async_scheduling",
+                "engine", "emulator")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,6 @@ def profile_document(analysis: Analysis) -> dict[str, Any]:
         "measurement": {
             "sweep": str(data.path), "model": meta.get("model"),
             "started": meta.get("started"), "ended": meta.get("ended"),
-            "repeats": meta.get("settings", {}).get("repeats"),
             "backend_seconds": meta.get("backend_seconds"),
             "bootstrap_replicates": BOOTSTRAP, "slo": analysis.slo or None,
             "fairness_warnings": meta.get("fairness_warnings", []),

@@ -9,7 +9,7 @@ from typing import Any
 from specroute.profiler.report import interval_text
 
 COLORS = {"spec": "#c2410c", "base": "#1d4ed8"}
-LABELS = {"spec": "speculative (EAGLE-3)", "base": "plain"}
+LABELS = {"spec": "speculative", "base": "plain"}
 
 
 def plot_profile(profile: dict[str, Any], path: Path) -> None:
@@ -28,7 +28,7 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
             mid = [row[backend][key]["median"] for row in levels]
             low = [row[backend][key]["ci"][0] for row in levels]
             high = [row[backend][key]["ci"][1] for row in levels]
-            ax.plot(x, mid, "o-", color=COLORS[backend], label=LABELS[backend])
+            ax.plot(x, mid, "o-", color=COLORS[backend], label=_label(profile, backend))
             ax.fill_between(x, low, high, color=COLORS[backend], alpha=0.2, linewidth=0)
         if crossover["value"] is not None:
             ax.axvline(crossover["value"], color="black", linestyle="--", linewidth=1)
@@ -61,3 +61,9 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
     fig.tight_layout(rect=(0, 0, 1, 0.89))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _label(profile: dict[str, Any], backend: str) -> str:
+    """``speculative (EAGLE3)``: with the method the server said it speculates by."""
+    method = (profile.get("servers", {}).get(backend) or {}).get("speculative_algorithm")
+    return f"{LABELS[backend]} ({method})" if method and backend == "spec" else LABELS[backend]

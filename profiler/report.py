@@ -80,9 +80,9 @@ def render_report(profile: dict[str, Any]) -> str:
     accept = profile["acceptance"]["mean_accept_length"]
     if accept is not None:
         lines.append(
-            f"- Accept length measured over the windows: {accept:.2f} tokens per verify step "
-            "(from counter deltas). Traffic with a different accept length (code versus chat) "
-            "moves the crossover: recalibrate with your own prompts."
+            f"- Accept length measured over the windows: {accept:.2f} tokens per decoding "
+            "step (over every step, from counter deltas). Traffic with a different accept "
+            "length (code versus chat) moves the crossover: recalibrate with your own prompts."
         )
     warnings = meta.get("fairness_warnings") or []
     if warnings:

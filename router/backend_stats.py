@@ -91,13 +91,15 @@ def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
     generation tokens over the steps that made them, generation tokens less accepted draft
     tokens (each step of a request makes one token and whatever it accepts). ``1 + accepted
     / drafts`` would count only the steps that had a draft, which n-gram speculation often
-    has not. None when nothing was verified."""
-    verifies = _delta(old.verify_calls, new.verify_calls)
+    has not (vLLM also counts drafts accepted past ``max_tokens`` that it cuts off: at most
+    the draft length more per request, a few percent for short answers). None when nothing
+    was decoded (vLLM) or verified (SGLang)."""
     tokens = _delta(old.generation_tokens, new.generation_tokens)
-    if verifies is None or verifies <= 0 or tokens is None:
+    if tokens is None:
         return None
     accepted = _delta(old.accepted_tokens, new.accepted_tokens)
-    if accepted is None:
-        return tokens / verifies
-    steps = tokens - accepted
-    return tokens / steps if steps > 0 else None
+    if accepted is not None:  # vLLM: a window without a single draft made 1 token a step
+        steps = tokens - accepted
+        return tokens / steps if steps > 0 else None
+    verifies = _delta(old.verify_calls, new.verify_calls)
+    return tokens / verifies if verifies is not None and verifies > 0 else None

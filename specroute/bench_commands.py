@@ -170,8 +170,9 @@ def add_bench(sub: Subcommands) -> None:
         "modelled seconds), each against the noise-free engine's crossover and beside a "
         "fixed grid of powers of two with 3 runs each: coverage, median width, backend time.",
     )  # fmt: skip
-    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie,llama3.1-8b-h200",
-                     help="hardware models, comma-separated, taken in turn")  # fmt: skip
+    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie,llama3.1-8b-h200@2.0",
+                     help="hardware models, comma-separated, taken in turn; NAME@A: at "
+                     "accept length A")  # fmt: skip
     cov.add_argument("--calibrations", type=positive(int), default=50)
     cov.add_argument("--noise", default="default", metavar="run=S,step=S")
     cov.add_argument("--input-len", type=positive(int), default=512)
@@ -384,9 +385,10 @@ def _coverage(args: argparse.Namespace) -> int:
     from specroute.bench.dataset import synthetic
     from specroute.emulator.noise import parse_noise
 
-    def config(name: str) -> Any:
+    def config(given: str) -> Any:
+        name, _, accept = given.strip().partition("@")
         return emulator_config(argparse.Namespace(
-            hardware=name.strip(), accept_rate=None, accept_length=None,
+            hardware=name, accept_rate=None, accept_length=float(accept) if accept else None,
             speculative_num_steps=None, time_scale=1.0, cuda_graph_max_bs=None,
             max_running_requests=args.max_running_requests, seed=args.seed,
             noise=parse_noise(args.noise),

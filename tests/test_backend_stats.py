@@ -38,6 +38,8 @@ def test_missing_numbers_are_none_and_junk_is_ignored() -> None:
         ("sglang_a", "sglang_b", 3.5),  # (1700 - 1000) / (500 - 300); the gauge says 2
         ("sglang_a", "sglang_a", None),  # no verify in the window
         ("vllm_a", "vllm_b", 80 / (80 - 60)),  # tokens over the steps that made them
+        ("vllm_a", "vllm_c", 1.0),  # no step had a draft: one token a step, not "no news"
+        ("vllm_a", "vllm_a", None),  # nothing decoded
         ("empty", "sglang_a", 1000 / 300),  # counters not yet created count as 0
         ("sglang_b", "sglang_a", 1000 / 300),  # a restarted backend counts from 0
     ],
@@ -51,6 +53,7 @@ def test_window_accept_length_comes_from_counter_deltas(
         "sglang_b": BackendStats(generation_tokens=1700, verify_calls=500, accept_length_gauge=2),
         "vllm_a": BackendStats(generation_tokens=10, verify_calls=10, accepted_tokens=5),
         "vllm_b": BackendStats(generation_tokens=90, verify_calls=50, accepted_tokens=65),
+        "vllm_c": BackendStats(generation_tokens=30, verify_calls=10, accepted_tokens=5),
     }
     assert window_accept_length(snapshots[old], snapshots[new]) == expected
 
