@@ -246,7 +246,7 @@ def coverage(plan: CoveragePlan, stream: TextIO = sys.stderr) -> dict[str, Any]:
     started = time.monotonic()
     for i in range(plan.calibrations):
         config = plan.configs[i % len(plan.configs)]
-        nth = i // len(plan.configs)  # of this model's calibrations
+        nth = i // len(plan.configs) + 1  # of this model's calibrations
         grid = plan.grid_every > 0 and nth % plan.grid_every == 0
         trial = run_trial(plan, config, plan.seed + i, truths[config.hardware.name], grid)
         trials.append(trial)
