@@ -76,10 +76,18 @@ def test_replicates_without_a_crossing_open_the_interval_on_their_side() -> None
 
 
 def test_the_interval_need_not_contain_the_point() -> None:
-    levels, point = [1, 2, 4], [1.0, 0.0, -1.0]
-    later = [1.0, 0.5, -1.0]  # crosses between 2 and 4
+    levels, point = [1, 2, 4, 8], [1.0, 0.0, -1.0, -1.0]
+    later = [1.0, 1.0, 0.5, -1.0]  # crosses between 4 and 8
     found = crossing_with_ci(levels, point, [later] * 100)
-    assert found.value == 2.0 and found.low is not None and found.low > 2.0
+    assert (found.value, found.low, found.high) == (2.0, 4.0, 8.0)
+
+
+def test_a_closed_end_reaches_to_the_level_measured_past_it() -> None:
+    """Between two levels the crossing is interpolated on a straight line, a guess: the
+    interval holds the whole bracket its replicates cross in."""
+    levels, point = [1, 2, 4, 8], [1.0, 0.5, -0.5, -1.0]  # crosses at 3
+    found = crossing_with_ci(levels, point, [point] * 100)
+    assert found.value == pytest.approx(2 * 2**0.5) and (found.low, found.high) == (2.0, 4.0)
 
 
 def test_every_sign_change_is_reported_and_the_first_fall_is_the_value() -> None:

@@ -77,7 +77,7 @@ async def test_two_pairs_route_as_one_pair_at_half_the_load(
         assert group_of == [0, 1] * 6
 
 
-REPLICA_TOLERANCE = 0.1  # absolute difference of the speculative share, README "Replicas"
+REPLICA_TOLERANCE = 0.15  # absolute difference of the speculative share, README "Replicas"
 
 
 async def test_replicas_agree_with_one_router() -> None:
