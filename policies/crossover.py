@@ -25,7 +25,7 @@ from typing import Any, Literal
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
-from specroute.policies.profile import Band, Profile
+from specroute.policies.profile import Band, Profile, up_to
 from specroute.policies.view import RequestInfo, View
 
 
@@ -73,17 +73,15 @@ class CrossoverPolicy:
         seat = view.seat(self.params.topology)
         load = seat.load + 1
         margin = self.params.hysteresis if self._out.get(seat.key, False) else 0.0
+        bands = up_to(self.threshold) if self.bands is None else self.bands
+        out = self._out[seat.key] = not any(_inside(load, band, margin) for band in bands)
         if self.bands is None:
-            out = load > self.threshold - margin
-            reason = "above_crossover"
+            reason = "above_crossover" if out else "below_crossover"
         else:
-            out = not any(_inside(load, band, margin) for band in self.bands)
-            reason = "outside_band"
-        self._out[seat.key] = out
+            reason = "outside_band" if out else "inside_band"
         if out:
             return seated(view, seat.base, "base", reason)
-        return seated(view, seat.spec, "spec", "below_crossover" if self.bands is None
-                      else "inside_band")  # fmt: skip
+        return seated(view, seat.spec, "spec", reason)
 
     def crossover(self) -> float | None:
         return self.threshold

@@ -28,6 +28,11 @@ class ProfileError(ValueError):
 Band = tuple[float | None, float | None]  # loads where speculation pays: (from, to), None open
 
 
+def up_to(threshold: float) -> tuple[Band, ...]:
+    """The one band of a single crossover: from the lowest load up to ``threshold``."""
+    return () if threshold <= 0 else ((None, None if math.isinf(threshold) else threshold),)
+
+
 @dataclass(frozen=True)
 class Crossover:
     value: float | None
@@ -41,10 +46,7 @@ class Crossover:
         """The loads where speculation pays, lowest first: the profile's ``bands`` (a
         mixture-of-experts model may lose at low load, win at medium and lose again), or
         else the one band up to the crossover (or the edge of what was measured)."""
-        if self.given_bands is not None:
-            return self.given_bands
-        threshold = self.threshold
-        return () if threshold <= 0 else ((None, None if math.isinf(threshold) else threshold),)
+        return self.given_bands if self.given_bands is not None else up_to(self.threshold)
 
     @property
     def threshold(self) -> float:
