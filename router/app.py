@@ -230,7 +230,7 @@ async def _status(request: web.Request) -> web.Response:
         },
         "backends": [
             {"name": b.name, "url": _without_credentials(b.url), "pool": b.pool,
-             "healthy": b.healthy,
+             "group": b.group, "healthy": b.healthy,
              "breaker": b.breaker.describe(),
              "inflight": b.inflight, "running": v.running, "queued": v.queued,
              "accept_length": v.accept_length,

@@ -118,9 +118,10 @@ async def follow(state: RouterState) -> None:
 async def discover(state: RouterState, discovery: Discovery, at_start: bool = False) -> None:
     """The leader: the servers as the sources give them now. One new to the router is
     checked before it is routed to, so that one not up yet joins ejected."""
+    before = [(b.name, b.group) for b in state.backends]
     placed, new = state.place(await discovery.servers(at_start))
     await asyncio.gather(*(_guarded("health", state, check_health, b) for b in new))
-    if at_start or new or len(placed) != len(state.backends):
+    if at_start or [(b.name, b.group) for b in placed] != before:  # a group moved, too
         state.route_between(placed)  # (at start: published, for the workers waiting on it)
 
 

@@ -202,8 +202,10 @@ async def test_servers_discovered_reach_every_worker(
     second.release = base.release = first.release
     targets = tmp_path / "targets.json"
 
-    def listing(*urls: tuple[str, str]) -> None:
-        groups = [{"targets": [u.removeprefix("http://")], "labels": {"pool": p}} for p, u in urls]
+    def listing(*urls: tuple[str, str], group: str = "") -> None:
+        labels = {"group": group} if group else {}
+        groups = [{"targets": [u.removeprefix("http://")], "labels": {"pool": p} | labels}
+                  for p, u in urls]  # fmt: skip
         staged = tmp_path / "staged.json"
         staged.write_text(json.dumps(groups))
         staged.replace(targets)
@@ -234,3 +236,7 @@ async def test_servers_discovered_reach_every_worker(
                     assert body.endswith("data: [DONE]\n\n") and "error" not in body
             for _, metrics in (await _every_worker(url)).values():
                 assert metrics["specroute_inflight"] == 0
+            listing(("spec", second_url), ("base", base_url), group="node7")  # same servers
+            await asyncio.sleep(4 * INTERVAL)
+            for status, _ in (await _every_worker(url)).values():
+                assert {b["group"] for b in status["backends"]} == {"node7"}, status["worker"]
