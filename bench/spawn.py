@@ -72,7 +72,7 @@ async def spawned(
         server = Spawned(f"http://127.0.0.1:{port}", process, output)
         what = f"specroute {' '.join(args[:3])}" if module == "specroute" else module
         try:
-            await _wait_ready(server, ready, what)
+            await wait_ready(server, ready, what)
             yield server
         finally:
             await _stop(process, stop)
@@ -88,10 +88,13 @@ async def _stop(process: asyncio.subprocess.Process, how: signal.Signals) -> Non
     await process.wait()
 
 
-async def _wait_ready(server: Spawned, path: str, what: str) -> None:
+async def wait_ready(
+    server: Spawned, path: str, what: str,
+    seconds: float = _STARTUP_SECONDS, interval: float = 0.1,
+) -> None:  # fmt: skip
     """Until ``path`` answers 200; raises if the process exits first or time runs out."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + _STARTUP_SECONDS
+    deadline = loop.time() + seconds
     async with aiohttp.ClientSession() as session:
         while loop.time() < deadline:
             if server.process.returncode is not None:
@@ -102,5 +105,5 @@ async def _wait_ready(server: Spawned, path: str, what: str) -> None:
                         return
             except aiohttp.ClientError:
                 pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{what} did not answer {server.url + path} within {_STARTUP_SECONDS:g} s")
+            await asyncio.sleep(interval)
+    raise RuntimeError(f"{what} did not answer {server.url + path} within {seconds:g} s")

@@ -41,10 +41,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
-import aiohttp
-
+from specroute.bench.spawn import Spawned, wait_ready
 from specroute.event_loop import run
 
 Kind = Literal["spec", "base"]
@@ -145,16 +144,8 @@ def environment(forward: int | None, settings: EngineSettings) -> dict[str, str]
 
 
 @dataclass(frozen=True)
-class Engine:
-    url: str
-    kind: Kind
-    process: asyncio.subprocess.Process
-    output: IO[bytes]
-
-    def said(self, chars: int = 4000) -> str:
-        fd = self.output.fileno()
-        size = os.fstat(fd).st_size
-        return os.pread(fd, chars, max(0, size - chars)).decode(errors="replace").strip()
+class Engine(Spawned):
+    kind: Kind = "base"
 
 
 @asynccontextmanager
@@ -200,7 +191,7 @@ async def _started(
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         try:
-            yield Engine(f"http://127.0.0.1:{port}", kind, process, output)
+            yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
         finally:
             await _stop(process)
 
@@ -225,20 +216,7 @@ def _pin_front(group: int, core: int | None) -> None:
 
 
 async def _wait_ready(server: Engine) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _STARTUP_SECONDS
-    async with aiohttp.ClientSession() as session:
-        while loop.time() < deadline:
-            if server.process.returncode is not None:
-                raise RuntimeError(f"vLLM ({server.kind}) exited at start: {server.said()}")
-            try:
-                async with session.get(server.url + "/health") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.5)
-    raise RuntimeError(f"vLLM ({server.kind}) did not answer within {_STARTUP_SECONDS:g} s")
+    await wait_ready(server, "/health", f"vLLM ({server.kind})", _STARTUP_SECONDS, 0.5)
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:
