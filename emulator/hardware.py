@@ -5,17 +5,21 @@ against a count: the target model's forward pass against the tokens in the pass 
 table per verify width, as SGLang's ``SGLANG_RECORD_STEP_TIME=1`` would record it), one
 draft step against the batch size, the draft's extend pass and the target's prefill
 against tokens. Every table was taken at ``context_len`` tokens of KV cache per request;
-the attention term moves a step's time with the batch's real KV context.
+the attention term moves a step's time with the batch's real KV context: one slope
+(``attention_ms_per_kv_token``), or an optional ``context`` section of step times measured
+at several contexts, which also says how the attention kernels read the cache in a pass of
+several query tokens per request (see ``ContextAttention``).
 """
 
 from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 SCHEMA = "specroute.hardware/v1"
 _SHIPPED = "specroute.emulator.hardware_models"
@@ -54,6 +58,94 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class ContextGrid:
+    """Step milliseconds measured at several KV contexts per request, each a curve over batch.
+
+    Linear in the context between the measured ones and on the end slopes beyond them, both
+    ways: attention reads bytes in proportion to the context, and the measured steps are
+    linear in it, unlike a pass's token count, whose smallest measurement is a floor.
+    """
+
+    contexts: tuple[float, ...]
+    curves: tuple[Curve, ...]
+
+    @classmethod
+    def from_table(cls, table: Any, what: str) -> ContextGrid:
+        if not isinstance(table, dict) or len(table) < 2:
+            raise HardwareError(f"{what}: expected two or more contexts -> a table by batch")
+        try:
+            rows = sorted((float(k), v) for k, v in table.items())
+        except (TypeError, ValueError) as exc:
+            raise HardwareError(f"{what}: contexts must be numbers ({exc})") from None
+        if any(context <= 0 for context, _ in rows):
+            raise HardwareError(f"{what}: contexts must be positive")
+        curves = tuple(Curve.from_table(t, f"{what}[{context:g}]") for context, t in rows)
+        return cls(tuple(context for context, _ in rows), curves)
+
+    def __call__(self, context: float, batch: float) -> float:
+        x = self.contexts
+        i = min(max(bisect_right(x, context), 1), len(x) - 1)
+        y0, y1 = self.curves[i - 1](batch), self.curves[i](batch)
+        return y0 + (y1 - y0) * (context - x[i - 1]) / (x[i] - x[i - 1])
+
+    def extra_ms(self, batch: int, kv_tokens: int, context_len: int) -> float:
+        """At the batch's mean context per request, over the same batch at ``context_len``."""
+        return self(kv_tokens / batch, batch) - self(context_len, batch)
+
+
+Reads = Literal["shared", "per_token"]
+
+
+@dataclass(frozen=True)
+class ContextAttention:
+    """Step times measured at several contexts, and how a pass of ``width`` query tokens per
+    request reads the cache: ``shared``, once per step (decode kernels that fold the query
+    tokens onto one read, as FlashInfer's do), or ``per_token``, once per query token (plain
+    SDPA). The draft's attention follows the same kernels: its one-token step reads once,
+    its extend over ``width`` tokens as the target's verify does.
+
+    Shared passes move with the context as plain decode does (width 1). Per-token passes
+    take the measured widths, linear in the width between them and in proportion to it
+    beyond the widest: each query token is one more read.
+    """
+
+    reads: Reads
+    target: dict[int, ContextGrid]  # by query tokens per request; 1 is plain decode
+    draft: ContextGrid  # one draft step, one query token per request
+
+    def target_extra_ms(self, batch: int, width: int, kv_tokens: int, context_len: int) -> float:
+        return self._extra(self.target, batch, width, kv_tokens, context_len)
+
+    def draft_extra_ms(self, batch: int, width: int, kv_tokens: int, context_len: int) -> float:
+        return self._extra({1: self.draft}, batch, width, kv_tokens, context_len)
+
+    def _extra(
+        self, grids: dict[int, ContextGrid], batch: int, width: int, kv_tokens: int, base: int
+    ) -> float:
+        if self.reads == "shared":
+            return grids[1].extra_ms(batch, kv_tokens, base)
+        widest = max(grids)
+        scale = width / widest if width > widest else 1.0
+        return scale * sum(
+            share * grids[w].extra_ms(batch, kv_tokens, base) for w, share in _blend(grids, width)
+        )
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """One slope for every target pass, in ms per KV token beyond the tables' context; the
+    draft's attention stays as its tables have it."""
+
+    ms_per_kv_token: float
+
+    def target_extra_ms(self, batch: int, width: int, kv_tokens: int, context_len: int) -> float:
+        return self.ms_per_kv_token * (kv_tokens - batch * context_len)
+
+    def draft_extra_ms(self, batch: int, width: int, kv_tokens: int, context_len: int) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
 class Calibration:
     """A published or measured figure the model reproduces.
 
@@ -78,7 +170,7 @@ class HardwareModel:
     draft_extend: Curve
     prefill: Curve
     context_len: int
-    attention_ms_per_kv_token: float
+    attention: LinearAttention | ContextAttention
     cuda_graph_max_bs: int
     eager_factor: float
     max_running_requests: int
@@ -89,10 +181,17 @@ class HardwareModel:
     raw: dict[str, Any]
 
     def forward_ms(self, batch: int, width: int, kv_tokens: int) -> float:
-        """One target forward over ``batch`` requests of ``width`` new tokens each."""
+        """One target forward over ``batch`` requests of ``width`` new tokens each, with
+        ``kv_tokens`` of KV cache among them."""
         table = self._target_ms(batch * width, width)
-        attention = self.attention_ms_per_kv_token * (kv_tokens - batch * self.context_len)
-        return max(table + attention, 0.1 * table)
+        extra = self.attention.target_extra_ms(batch, width, kv_tokens, self.context_len)
+        return _floored(table, extra)
+
+    def draft_forward_ms(self, batch: int, width: int, kv_tokens: int) -> float:
+        """One draft step (``width`` 1) or the draft's extend over ``width`` tokens each."""
+        table = self.draft(batch) if width == 1 else self.draft_extend(batch * width)
+        extra = self.attention.draft_extra_ms(batch, width, kv_tokens, self.context_len)
+        return _floored(table, extra)
 
     def decode_ms(self, batch: int, kv_tokens: int, graph_max_bs: int | None = None) -> float:
         return self._graph(batch, self.forward_ms(batch, 1, kv_tokens), graph_max_bs)
@@ -103,9 +202,9 @@ class HardwareModel:
         """An EAGLE chain step: ``steps`` draft forwards, one verify, one draft extend."""
         width = steps + 1
         ms = (
-            steps * self.draft(batch)
+            steps * self.draft_forward_ms(batch, 1, kv_tokens)
             + self.forward_ms(batch, width, kv_tokens)
-            + self.draft_extend(batch * width)
+            + self.draft_forward_ms(batch, width, kv_tokens)
         )
         return self._graph(batch, ms, graph_max_bs)
 
@@ -119,17 +218,28 @@ class HardwareModel:
         return ms * self.eager_factor if batch > limit else ms
 
     def _target_ms(self, tokens: int, width: int) -> float:
-        widths = sorted(self.target)
-        if width <= widths[0]:
-            return self.target[widths[0]](tokens)
-        if width >= widths[-1]:
-            return self.target[widths[-1]](tokens)
-        hi = next(w for w in widths if w >= width)
-        lo = max(w for w in widths if w <= width)
-        if hi == lo:
-            return self.target[hi](tokens)
-        share = (width - lo) / (hi - lo)
-        return (1 - share) * self.target[lo](tokens) + share * self.target[hi](tokens)
+        return sum(share * self.target[w](tokens) for w, share in _blend(self.target, width))
+
+
+def _blend(widths: Iterable[int], width: int) -> tuple[tuple[int, float], ...]:
+    """The measured widths a pass of ``width`` is read from, with their shares: linear
+    between the two around it, the nearest one beyond them."""
+    ordered = sorted(widths)
+    if width <= ordered[0]:
+        return ((ordered[0], 1.0),)
+    if width >= ordered[-1]:
+        return ((ordered[-1], 1.0),)
+    hi = next(w for w in ordered if w >= width)
+    lo = max(w for w in ordered if w <= width)
+    if hi == lo:
+        return ((hi, 1.0),)
+    share = (width - lo) / (hi - lo)
+    return ((lo, 1 - share), (hi, share))
+
+
+def _floored(table: float, extra: float) -> float:
+    """A short context makes a pass cheaper, never below a tenth of its table's time."""
+    return max(table + extra, 0.1 * table)
 
 
 def available_models() -> list[str]:
@@ -179,7 +289,7 @@ def parse_hardware(data: Any) -> HardwareModel:
             draft_extend=Curve.from_table(data["draft_extend_ms"], "draft_extend_ms"),
             prefill=Curve.from_table(data["prefill_ms"], "prefill_ms"),
             context_len=int(data["context_len"]),
-            attention_ms_per_kv_token=float(data["attention_ms_per_kv_token"]),
+            attention=_attention(data),
             cuda_graph_max_bs=int(data["cuda_graph_max_bs"]),
             eager_factor=float(data.get("eager_factor", 1.0)),
             max_running_requests=int(data["max_running_requests"]),
@@ -214,3 +324,27 @@ def parse_hardware(data: Any) -> HardwareModel:
             f"[1, speculative_num_steps + 1 = {model.speculative_num_steps + 1}]"
         )
     return model
+
+
+def _attention(data: dict[str, Any]) -> LinearAttention | ContextAttention:
+    """The measured ``context`` section if the model has one, else the one slope."""
+    section = data.get("context")
+    if section is None:
+        return LinearAttention(float(data["attention_ms_per_kv_token"]))
+    if "attention_ms_per_kv_token" in data:
+        raise HardwareError("give either attention_ms_per_kv_token or a context section, not both")
+    if not isinstance(section, dict):
+        raise HardwareError("context: expected an object")
+    reads = section["attention"]
+    if reads not in get_args(Reads):
+        raise HardwareError(f"context.attention must be 'shared' or 'per_token', not {reads!r}")
+    target = {
+        int(width): ContextGrid.from_table(table, f"context.target_ms[{width}]")
+        for width, table in section["target_ms"].items()
+    }
+    if 1 not in target:
+        raise HardwareError("context.target_ms needs a table for width 1 (plain decode)")
+    if reads == "shared" and len(target) > 1:
+        raise HardwareError("context.target_ms: a shared read is plain decode's, give width 1 only")
+    draft = ContextGrid.from_table(section["draft_ms"], "context.draft_ms")
+    return ContextAttention(cast(Reads, reads), target, draft)
