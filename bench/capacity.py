@@ -59,7 +59,7 @@ _COUNTERS = (INTENDED, ACTUAL, STEPS, LAG_GAUGE)
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    hardware: str = "kimi-k2.5-8x-pcie"
+    hardware: str = "kimi-k2.5-8x-pcie-fitted"
     mode: Literal["spec", "base"] = "spec"
     levels: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     seconds: float = 8.0  # the measured window per level

@@ -76,7 +76,7 @@ class ChaosPlan:
     kill_share: float = 0.3  # of the events
     schedule: tuple[Event, ...] | None = None  # instead of drawn events
     flag_faults: tuple[str, ...] = FLAG_FAULTS  # backend i gets [i % len]; () none
-    hardware: str = "kimi-k2.5-8x-pcie"
+    hardware: str = "kimi-k2.5-8x-pcie-fitted"
     time_scale: float = 0.1
     mix: Mix = field(default_factory=Mix)
     limits: Limits = field(default_factory=Limits)

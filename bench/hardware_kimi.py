@@ -1,7 +1,7 @@
 """Kimi-K2.5 on 8 RTX PRO 6000 Blackwell over PCIe: a hardware model built from physics.
 
     python -m specroute.bench.hardware_kimi \
-        > emulator/hardware_models/kimi-k2.5-8x-pcie-physics.json
+        > emulator/hardware_models/kimi-k2.5-8x-pcie.json
 
 A target forward over T tokens (B requests of w new tokens each) costs the sum of:
 - the MoE experts: the measured curve of one Kimi-K2-shaped MoE layer on an H200 (bf16,
@@ -134,7 +134,8 @@ SEED_BASE_TOK_S = 90.0  # seeds: SGLang, no speculation, one stream
 SEED_SPEC_TOK_S = 82.3  # seeds: SGLang + EAGLE-3 (10K-sample drafter), one stream
 SEED_ACCEPT_LENGTH = 2.1
 STEPS = 3  # a chain of 3 drafts: verify width 4
-# the default accept length and the code rule are kimi-k2.5-8x-pcie's
+# the default accept length and the code rule: kimi-k2.5-8x-pcie-fitted's, the model this
+# one replaced as the seeds' model
 CODE_PATTERN = r"```|\bdef |\bclass |\bimport |#include|\bfunction\b|\breturn\b"
 
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -244,7 +245,7 @@ def model() -> dict[str, object]:
     }
     return {
         "schema": SCHEMA,
-        "name": "kimi-k2.5-8x-pcie-physics",
+        "name": "kimi-k2.5-8x-pcie",
         "model_path": "moonshotai/Kimi-K2.5",
         "draft_model_path": "kimi-k2.5-eagle3",
         "tp_size": TP,
@@ -325,7 +326,7 @@ def _source(solved: Solved) -> str:
         " named here). Not modelled: skewed routing (real routers touch fewer experts than"
         " uniform), overlap of communication with compute. cuda_graph_max_bs, eager_factor,"
         " max_running_requests and the default accept length are assumed, as in"
-        " kimi-k2.5-8x-pcie."
+        " kimi-k2.5-8x-pcie-fitted (the model this one replaced as the seeds' model)."
     )
 
 

@@ -43,7 +43,7 @@ class SoakPlan:
     concurrency: int = 32
     every: int = 10_000  # a sample (and a progress line) every so many requests
     seed: int = 0
-    hardware: str = "kimi-k2.5-8x-pcie"
+    hardware: str = "kimi-k2.5-8x-pcie-fitted"
     time_scale: float = 0.01
     mix: Mix = field(  # a request to cancel runs about half a second
         default_factory=lambda: Mix(cancel=0.02, max_tokens=(2, 8), cancel_tokens=4000)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from specroute.crossing import Crossing, crossing
+from specroute.crossing import Band, Crossing, bands, crossing, crossings
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Sequence as EngineSequence
 
@@ -123,17 +123,27 @@ def speedup_crossing(points: Sequence[tuple[float, float]]) -> Crossing:
     return crossing([c for c, _ in points], [math.log(r) for _, r in points])
 
 
+def paying_bands(points: Sequence[tuple[float, float]]) -> list[Band]:
+    """Where speculation pays, from (concurrency, speculative over plain speed) pairs."""
+    return bands([c for c, _ in points], [math.log(r) for _, r in points])
+
+
 def verdict(points: Sequence[tuple[float, float]], what: str) -> str:
-    """The crossover in words, or the bound when speculation wins or loses everywhere."""
-    found = speedup_crossing(points)
-    if found.at is not None:
-        return f"speculation stops paying for {what} at concurrency {found.at:.1f}"
+    """Where speculation pays, in words: below a crossover, in bands, everywhere or nowhere."""
+    found, paying = speedup_crossing(points), paying_bands(points)
     lo, hi = points[0][0], points[-1][0]
-    if found.bound == "above":
-        return f"speculation pays for {what} at every level measured: crossover above {hi:g}"
-    if all(r <= 1.0 for _, r in points):
+    if not paying:
         return f"speculation pays for {what} at no level measured: crossover below {lo:g}"
-    return f"speculation for {what} changes sign more than once between {lo:g} and {hi:g}"
+    if paying == [(None, hi)]:
+        return f"speculation pays for {what} at every level measured: crossover above {hi:g}"
+    if len(paying) == 1 and found.at is not None:
+        return f"speculation stops paying for {what} at concurrency {found.at:.1f}"
+    spans = ", ".join(
+        f"{'from the lowest load' if a is None else f'from {a:.1f}'} to "
+        + (f"{b:g} (the last level measured)" if b == hi else f"{b:.1f}")
+        for a, b in paying
+    )
+    return f"speculation pays for {what} in {len(paying)} band(s): {spans}"
 
 
 def render(prediction: Prediction, title: str) -> str:
@@ -191,15 +201,23 @@ def as_json(prediction: Prediction) -> dict[str, object]:
 def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, object]:
     """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
     can be rehearsed (offline or against emulated servers) before anything is measured.
-    The crossover's interval is the point itself: a model has no sampling error. Curves
-    and crossover are written unrounded, so a policy reading the curves finds the crossover
+    The crossover's interval is the point itself: a model has no sampling error. Every
+    crossing and the bands where speculation pays are written, as calibration writes them,
+    so a mixture-of-experts model's band routes as measured. Curves and crossover are
+    written unrounded, so a policy reading the curves finds the crossover
     written."""
     levels = prediction.levels
-    found = speedup_crossing([(lv.concurrency, lv.speedup) for lv in levels])
+    points = [(lv.concurrency, lv.speedup) for lv in levels]
+    found = speedup_crossing(points)
     if found.at is not None:
         crossover: dict[str, object] = {"value": found.at, "ci": [found.at] * 2}
     else:
         crossover = {"value": None, "ci": None, "bound": found.bound, "limit": found.limit}
+    turns = crossings([c for c, _ in points], [math.log(r) for _, r in points])
+    crossover |= {
+        "crossings": [{"at": t.at, "direction": t.direction, "ci": [t.at] * 2} for t in turns],
+        "bands": [list(b) for b in paying_bands(points)],
+    }
     accepts = [a for lv in levels if (a := lv.spec.accept_length) is not None]
 
     def cell(s: Speed) -> dict[str, object]:

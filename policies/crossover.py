@@ -18,14 +18,16 @@ not speculate last time speculates again only ``hysteresis`` inside a band.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from specroute.crossing import Band
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
-from specroute.policies.profile import Band, Profile, up_to
+from specroute.policies.profile import Profile, up_to
 from specroute.policies.view import RequestInfo, View
 
 
@@ -65,7 +67,10 @@ class CrossoverPolicy:
             )
         crossover = profile.crossover
         bands = crossover.given_bands
-        return cls(params, crossover.threshold, bands)
+        if not bands:
+            return cls(params, crossover.threshold, bands)
+        top = bands[0][1]  # where speculation first stops paying, going up in load
+        return cls(params, math.inf if top is None else top, bands)
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate

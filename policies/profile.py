@@ -18,14 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from specroute.crossing import Band
+
 SCHEMA = "specroute.profile/v1"
 
 
 class ProfileError(ValueError):
     """A profile that cannot be used, with the reason."""
-
-
-Band = tuple[float | None, float | None]  # loads where speculation pays: (from, to), None open
 
 
 def up_to(threshold: float) -> tuple[Band, ...]:
@@ -61,8 +60,10 @@ class Crossover:
 
     @property
     def note(self) -> str | None:
-        """What routing by a bound means, in words; None for a measured crossover."""
-        if self.value is not None:
+        """What routing by a bound means, in words; None for a measured crossover, and for
+        bands whose edges were measured (a profile where speculation paid only from some
+        load up has no crossover ``value``, but routes by what it measured)."""
+        if self.value is not None or (self.given_bands and self.given_bands[0][0] is not None):
             return None
         if self.bound == "below":
             return ("speculation paid at no level measured: the router does not speculate "

@@ -4,8 +4,9 @@ its interval, or the bound when speculation won (or lost) at every level measure
 
 Aggregate throughput of a closed loop is taken by Little's law, ``level x mean output
 tokens / mean end-to-end time`` over the measured requests, so it is bootstrapped with
-them. Bootstrap replicates resample runs, then requests within each run (``stats``): the
-spread between runs is measured, not assumed, so no fixed systematic term is added.
+them. Bootstrap replicates resample requests within each run and shift by the spread of the
+runs' own values (``stats``): the spread between runs is measured, not assumed, so no fixed
+systematic term is added.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from specroute.profiler.stats import (
     Array,
     Crossing,
     Estimate,
+    between_runs,
     crossing_with_ci,
     estimate,
     resampled,
-    two_stage,
+    run_draws,
+    within_runs,
 )
 from specroute.profiler.sweep_data import Cell, SweepData, SweepError
 
@@ -74,6 +77,7 @@ class Analysis:
     tpot_crossover: Crossing
     throughput_crossover: Crossing
     slo: dict[str, float]
+    tpot_margin: list[float]  # speculation's margin at each level (``log_margin`` of medians)
 
 
 def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generator) -> CellStats:
@@ -83,12 +87,19 @@ def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generato
     ttft = np.array([r.ttft() for r in records], dtype=float)
     tokens = np.array([r.tokens for r in records], dtype=float)
     e2e = np.array([r.e2e() for r in records], dtype=float)
-    draws = two_stage(runs, rng, BOOTSTRAP)
-    tpot_reps = resampled(tpot, draws, np.median)
-    output_reps = level * resampled(tokens, draws, np.mean) / resampled(e2e, draws, np.mean)
+    draws = within_runs(runs, rng, BOOTSTRAP)
+    t = run_draws(len(runs), rng, BOOTSTRAP)
+    bounds = np.cumsum([0, *runs])
+    per_run = [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
-    def median(samples: Array) -> Estimate:
-        return estimate(float(np.median(samples)), resampled(samples, draws, np.median))
+    def median_replicates(samples: Array) -> Array:
+        run_medians = np.array([np.median(samples[r]) for r in per_run])
+        return resampled(samples, draws, np.median) * between_runs(run_medians, t)
+
+    run_output = np.array([tokens[r].mean() / e2e[r].mean() for r in per_run])
+    output_reps = (level * resampled(tokens, draws, np.mean) / resampled(e2e, draws, np.mean)
+                   * between_runs(run_output, t))  # fmt: skip
+    tpot_reps = median_replicates(tpot)
 
     met = goodput = None
     if slo:
@@ -103,8 +114,8 @@ def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generato
     return CellStats(
         n=len(records), runs=len(runs),
         tpot=estimate(float(np.median(tpot)), tpot_reps),
-        decode_tps=median(1 / tpot),
-        ttft=median(ttft),
+        decode_tps=estimate(float(np.median(1 / tpot)), median_replicates(1 / tpot)),
+        ttft=estimate(float(np.median(ttft)), median_replicates(ttft)),
         output_tps=estimate(level * float(tokens.mean() / e2e.mean()), output_reps),
         accept_length=round(float(np.mean(accepts)), 3) if accepts else None,
         slo_met=met, goodput_rps=goodput,
@@ -129,9 +140,10 @@ def analyse(data: SweepData, slo: dict[str, float] | None = None, seed: int = 0)
     if not levels:
         raise SweepError(f"{data.path}: too few requests measured at every level")
 
-    tpot = crossing_with_ci(levels, *_margins(cells, levels, "tpot"))
+    margin, replicates = _margins(cells, levels, "tpot")
+    tpot = crossing_with_ci(levels, margin, replicates)
     output = crossing_with_ci(levels, *_margins(cells, levels, "output"))
-    return Analysis(data, levels, cells, tpot, output, slo)
+    return Analysis(data, levels, cells, tpot, output, slo, margin)
 
 
 def _margins(
@@ -154,18 +166,24 @@ def _margins(
     return log_margin(ours[0], theirs[0]), replicates
 
 
-RULE = ("the first crossing going up in load where speculation stops paying (its margin "
-        "falls from positive to zero or below): below it speculation paid at every level "
-        "measured, so the router speculates up to it")  # fmt: skip
+RULE = ("the router speculates inside the bands, the spans of load where the margin was "
+        "positive, each edge a crossing; value is the first crossing going up in load where "
+        "speculation stops paying (its margin falls from positive to zero or below), so a "
+        "single crossover is the one band up to it")  # fmt: skip
 
 
 def _crossover_json(c: Crossing, metric: str) -> dict[str, Any]:
     """The value unrounded: it is the crossing of the curves the profile records, and a
     reader computing it again from them (a policy's threshold) finds the same number.
     An open end of the interval is null, and ``ci_open`` says which."""
-    turns = [{"at": round(t.at, 3), "direction": t.direction} for t in c.turns]
+    turns = [
+        {"at": round(t.at, 3), "direction": t.direction, "ci": [round(t.low, 3), round(t.high, 3)],
+         "support": round(t.support, 4)}
+        for t in c.turns
+    ]  # fmt: skip
+    paying = [list(band) for band in c.bands]  # unrounded, as the value
     beyond = {"below": round(c.beyond[0], 4), "above": round(c.beyond[1], 4)}
-    common = {"metric": metric, "crossings": turns, "rule": RULE,
+    common = {"metric": metric, "crossings": turns, "bands": paying, "rule": RULE,
               "replicates_without_crossing": beyond}  # fmt: skip
     if c.value is None:
         return {"value": None, "ci": None, "bound": c.bound, "limit": c.limit} | common

@@ -1,20 +1,23 @@
 """``specroute calibrate``: sweep and profile in one go, spending backend time where it
 narrows the crossover.
 
-The search doubles the concurrency from 1, one run per backend and level, for as long as
-speculation pays at every level measured: there is no fixed top, only the user's
-``max_concurrency`` (a hard ceiling), the servers' largest batch and the budget. A level
-that looks like a loss does not end the search on one run: the levels around the crossing
-are measured until each has ``near`` runs (at least 3; the middle between them first, when
-the level above had one run and lies more than a request away), and the search goes on
-if the crossing goes away. While the crossover's interval is open above (more than its tail of
-the replicates find speculation paying at every level) and the bracket's top is the highest
-level measured, it doubles again. The rest of the budget goes to levels inside the
-crossover's interval, each with ``near`` runs: the middle of the bracket around the
-crossover, then of the widest gap left inside the interval (whose ends reach to the levels
-measured past them), until the interval is within ``precision`` of the crossover, the
-levels inside it are one request apart, or the budget is spent. The budget counts
-backend time (the runs themselves), so a virtual-time sweep spends it alike.
+The search doubles the concurrency from 1, one run per backend and level: there is no
+fixed top, only the user's ``max_concurrency`` (a hard ceiling), the servers' largest
+batch and the budget. It goes on while no band of paying load has been found (a
+mixture-of-experts model can lose at low load and win at medium), while speculation pays at
+the highest level measured, while the margin rose from the level below the highest (it may
+cross again), or while the crossover's interval is open above with its bracket at the top.
+No crossing is believed on one run: the levels around each are measured until each has
+``near`` runs (at least 3; the middle between them first, when the level above had one
+run and lies more than a request away), and the search goes on if the crossing goes away;
+a loss everywhere is believed once the lowest and highest levels have ``near`` runs. The
+rest of the budget goes to levels inside each crossing's interval in turn, from the lowest
+load, each with ``near`` runs: the middle of the bracket around the crossing, then of the
+widest gap left inside the interval (whose ends reach to the levels measured past them),
+until the interval is within ``precision`` of the crossing, the levels inside it are one
+request apart, a level measured inside has not narrowed it (the runs' spread, not the
+spacing of levels, sets its width), or the budget is spent. The budget counts backend time
+(the runs themselves), so a virtual-time sweep spends it alike.
 The cost is reported beside an estimate of what a uniform grid as fine near the
 crossover, over the whole range, would have cost.
 """
@@ -33,6 +36,7 @@ import numpy as np
 from specroute.bench.progress import Progress
 from specroute.bench.sweep import BACKENDS, Sweep, SweepPlan
 from specroute.profiler.analysis import Analysis, analyse
+from specroute.profiler.stats import Edge
 from specroute.profiler.sweep_data import SweepData, load_sweep
 
 MIN_RUNS_NEAR = 3  # runs per backend at the levels around the crossover, at least
@@ -83,20 +87,15 @@ def _bracket(value: float, measured: Collection[int]) -> tuple[int | None, int |
     return below, above
 
 
-def _next_level(analysis: Analysis, measured: Collection[int]) -> int | None:
-    """An unmeasured level inside the crossover's interval: the middle of the bracket around
-    it if that is wider than one request, else of the widest gap between levels measured
+def _next_level(edge: Edge, measured: Collection[int]) -> int | None:
+    """An unmeasured level inside an edge's interval: the middle of the bracket around it
+    if that is wider than one request, else of the widest gap between levels measured
     inside the interval (the interval reaches to the levels measured past its ends, so a
     gap there is what keeps it wide)."""
-    crossover = analysis.tpot_crossover
-    if crossover.value is None:
-        return None
-    below, above = _bracket(crossover.value, measured)
+    below, above = _bracket(edge.at, measured)
     if below is not None and above is not None and above - below > 1:
         return _middle(below, above)
-    low = crossover.low if crossover.low is not None else min(measured)
-    high = crossover.high if crossover.high is not None else max(measured)
-    inside = sorted(lvl for lvl in measured if low <= lvl <= high)
+    inside = sorted(lvl for lvl in measured if edge.low <= lvl <= edge.high)
     gaps = [(b / a, a, b) for a, b in itertools.pairwise(inside) if b - a > 1]
     if not gaps:
         return None
@@ -128,14 +127,8 @@ def _grid_cost(
     return len(grid), float(seconds.sum())
 
 
-def _why_stop(analysis: Analysis, precision: float) -> str | None:
-    crossover = analysis.tpot_crossover
-    assert crossover.value is not None
-    if crossover.low is None or crossover.high is None:
-        return None
-    if crossover.high - crossover.low <= precision * crossover.value:
-        return f"interval within {precision:.0%} of the crossover"
-    return None
+def _narrow(edge: Edge, precision: float) -> bool:
+    return edge.high - edge.low <= precision * edge.at
 
 
 def _server_ceiling(meta: dict[str, Any]) -> int | None:
@@ -209,65 +202,110 @@ class _Search:
             return True
         return await self.top_up([above])
 
+    async def settle_edges(self) -> bool:
+        """``settle`` every crossing found, in order of load; False when none needs more."""
+        assert self.analysis is not None
+        for edge in self.analysis.tpot_crossover.turns:
+            if await self.settle(edge.at):
+                return True
+        return False
+
     async def top_up_inside(self) -> bool:
-        """Every level inside the crossover's interval to ``near`` runs: a level of one run
+        """Every level inside each crossing's interval to ``near`` runs: a level of one run
         shows no spread between runs, and would narrow the interval it lies in."""
-        crossover = self.analysis.tpot_crossover if self.analysis is not None else None
-        if crossover is None or crossover.value is None:
-            return False
-        low = -math.inf if crossover.low is None else crossover.low
-        high = math.inf if crossover.high is None else crossover.high
-        return await self.top_up([lvl for lvl in self.runs if low <= lvl <= high])
+        assert self.analysis is not None
+        crossover = self.analysis.tpot_crossover
+        inside = {lvl for e in crossover.turns for lvl in self.runs if e.low <= lvl <= e.high}
+        if crossover.value is not None and crossover.high is None:  # open above
+            inside |= {lvl for lvl in self.runs if lvl >= (crossover.low or 0)}
+        return await self.top_up(inside)
+
+    def scan_on(self) -> bool:
+        """Whether doubling goes on: no band of paying load found yet (one may lie higher:
+        a mixture-of-experts model loses at low load and wins at medium), speculation pays
+        at the highest level measured, its margin rose from the level below it (it may cross
+        again), or the crossover's interval is open above with its bracket at the top."""
+        analysis = self.analysis
+        assert analysis is not None
+        margin, crossover = analysis.tpot_margin, analysis.tpot_crossover
+        if not crossover.bands or margin[-1] > 0:
+            return True
+        if len(margin) > 1 and margin[-1] > margin[-2]:
+            return True
+        above = _bracket(crossover.value, self.runs)[1] if crossover.value is not None else None
+        return crossover.high is None and above == max(self.runs)
 
     async def find(self) -> str | None:
-        """Double until a crossing is found with ``near`` runs on both sides; a reason to
-        stop when the search cannot go on."""
+        """Double while ``scan_on``, each crossing found settled with ``near`` runs on both
+        sides; a reason to stop when the search ends without a crossing to refine."""
         if self.ceiling is None:
             self.ceiling = _server_ceiling(self.sweep.meta)
-        analysis = await self.measure(1, 1)
+        await self.measure(1, 1)
         while True:
-            found, top = analysis.tpot_crossover, max(self.runs)
-            if found.value is None and found.bound == "below":
-                if await self.top_up([min(self.runs)]):
-                    analysis = self.analysis or analysis
-                    continue
-                return (f"speculation paid at no level: it lost at {min(self.runs)} in "
-                        f"{self.runs[min(self.runs)]} runs")  # fmt: skip
-            if found.value is not None:
-                if await self.settle(found.value):
-                    analysis = self.analysis or analysis
-                    continue  # the crossing may move or go away
-                above = _bracket(found.value, self.runs)[1]
-                if not (found.high is None and above == top):
-                    return None  # bracketed: refine inside
-            if self.ceiling is not None and top >= self.ceiling:
-                return (f"speculation still paid at {top}, the ceiling (--max-concurrency, or "
-                        "the servers' max running requests)") if found.value is None else (
-                        f"the interval stays open above {top}, the ceiling")  # fmt: skip
-            higher = top * 2 if self.ceiling is None else min(top * 2, self.ceiling)
-            analysis = await self.measure(higher, 1)
-
-    async def refine(self) -> str:
-        while True:
+            if await self.settle_edges():
+                continue  # a crossing may move or go away
             analysis = self.analysis
             assert analysis is not None
-            if analysis.tpot_crossover.value is None:
-                return "the crossing went away when the levels around it were measured again"
-            if await self.settle(analysis.tpot_crossover.value):
+            crossover, top = analysis.tpot_crossover, max(self.runs)
+            if not crossover.bands and await self.top_up([min(self.runs), top]):
+                continue  # a loss everywhere is believed on more than one run
+            at_ceiling = self.ceiling is not None and top >= self.ceiling
+            if not self.scan_on() or at_ceiling:
+                break
+            higher = top * 2 if self.ceiling is None else min(top * 2, self.ceiling)
+            await self.measure(higher, 1)
+        if not crossover.bands:
+            return (f"speculation paid at no level from {min(self.runs)} to {top} "
+                    f"({self.runs[top]} runs at {top})")  # fmt: skip
+        if not crossover.turns:
+            return (f"speculation still paid at {top}, the ceiling (--max-concurrency, or "
+                    "the servers' max running requests)")  # fmt: skip
+        if at_ceiling and crossover.value is not None and crossover.high is None:
+            return f"the interval stays open above {top}, the ceiling"
+        return None
+
+    async def refine(self) -> str:
+        """Measure inside the crossings' intervals, each in turn from the lowest load, until
+        each is within ``precision`` of its crossing, its levels one request apart, or a
+        level measured inside it did not narrow it."""
+        narrowest: dict[int, float] = {}  # per crossing (its place in load order): its width
+        done: dict[int, str] = {}  # when a level was last measured inside it; why it is done
+        while True:
+            if await self.settle_edges():
                 continue
-            stopped = _why_stop(analysis, self.plan.precision)
-            inside = _next_level(analysis, self.runs) if stopped is None else None
-            if stopped is None and inside is None:
-                stopped = (
-                    "the levels inside the interval are one request apart: the runs' "
-                    "spread sets its width (more runs per level would narrow it)"
-                )
-            if stopped is not None:
-                if await self.top_up_inside():
-                    continue  # the interval may move
-                return stopped
-            assert inside is not None
-            await self.measure(inside, self.plan.near)
+            assert self.analysis is not None
+            edges = self.analysis.tpot_crossover.turns
+            if not edges:
+                return "the crossings went away when the levels around them were measured again"
+            target = None
+            for i, edge in enumerate(edges):
+                width, level = edge.high - edge.low, _next_level(edge, self.runs)
+                if i in done:
+                    continue
+                if _narrow(edge, self.plan.precision):
+                    done[i] = f"interval within {self.plan.precision:.0%}"
+                elif width >= narrowest.get(i, math.inf):
+                    done[i] = "a level measured inside did not narrow it"
+                elif level is None:
+                    done[i] = "levels inside one request apart"
+                else:
+                    target = i, level, width
+                    break
+            if target is not None:
+                i, level, narrowest[i] = target
+                await self.measure(level, self.plan.near)
+            elif not await self.top_up_inside():  # the intervals may move
+                return _stop_reason(edges, done)
+
+
+def _stop_reason(edges: tuple[Edge, ...], done: dict[int, str]) -> str:
+    """Why refining ended, per crossing; where it was not precision, the runs' spread sets
+    the width (more runs per level would narrow it)."""
+    said = "; ".join(f"{e.direction} at {e.at:.1f}: {done.get(i, 'settled')}"
+                     for i, e in enumerate(edges))  # fmt: skip
+    if all(why.startswith("interval within") for why in done.values()):
+        return said
+    return said + " (the runs' spread sets the width: more runs per level would narrow it)"
 
 
 async def calibrate(plan: CalibrationPlan, out: Path, sweep: Sweep | None = None) -> Calibration:
@@ -297,9 +335,12 @@ async def calibrate(plan: CalibrationPlan, out: Path, sweep: Sweep | None = None
 
 
 def _final_spacing(analysis: Analysis, measured: list[int]) -> int:
-    """The finest step between levels measured near the crossover (within a factor of two),
-    which a uniform grid would need everywhere to resolve it as well."""
+    """The finest step between levels measured near a crossing (within a factor of two of
+    it), which a uniform grid would need everywhere to resolve it as well."""
     ordered = sorted(set(measured))
-    value = analysis.tpot_crossover.value or analysis.tpot_crossover.limit or ordered[-1]
-    near = [lvl for lvl in ordered if value / 2 <= lvl <= value * 2]
-    return min((b - a for a, b in itertools.pairwise(near)), default=1)
+    crossover = analysis.tpot_crossover
+    edges = [t.at for t in crossover.turns] or [crossover.limit or ordered[-1]]
+    steps = [
+        b - a for x in edges for a, b in itertools.pairwise(ordered) if x / 2 <= a and b <= x * 2
+    ]
+    return min(steps, default=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specroute.profiler.report import interval_text
+from specroute.profiler.report import banded, edge_text, interval_text, measured_when
 
 COLORS = {"spec": "#c2410c", "base": "#1d4ed8"}
 LABELS = {"spec": "speculative", "base": "plain"}
@@ -23,14 +23,22 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True)
     panels = (("decode_tps", "per-request decode tok/s", profile["crossover"]),
               ("output_tps", "total output tok/s", profile["throughput_crossover"]))  # fmt: skip
+    ratio = any(banded(c) for _, _, c in panels)  # bands read best as a ratio against 1
     for ax, (key, label, crossover) in zip(axes, panels, strict=True):
-        for backend in ("spec", "base"):
+        if ratio:
+            ax.axhline(1.0, color=COLORS["base"], linewidth=1.5, label=_label(profile, "base"))
+            ax.plot(x, [row["spec"][key]["median"] / row["base"][key]["median"] for row in levels],
+                    "o-", color=COLORS["spec"], label=_label(profile, "spec"))  # fmt: skip
+            label = "speculative / plain, " + label.split(" tok/s")[0].removesuffix(" decode")
+        for backend in () if ratio else ("spec", "base"):
             mid = [row[backend][key]["median"] for row in levels]
             low = [row[backend][key]["ci"][0] for row in levels]
             high = [row[backend][key]["ci"][1] for row in levels]
             ax.plot(x, mid, "o-", color=COLORS[backend], label=_label(profile, backend))
             ax.fill_between(x, low, high, color=COLORS[backend], alpha=0.2, linewidth=0)
-        if crossover["value"] is not None:
+        if banded(crossover):
+            _draw_bands(ax, crossover, x)
+        elif crossover["value"] is not None:
             ax.axvline(crossover["value"], color="black", linestyle="--", linewidth=1)
             low, high = crossover["ci"]
             span = (x[0] if low is None else low, x[-1] if high is None else high)
@@ -56,11 +64,27 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
     meta = profile["measurement"]
     emulated = (profile["servers"]["spec"].get("emulator") or {}).get("time_scale")
     note = f", emulated at time scale {emulated:g}" if emulated else ""
-    fig.suptitle(f"{meta.get('model')}: where speculation stops paying\n"
-                 f"measured {meta.get('started')}{note}", fontsize=11)  # fmt: skip
+    when = measured_when(meta)
+    fig.suptitle(f"{meta.get('model')}: where speculation pays\n{when}{note}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.89))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _draw_bands(ax: Any, crossover: dict[str, Any], x: list[int]) -> None:
+    """Where speculation pays shaded green, each edge dashed with its interval in grey."""
+    for i, (start, end) in enumerate(crossover["bands"]):
+        ax.axvspan(x[0] if start is None else start, end, color="#16a34a", alpha=0.12,
+                   linewidth=0, label=None if i else "speculation pays")  # fmt: skip
+    for i, turn in enumerate(crossover.get("crossings", [])):
+        ax.axvline(turn["at"], color="black", linestyle="--", linewidth=1)
+        if turn.get("ci"):
+            ax.axvspan(*turn["ci"], color="grey", alpha=0.15, linewidth=0)
+        left = turn["at"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
+        ax.annotate(f"{turn['direction']} {edge_text(crossover, turn['at'])}",
+                    (turn["at"], 0.96 - 0.1 * (i % 4)), xycoords=("data", "axes fraction"),
+                    xytext=(-4 if left else 4, 0), textcoords="offset points", va="top",
+                    ha="right" if left else "left", fontsize=8)  # fmt: skip
 
 
 def _label(profile: dict[str, Any], backend: str) -> str:

@@ -27,7 +27,37 @@ def _runs_text(levels: list[dict[str, Any]]) -> str:
     return "; ".join(f"{k} at {', '.join(v)}" for k, v in groups.items())
 
 
+def banded(c: dict[str, Any]) -> bool:
+    """Whether the crossover's bands are more than one crossover's: speculation paying from
+    a load above the lowest, or in more than one span."""
+    paying = c.get("bands") or []
+    return len(paying) > 1 or (len(paying) == 1 and paying[0][0] is not None)
+
+
+def edge_text(c: dict[str, Any], at: float) -> str:
+    """A band's edge with its interval, from the crossing it is."""
+    for turn in c.get("crossings", []):
+        if abs(turn["at"] - at) < 1e-3 and turn.get("ci"):
+            low, high = turn["ci"]
+            return f"{at:.1f} (95% {low:.1f} to {high:.1f})"
+    return f"{at:.1f}"
+
+
+def _bands_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
+    spans = []
+    for start, end in c["bands"]:
+        begin = "the lowest load" if start is None else edge_text(c, start)
+        finish = (f"{end:g}, the highest level measured" if end == levels[-1]
+                  else edge_text(c, end))  # fmt: skip
+        spans.append(f"from {begin} to {finish}")
+    return (f"Speculation gives better {what} in {len(spans)} band(s) of load, "
+            f"{'; '.join(spans)} concurrent requests, and worse outside "
+            f"{'it' if len(spans) == 1 else 'them'}.")  # fmt: skip
+
+
 def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
+    if banded(c):
+        return _bands_sentence(c, what, levels)
     if c["value"] is None:
         if c["bound"] == "above":
             return (f"Speculation gave better {what} at every level measured (up to "
@@ -43,16 +73,15 @@ def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
         width = (high - low) / c["value"]
         sure = ("narrow" if width < 0.25 else "moderately wide" if width < 0.6 else "wide: "
                 "measure more requests per level or more levels around it")  # fmt: skip
-    sentence = (
-        f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
-        f"requests, worse above (95% interval {interval_text(c['ci'])}, {sure})."
-    )
-    turns = c.get("crossings", [])
-    if len(turns) > 1:
-        listed = ", ".join(f"{t['direction']} at {t['at']:.1f}" for t in turns)
-        sentence += (f" The margin changes sign {len(turns)} times ({listed}); the value is "
-                     "the first where speculation stops paying, going up in load.")  # fmt: skip
-    return sentence
+    return (f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
+            f"requests, worse above (95% interval {interval_text(c['ci'])}, {sure}).")  # fmt: skip
+
+
+def measured_when(meta: dict[str, Any]) -> str:
+    """When the profile was measured, or that it was rehearsed (``emulate --calibrate``)."""
+    if meta.get("started"):
+        return f"measured {meta['started']} to {meta.get('ended')}"
+    return "rehearsed in virtual time (specroute emulate --calibrate)"
 
 
 def render_report(profile: dict[str, Any]) -> str:
@@ -60,10 +89,11 @@ def render_report(profile: dict[str, Any]) -> str:
     concurrency = [row["concurrency"] for row in levels]
     meta, workload = profile["measurement"], profile["workload"]
     spec, base = profile["servers"]["spec"], profile["servers"]["base"]
+    when = measured_when(meta)
     lines = [
         "# Speculative decoding crossover",
         "",
-        f"Model `{meta.get('model')}`, measured {meta.get('started')} to {meta.get('ended')} "
+        f"Model `{meta.get('model')}`, {when} "
         f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}); "
         f"runs per level and backend: {_runs_text(levels)}; "
         f"{(meta.get('backend_seconds') or 0) / 60:.1f} minutes of backend time.",
@@ -75,8 +105,16 @@ def render_report(profile: dict[str, Any]) -> str:
         "- Total throughput (output tokens per second over all requests): "
         + _crossover_sentence(profile["throughput_crossover"], "throughput", concurrency),
         "- The router's `crossover` policy uses the first: it sends a request to the "
-        "speculative server while the concurrency it would join is at or below it.",
+        "speculative server while the concurrency it would join lies in a band where "
+        "speculation pays (for one crossover: at or below it).",
     ]
+    if banded(profile["crossover"]):
+        lines.append(
+            "- Bands, not one crossover below which speculation pays, as for a dense model: a "
+            "mixture of experts reads few experts per step at low load, where verifying "
+            "drafts touches many more, and nearly all of them at any load past a few hundred "
+            "tokens per step, where verifying costs little more than decoding."
+        )
     accept = profile["acceptance"]["mean_accept_length"]
     if accept is not None:
         lines.append(

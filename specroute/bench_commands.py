@@ -75,7 +75,7 @@ def add_bench(sub: Subcommands) -> None:
         description="Closed-loop streams at rising levels against one emulated server, and "
         "the level at which its lag (slept over modelled step time) passes 5%%.",
     )  # fmt: skip
-    cap.add_argument("--hardware", default="kimi-k2.5-8x-pcie",
+    cap.add_argument("--hardware", default="kimi-k2.5-8x-pcie-fitted",
                      help="a shipped hardware model or a JSON file")  # fmt: skip
     cap.add_argument("--mode", choices=["spec", "base"], default="spec")
     cap.add_argument("--levels", type=levels, default=[16, 32, 64, 128, 256, 512],
@@ -170,7 +170,7 @@ def add_bench(sub: Subcommands) -> None:
         "modelled seconds), each against the noise-free engine's crossover and beside a "
         "fixed grid of powers of two with 3 runs each: coverage, median width, backend time.",
     )  # fmt: skip
-    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie,llama3.1-8b-h200@2.0",
+    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie-fitted,llama3.1-8b-h200@2.0",
                      help="hardware models, comma-separated, taken in turn; NAME@A: at "
                      "accept length A")  # fmt: skip
     cov.add_argument("--calibrations", type=positive(int), default=50)

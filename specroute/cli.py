@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -158,8 +159,21 @@ def _add_emulate(sub: Subcommands) -> None:
     emulate.add_argument("--output-len", type=positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
     emulate.add_argument(
+        "--calibrate", action="store_true",
+        help="rehearse `specroute calibrate` on this model in virtual time (no servers; "
+        "backend time is modelled seconds; add --noise to make runs differ as a real engine's "
+        "do) and write its profile to --profile",
+    )  # fmt: skip
+    emulate.add_argument(
         "--profile", metavar="FILE",
-        help="with --predict: also write it as a profile (marked predicted), to rehearse routing",
+        help="with --predict: also write it as a profile (marked predicted), to rehearse "
+        "routing; with --calibrate: the calibration's profile",
+    )  # fmt: skip
+    emulate.add_argument("--report", metavar="report.md", help="with --calibrate: in words")
+    emulate.add_argument("--plot", metavar="bands.png", help="with --calibrate: needs matplotlib")
+    emulate.add_argument(
+        "--budget", type=float, default=math.inf, metavar="MINUTES",
+        help="with --calibrate: modelled backend time to spend, at most (default: no limit)",
     )  # fmt: skip
     emulate.set_defaults(handler=_emulate)
 
@@ -171,7 +185,7 @@ def _add_demo(sub: Subcommands) -> None:
         "profile, and a load ramp through it against both static choices (about 2 minutes).",
     )  # fmt: skip
     demo.add_argument(
-        "--hardware", default="kimi-k2.5-8x-pcie",
+        "--hardware", default="kimi-k2.5-8x-pcie-fitted",
         help="a shipped hardware model or a JSON file (default: %(default)s)",
     )  # fmt: skip
     demo.add_argument("--accept-length", type=positive(float), metavar="TAU")
@@ -220,8 +234,14 @@ def _emulate(args: argparse.Namespace) -> int:
             Path(args.profile).write_text(json.dumps(as_profile(prediction, config), indent=1))
             print(f"predicted profile written to {args.profile}", file=sys.stderr)
         return 0
+    if args.calibrate:
+        if not args.profile:
+            raise ValueError("--calibrate writes a profile: give --profile FILE")
+        from specroute.measure import rehearse
+
+        return rehearse(config, args)
     if args.mode is None:
-        raise ValueError("--mode spec|base is required to serve (or pass --predict)")
+        raise ValueError("--mode spec|base is required to serve (or pass --predict, --calibrate)")
     from specroute.emulator.server import serve
 
     serve(config)

@@ -75,6 +75,29 @@ def crossings(levels: Sequence[float], margin: Sequence[float]) -> list[Turn]:
     return turns
 
 
+Band = tuple[float | None, float | None]  # loads where speculation pays: (from, to), None open
+
+
+def bands(levels: Sequence[float], margin: Sequence[float]) -> list[Band]:
+    """The loads where the margin is positive, by the same rule as ``crossings``: each band
+    runs from an ``"up"`` turn to the next ``"down"`` one; open below (from the lowest load)
+    when the first level pays; closed at the last level when it pays there, as a crossover
+    that was never found is (nothing was measured past it). A single crossover is the one
+    band ``(None, crossover)``."""
+    found: list[Band] = []
+    start: float | None = None
+    paying = bool(margin) and margin[0] > 0
+    for turn in crossings(levels, margin):
+        if turn.direction == "up":
+            start, paying = turn.at, True
+        else:
+            found.append((start, turn.at))
+            paying = False
+    if paying:
+        found.append((start, float(levels[-1])))
+    return found
+
+
 def _between(x0: float, m0: float, x1: float, m1: float) -> float:
     """Where the line through (log x0, m0) and (log x1, m1) reaches 0."""
     return float(x0 * (x1 / x0) ** (m0 / (m0 - m1)))

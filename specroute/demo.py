@@ -5,6 +5,11 @@ of where speculation stops paying, the router started with the profile it wrote,
 load ramp up and down played through it with the ``crossover`` policy and with both static
 choices, shown per phase and drawn to a file; then the same ramp replayed offline in
 virtual time beside it, with an oracle's gap. Every process it starts is stopped at the end.
+
+Then the other half of the story, in virtual time: the seeds' model rebuilt from measured
+mixture-of-experts physics, where speculation does not pay below a crossover but in a band
+of medium load (at the seeds' accept length), predicted, and a ramp to 128 replayed with
+the band-aware policy against both static choices and the oracle.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from specroute.bench.replay import ReplayPlan, compare_offline
 from specroute.bench.spawn import spawned
 from specroute.bench.sweep import SweepPlan
 from specroute.bench.trace import named_trace
+from specroute.emulator.predict import Prediction, as_profile, predict, verdict
 from specroute.event_loop import run as run_loop
 from specroute.measure import draw
 from specroute.model_flags import config_from_flags
-from specroute.policies.profile import load_profile, save_profile
+from specroute.policies.profile import load_profile, parse_profile, save_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import POOLS
 from specroute.profiler.analysis import profile_document
@@ -34,7 +40,7 @@ from specroute.profiler.report import interval_text
 
 @dataclass(frozen=True)
 class DemoPlan:
-    hardware: str = "kimi-k2.5-8x-pcie"
+    hardware: str = "kimi-k2.5-8x-pcie-fitted"
     time_scale: float = 0.1
     peak: int = 16
     phase_seconds: float = 3.0
@@ -98,7 +104,45 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
     _say("")
     draw(lambda: plot_compare(results, plan.out / "demo.png"), plan.out / "demo.png")
     _say("all servers and routers stopped")
+    _say("")
+    _bands(plan)
     return results
+
+
+MOE = "kimi-k2.5-8x-pcie"  # the seeds' model, built from physics
+MOE_LEVELS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
+
+
+def _bands(plan: DemoPlan) -> None:
+    """Where speculation pays on the seeds' mixture-of-experts model, at the seeds' weak
+    drafter and a good one, and the band-aware policy on a ramp to 128, all offline."""
+    _say(f"and in virtual time: {MOE}, the seeds' model built from mixture-of-experts "
+         "physics (verifying drafts reads many more experts at low load, nearly none more "
+         "at high load)")  # fmt: skip
+    predicted: dict[str, tuple[tuple[str, ...], Prediction]] = {}
+    for accept in ("2.1", "3.0"):  # the seeds' drafter, and a good one
+        model = ("--hardware", MOE, "--accept-length", accept, "--max-running-requests", "256")
+        prediction = predict(config_from_flags(model, "spec"), MOE_LEVELS, plan.input_len,
+                             plan.output_len)  # fmt: skip
+        points = [(lv.concurrency, lv.speedup) for lv in prediction.levels]
+        _say(f"    accept length {accept}: {verdict(points, 'per-request speed')}")
+        predicted[accept] = model, prediction
+    weak, prediction = predicted["2.1"]
+    configs = {pool: config_from_flags(weak, pool) for pool in POOLS}
+    profile = parse_profile(as_profile(prediction, configs["spec"]))
+    natural = synthetic(plan.input_len, 2 * plan.output_len)  # ends at EOS: lengths vary
+    replay = ReplayPlan(
+        named_trace("ramp", 128, 20.0),
+        natural,
+        configs,
+        backends={"spec": ("spec",), "base": ("base",)},
+        ignore_eos=False,
+    )
+    offline = compare_offline(replay, {"crossover": build_policy("crossover", {}, profile)})
+    tps = {p: r["overall"]["output_tps"] for p, r in offline["policies"].items()}
+    _say(f"    accept length 2.1, a ramp 1 to 128 and back, output tok/s: band-aware "
+         f"crossover {tps['crossover']:,.0f}, always speculative {tps['always-spec']:,.0f}, "
+         f"always plain {tps['always-base']:,.0f}, the oracle {tps['oracle']:,.0f}")  # fmt: skip
 
 
 def _agreement(live: dict[str, Any], offline: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ serve`` starts without them."""
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,9 @@ from specroute.event_loop import run as run_loop
 from specroute.flags import add_report_flags, add_workload_flags, slo, sweep_plan
 
 if TYPE_CHECKING:
+    from specroute.emulator.config import EmulatorConfig
     from specroute.flags import Subcommands
+    from specroute.profiler.calibration import Calibration
 
 
 def add_profile(sub: Subcommands) -> None:
@@ -63,12 +66,13 @@ def draw(plot: Callable[[], None], path: str | Path) -> None:
         print("no plot: matplotlib is not installed (pip install 'specroute[plot]')")
 
 
-def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
+def _write(document: dict[str, Any], args: argparse.Namespace, output: str | None = None) -> None:
     from specroute.policies.profile import save_profile
     from specroute.profiler.report import render_report
 
-    save_profile(document, args.output)
-    print(f"profile written to {args.output}")
+    output = output or args.output
+    save_profile(document, output)
+    print(f"profile written to {output}")
     if args.report:
         Path(args.report).write_text(render_report(document))
         print(f"report written to {args.report}")
@@ -76,19 +80,20 @@ def _write(document: dict[str, Any], args: argparse.Namespace) -> None:
         from specroute.profiler.plot import plot_profile
 
         draw(lambda: plot_profile(document, Path(args.plot)), args.plot)
-    from specroute.profiler.report import interval_text
+    from specroute.profiler.report import banded, interval_text
 
     for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
         c = document[key]
-        if c["value"] is None:
+        if banded(c):
+            spans = "; ".join(
+                f"{'1' if a is None else f'{a:.1f}'} to {b:.1f}" for a, b in c["bands"]
+            )
+            print(f"{label}: speculation pays in {len(c['bands'])} band(s) of load: {spans}")
+        elif c["value"] is None:
             where = "every" if c["bound"] == "above" else "no"
             print(f"{label}: speculation pays at {where} level measured (limit {c['limit']:g})")
         else:
             print(f"{label}: crossover {c['value']:.1f} (95% {interval_text(c['ci'])})")
-        if len(c.get("crossings", [])) > 1:
-            turns = ", ".join(f"{t['direction']} at {t['at']:.1f}" for t in c["crossings"])
-            print(f"{label}: the margin changes sign {len(c['crossings'])} times ({turns}); "
-                  "the router uses the first where speculation stops paying")  # fmt: skip
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -102,7 +107,6 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from specroute.profiler.analysis import profile_document
     from specroute.profiler.calibration import CalibrationPlan, calibrate
 
     plan = CalibrationPlan(
@@ -110,10 +114,36 @@ def _calibrate(args: argparse.Namespace) -> int:
         budget_seconds=args.budget * 60, precision=args.precision,
     )  # fmt: skip
     out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
-    result = run_loop(calibrate(plan, out))
+    _report_calibration(run_loop(calibrate(plan, out)), args)
+    return 0
+
+
+def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
+    """``emulate --calibrate``: the calibration search on this model's engine in virtual
+    time, its sweep in a temporary folder, its profile, report and plot written."""
+    from specroute.bench.dataset import synthetic
+    from specroute.bench.sweep import SweepPlan
+    from specroute.bench.virtual_sweep import VirtualSweep
+    from specroute.profiler.calibration import CalibrationPlan, calibrate
+
+    plan = SweepPlan("virtual", "virtual", synthetic(args.input_len, args.output_len))
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "calibration"
+        sweep = VirtualSweep(plan, out, config, input_len=args.input_len,
+                             output_len=args.output_len, seed=args.seed)  # fmt: skip
+        calibration = CalibrationPlan(plan, budget_seconds=args.budget * 60)
+        _report_calibration(run_loop(calibrate(calibration, out, sweep)), args, args.profile)
+    return 0
+
+
+def _report_calibration(
+    result: Calibration, args: argparse.Namespace, output: str | None = None
+) -> None:
+    from specroute.profiler.analysis import profile_document
+
     document = profile_document(result.analysis)
     document["measurement"]["calibration"] = result.as_json()
-    _write(document, args)
+    _write(document, args, output)
     runs = ", ".join(f"{lvl} x{result.runs[lvl]}" for lvl in sorted(result.runs))
     print(
         f"calibration: {len(result.levels)} levels (runs per backend: {runs}), "
@@ -121,4 +151,3 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
         f"Stopped: {result.stopped}."
     )
-    return 0

@@ -57,8 +57,10 @@ async def test_single_stream_within_ten_percent(
 
 
 def test_every_named_model_is_shipped_with_its_targets() -> None:
-    assert {"kimi-k2.5-8x-pcie", "llama3.1-8b-h100", "llama3.1-8b-h200"} <= set(available_models())
-    kimi = load_hardware("kimi-k2.5-8x-pcie")
+    assert {"kimi-k2.5-8x-pcie-fitted", "llama3.1-8b-h100", "llama3.1-8b-h200"} <= set(
+        available_models()
+    )
+    kimi = load_hardware("kimi-k2.5-8x-pcie-fitted")
     assert kimi.accept_length == pytest.approx(3.0)
     assert {(c.mode, c.value) for c in kimi.calibration} >= {("base", 90.0), ("spec", 82.3)}
     h100 = load_hardware("llama3.1-8b-h100")
@@ -68,7 +70,7 @@ def test_every_named_model_is_shipped_with_its_targets() -> None:
 
 
 async def test_kimi_good_drafter_is_clearly_faster_than_no_speculation() -> None:
-    flags = ("--hardware", "kimi-k2.5-8x-pcie", "--time-scale", str(TIME_SCALE))
+    flags = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--time-scale", str(TIME_SCALE))
     async with running_emulator("--mode", "spec", "--accept-length", "3.0", *flags) as url:
         spec = await single_stream_tok_s(url)
     assert spec > 90.0 * 1.15

@@ -18,14 +18,14 @@ from tests.emulators import emulator_config
 def test_short_coverage(tmp_path: Path) -> None:
     configs = tuple(
         emulator_config("--hardware", name, "--max-running-requests", "128", "--noise", "default")
-        for name in ("llama3.1-8b-h200", "kimi-k2.5-8x-pcie")
+        for name in ("llama3.1-8b-h200", "kimi-k2.5-8x-pcie-fitted")
     )
     plan = CoveragePlan(configs, synthetic(512, 32), calibrations=3, output_len=32,
                         grid_every=2)  # fmt: skip
     result = coverage(plan)  # llama, kimi, llama: the grid beside llama's second
     summary = result["summary"]
     assert summary["overall"]["calibrations"] == 3
-    assert {"kimi-k2.5-8x-pcie", "llama3.1-8b-h200"} <= set(summary)
+    assert {"kimi-k2.5-8x-pcie-fitted", "llama3.1-8b-h200"} <= set(summary)
     assert summary["overall"]["adaptive"]["coverage"] >= 2 / 3
     assert summary["overall"]["grid"]["runs"] == 1
     for trial in result["trials"]:

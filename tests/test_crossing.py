@@ -11,14 +11,21 @@ import numpy as np
 import pytest
 
 from specroute.bench.record import RequestRecord
-from specroute.crossing import Crossing, crossing, crossings, log_margin
+from specroute.crossing import Crossing, bands, crossing, crossings, log_margin
 from specroute.emulator.predict import as_profile, predict
 from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy
 from specroute.policies.curves import curves
 from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.profiler.analysis import analyse, profile_document
-from specroute.profiler.stats import crossing_with_ci, percentile_interval, resampled, two_stage
+from specroute.profiler.stats import (
+    between_runs,
+    crossing_with_ci,
+    percentile_interval,
+    resampled,
+    run_draws,
+    within_runs,
+)
 from specroute.profiler.sweep_data import Cell, SweepData
 from tests.emulators import emulator_config
 
@@ -97,22 +104,54 @@ def test_every_sign_change_is_reported_and_the_first_fall_is_the_value() -> None
     assert turns[0].at == pytest.approx(math.sqrt(2)) and turns[1].at == pytest.approx(4 * 2**0.5)
     assert crossing(levels, margin).at == turns[0].at
     found = crossing_with_ci(levels, margin, [margin])
-    assert found.turns == tuple(turns) and found.value == turns[0].at
+    assert [(t.at, t.direction) for t in found.turns] == [(t.at, t.direction) for t in turns]
+    assert found.value == turns[0].at and all(t.support == 1.0 for t in found.turns)
+    assert found.bands == ((None, turns[0].at), (turns[1].at, turns[2].at))
+    assert bands([1, 2, 4], [-1.0, 1.0, 1.0]) == [(2**0.5, 4.0)]  # paying at the top: to it
+    assert bands([1, 2], [-1.0, -1.0]) == [] and bands([1, 2], [1.0, 1.0]) == [(None, 2.0)]
     assert crossings([1, 2], [-1.0, 1.0])[0].direction == "up"
     assert crossings([1], [1.0]) == []
 
 
+def test_every_edge_has_its_interval_from_the_replicates_turns() -> None:
+    """A band from about 5.7 to 22.6 whose replicates move each edge by a level or less:
+    each edge's interval holds its replicates' turns, out to the levels measured past
+    them; a replicate without the band counts against its support."""
+    levels = [1, 2, 4, 8, 16, 32, 64]
+    point = [-1.0, -1.0, -0.5, 0.5, 0.5, -0.5, -1.0]
+    early = [-1.0, -0.5, 0.5, 0.5, 0.5, -0.5, -1.0]  # up between 2 and 4
+    late = [-1.0, -1.0, -0.5, 0.5, 0.5, 0.5, -0.5]  # down between 32 and 64
+    gone = [-1.0] * 7
+    found = crossing_with_ci(levels, point, [point] * 80 + [early] * 10 + [late] * 8 + [gone] * 2)
+    up, down = found.turns
+    assert (up.direction, down.direction) == ("up", "down")
+    assert (up.low, up.high) == (2.0, 8.0) and (down.low, down.high) == (16.0, 64.0)
+    assert up.support == down.support == 0.98
+    assert found.bands == ((up.at, down.at),)
+    assert found.value is None and found.bound == "below"  # the first level did not pay
+
+
 def test_runs_are_the_resampling_unit() -> None:
-    """Two runs whose requests agree within each run but not between them: the two-stage
-    bootstrap's interval spans both runs' medians, resampling requests alone would not."""
+    """Two runs whose requests agree within each run but not between them: the interval
+    spans both runs' medians (resampling requests alone would give 1.5 every time), and
+    widens as the t interval of so few runs does; three runs at one value give none."""
     samples = np.array([1.0] * 20 + [2.0] * 20)
-    draws = two_stage([20, 20], np.random.default_rng(0), 2000)
-    medians = resampled(samples, draws, np.median)
-    low, high = percentile_interval(medians)
-    assert low == 1.0 and high == 2.0
-    uneven = two_stage([3, 5], np.random.default_rng(1), 500)
+    draws = within_runs([20, 20], np.random.default_rng(0), 4000)
+    assert set(np.unique(resampled(samples, draws, np.median))) == {1.5}
+    shift = between_runs(np.array([1.0, 2.0]), run_draws(2, np.random.default_rng(1), 4000))
+    low, high = percentile_interval(resampled(samples, draws, np.median) * shift)
+    assert low < 1.0 and high > 2.0
+    runs = np.array([1.0, 1.1, 1.2])  # three runs: a t interval with 2 degrees of freedom
+    three = percentile_interval(
+        np.exp(np.log(runs).mean())
+        * between_runs(runs, run_draws(3, np.random.default_rng(2), 20000))
+    )
+    half = 4.303 * np.std(np.log(runs), ddof=1) / np.sqrt(3)  # t(0.975, 2 df) = 4.303
+    assert np.log(three[1] / three[0]) / 2 == pytest.approx(half, rel=0.05)
+    assert (between_runs(np.array([1.3]), np.ones(5)) == 1).all()
+    uneven = within_runs([3, 5], np.random.default_rng(1), 500)
     means = resampled(np.array([0.0] * 3 + [1.0] * 5), uneven, np.mean)
-    assert set(np.unique(means)) <= {0.0, 1.0, 0.375, 0.5, 0.625}  # whole runs, either size
+    assert set(np.unique(means)) == {0.625}  # each run keeps its own requests
 
 
 def _sweep(levels: list[int]) -> SweepData:
@@ -155,7 +194,9 @@ def test_the_profile_and_its_policies_give_one_crossover() -> None:
 
 
 def test_the_prediction_is_the_finder_on_its_speeds() -> None:
-    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    config = emulator_config(
+        "--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256"
+    )
     prediction = predict(config, [1, 4, 8], 128, 64)
     levels = [lv.concurrency for lv in prediction.levels]
 

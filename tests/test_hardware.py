@@ -28,7 +28,7 @@ def test_measured_h200_tables_are_used_as_measured() -> None:
 
 
 def test_speculative_step_costs_more_at_high_batch() -> None:
-    for name in ("kimi-k2.5-8x-pcie", "llama3.1-8b-h100", "llama3.1-8b-h200"):
+    for name in ("kimi-k2.5-8x-pcie-fitted", "llama3.1-8b-h100", "llama3.1-8b-h200"):
         hw = load_hardware(name)
         ratios = [hw.speculative_ms(b, 3, b * 1024) / hw.decode_ms(b, b * 1024) for b in (1, 64)]
         assert ratios[1] > ratios[0], name
@@ -57,13 +57,13 @@ def shipped(name: str) -> dict[str, object]:
     ],
 )
 def test_bad_models_are_refused_with_the_reason(change: dict[str, object], message: str) -> None:
-    data = shipped("kimi-k2.5-8x-pcie") | change
+    data = shipped("kimi-k2.5-8x-pcie-fitted") | change
     with pytest.raises(HardwareError, match=message):
         parse_hardware(data)
 
 
 def test_missing_field_is_named() -> None:
-    data = shipped("kimi-k2.5-8x-pcie")
+    data = shipped("kimi-k2.5-8x-pcie-fitted")
     del data["prefill_ms"]
     with pytest.raises(HardwareError, match="prefill_ms"):
         parse_hardware(data)

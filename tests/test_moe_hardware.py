@@ -16,7 +16,7 @@ from specroute.emulator.hardware import load_hardware
 from specroute.emulator.predict import simulate
 from tests.emulators import emulator_config
 
-KIMI = "kimi-k2.5-8x-pcie-physics"
+KIMI = "kimi-k2.5-8x-pcie"
 QWEN = "qwen3-30b-a3b-h200"
 
 

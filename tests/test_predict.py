@@ -21,11 +21,17 @@ def test_speedups_cross_where_their_log_reaches_zero() -> None:
     assert speedup_crossing([(1, 1.5), (2, 1.2)]).at is None
     assert "above 2" in verdict([(1, 1.5), (2, 1.2)], "x")
     assert "below 1" in verdict([(1, 0.9), (2, 0.8)], "x")
-    assert "changes sign more than once" in verdict([(1, 0.9), (2, 1.1)], "x")
+    assert "1 band(s): from 1.4 to 2 (the last level measured)" in verdict(
+        [(1, 0.9), (2, 1.1)], "x"
+    )
+    band = verdict([(1, 0.9), (4, 1.1), (16, 1.2), (64, 0.9)], "x")
+    assert band.endswith("in 1 band(s): from 2.1 to 38.5")
 
 
 def test_kimi_crossover_sits_at_low_concurrency() -> None:
-    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    config = emulator_config(
+        "--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256"
+    )
     prediction = predict(config, [1, 2, 4, 8, 16])
     assert prediction.levels[0].speedup > 1.15
     assert prediction.levels[-1].speedup < 0.95
@@ -62,12 +68,14 @@ def test_predict_command_prints_json_and_writes_a_profile(tmp_path: Path) -> Non
 
 
 def test_a_prediction_without_a_crossover_gives_the_bound() -> None:
-    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+    config = emulator_config(
+        "--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256"
+    )
     above = parse_profile(as_profile(predict(config, [1, 2], 128, 64), config))
     assert (above.crossover.value, above.crossover.bound, above.crossover.limit) == (
         None, "above", 2,
     )  # fmt: skip
-    weak = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--accept-length", "2.1")
+    weak = emulator_config("--hardware", "kimi-k2.5-8x-pcie-fitted", "--accept-length", "2.1")
     below = parse_profile(as_profile(predict(weak, [1, 2], 128, 64), weak))
     assert below.crossover.bound == "below" and below.crossover.threshold == 0
 

@@ -369,7 +369,9 @@ async def test_metrics_have_the_right_values() -> None:
 
 def kimi_predicted(tmp_path: Path) -> tuple[dict[str, Any], Path]:
     """Kimi's profile as the emulator's model predicts it, and the file it is written to."""
-    config = emulator_config("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "64")
+    config = emulator_config(
+        "--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "64"
+    )
     predicted = as_profile(predict(config, [1, 2, 4, 6, 8, 12], 128, 64), config)
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(predicted))

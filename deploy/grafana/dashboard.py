@@ -85,11 +85,13 @@ def load() -> Panels:
         "Live concurrency against the crossover",
         "The load the policy routes by, as each router replica counts it, and the crossover "
         "from its profile: below it requests go to the speculative pool, above it to the "
-        "plain one.",
+        "plain one. A profile with bands (a mixture of experts can pay only at medium load) "
+        "draws each band's edges: between a band's from and to, speculative.",
         "short",
         [
             query("specroute_live_concurrency", "live concurrency {{instance}}"),
             query("max(specroute_crossover)", "crossover"),
+            query("max by (band, edge) (specroute_band_edge)", "band {{band}} {{edge}}"),
         ],
     )
     share = graph(

@@ -1,0 +1,97 @@
+"""Bands where speculation pays, found by calibration (``specroute emulate --calibrate``: the
+search on noisy mixture-of-experts engines in virtual time), written to the profile with an
+interval per edge, reported, drawn, and routed by.
+
+The truth is the noise-free engine's prediction (``emulator.predict``) at the levels the
+calibration measured. With 512-token prompts and 32-token answers (short, so prefill
+weighs on every answer's time per token), on the measured Qwen3-30B-A3B model at accept
+length 1.6 speculation pays only between about 17 and 88 requests; on the seeds' Kimi
+model built from physics, at the seeds' accept length 2.1, between about 27 and 61 (with
+128-token answers: from 54 to about 290).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specroute.crossing import bands
+from specroute.emulator.noise import Noise
+from specroute.emulator.predict import predict
+from specroute.policies.profile import parse_profile
+from specroute.policies.registry import build_policy
+from specroute.policies.view import BackendView, RequestInfo, View
+from tests.emulators import emulator_config
+from tests.test_bench import run
+
+OUTPUT = 32
+
+
+async def calibrated(tmp_path: Path, *flags: str) -> tuple[dict[str, Any], list[float]]:
+    """``specroute emulate --calibrate``'s profile (its report and plot written too), and
+    the noise-free engine's band edges at the levels it measured (what its interpolation
+    aims at)."""
+    model = (*flags, "--noise", "default", "--seed", "3")
+    code, stdout, stderr = await run(
+        "emulate", *model, "--input-len", "512", "--output-len", str(OUTPUT), "--calibrate",
+        "--profile", str(tmp_path / "p.json"), "--report", str(tmp_path / "r.md"),
+        "--plot", str(tmp_path / "bands.png"),
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "speculation pays in 1 band(s) of load" in stdout
+    profile = json.loads((tmp_path / "p.json").read_text())
+    assert "1 band(s) of load, from " in (tmp_path / "r.md").read_text()
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "bands.png").read_bytes()[:4] == b"\x89PNG"
+    levels = [row["concurrency"] for row in profile["levels"]]
+    truth = predict(replace(emulator_config(*model), noise=Noise()), levels, 512, OUTPUT)
+    speedups = [math.log(lv.speedup) for lv in truth.levels]
+    return profile, [e for band in bands(levels, speedups) for e in band if e is not None]
+
+
+def route(profile: dict[str, Any], load: int) -> str:
+    """Where the crossover policy sends a request that would make the load ``load``."""
+    policy = build_policy("crossover", {}, parse_profile(profile))
+    view = View((BackendView("s", "spec", True, load - 1), BackendView("b", "base", True, 0)))
+    return policy.choose(RequestInfo(path="/v1/completions"), view).pool
+
+
+def check_against_truth(profile: dict[str, Any], edges: list[float]) -> None:
+    """The profile's crossings are the truth's, each inside its interval; the crossover
+    policy sends a request to the plain server below the band and above it, and to the
+    speculative one inside it."""
+    crossover = profile["crossover"]
+    assert isinstance(crossover, dict)
+    turns = crossover["crossings"]
+    assert [t["direction"] for t in turns] == ["up", "down"][: len(edges)]
+    for turn, truth in zip(turns, edges, strict=True):
+        assert turn["ci"][0] <= truth <= turn["ci"][1] and turn["support"] > 0.8, (turn, truth)
+    ((start, end),) = crossover["bands"]
+    assert start == pytest.approx(turns[0]["at"], abs=1e-3)
+    assert crossover["value"] is None and crossover["bound"] == "below"  # lost at 1
+    inside = round(math.sqrt(start * end))
+    assert [route(profile, n) for n in (1, inside)] == ["base", "spec"]
+    if len(turns) > 1:
+        assert route(profile, math.ceil(end * 1.2)) == "base"
+
+
+async def test_a_measured_moe_pays_in_a_band(tmp_path: Path) -> None:
+    """Qwen3-30B-A3B on one H200, every step time measured, a weak drafter: loses at low
+    load (verifying touches many more experts), pays at medium, fades as compute binds."""
+    profile, edges = await calibrated(tmp_path, "--hardware", "qwen3-30b-a3b-h200",
+                                "--accept-length", "1.6", "--max-running-requests", "128")  # fmt: skip
+    assert len(edges) == 2 and 8 < edges[0] < 32 and 48 < edges[1] < 128
+    check_against_truth(profile, edges)
+
+
+async def test_the_seeds_model_pays_in_a_band_of_medium_load(tmp_path: Path) -> None:
+    profile, edges = await calibrated(tmp_path, "--hardware", "kimi-k2.5-8x-pcie",
+                                "--accept-length", "2.1", "--max-running-requests", "512")  # fmt: skip
+    assert len(edges) == 2 and 16 < edges[0] < 48 and 48 < edges[1] < 128
+    check_against_truth(profile, edges)
