@@ -1,4 +1,5 @@
-"""The profile file, ``specroute.profile/v1``: what calibration measured, read by policies.
+"""The profile file, ``specroute.profile/v1`` or ``/v2``: what calibration measured, read by
+policies.
 
 Kept small and versioned. Required: ``crossover.value`` (the concurrency where speculation
 stops paying, or null when it paid or lost at every level measured, with ``bound`` saying
@@ -7,6 +8,13 @@ be null when the interval is open on that side, as ``ci_open`` says: ``[8.2, nul
 "at least 8.2"; it need not contain the value). Everything else is optional metadata that
 tells whether the profile still applies (settings, workload, date), and what calibration
 found: every crossing (``crossings``) and the rule that picked ``value`` (``rule``).
+
+``v2`` adds the context axis, ``context``: ``tokens_per_byte`` (prompt tokens per byte of
+prompt text, as calibration measured them, for estimating a request's context without a
+tokenizer) and ``buckets``, each a ``context`` (mean KV tokens per request of the bucket's
+requests while they decode) and a ``crossover`` object of the same form as the top-level
+one. The top-level ``crossover`` stays, so a reader of ``v1`` fields finds what it always
+did; a ``v1`` profile has no context axis.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from specroute.crossing import Band
 
 SCHEMA = "specroute.profile/v1"
+SCHEMA_V2 = "specroute.profile/v2"  # with the context axis
 
 
 class ProfileError(ValueError):
@@ -76,10 +85,50 @@ class Crossover:
 
 
 @dataclass(frozen=True)
+class ContextBucket:
+    context: float  # mean KV tokens per request while decoding (prompt plus output so far)
+    crossover: Crossover
+
+
+@dataclass(frozen=True)
+class ContextAxis:
+    """The crossover per context bucket, ascending in context."""
+
+    tokens_per_byte: float
+    buckets: tuple[ContextBucket, ...]
+
+    def bands_at(self, context: float) -> tuple[Band, ...]:
+        """The bands where speculation pays for requests of ``context`` KV tokens: between
+        two buckets that each have one crossover (one band from the lowest load), that
+        crossover interpolated linearly in log context and log load, as a crossover is
+        between levels; otherwise the nearer bucket's bands (in log context); beyond the
+        end buckets, theirs."""
+        buckets = self.buckets
+        if context <= buckets[0].context:
+            return buckets[0].crossover.bands
+        if context >= buckets[-1].context:
+            return buckets[-1].crossover.bands
+        hi = next(i for i, b in enumerate(buckets) if b.context >= context)
+        below, above = buckets[hi - 1], buckets[hi]
+        share = math.log(context / below.context) / math.log(above.context / below.context)
+        lo_bands, hi_bands = below.crossover.bands, above.crossover.bands
+        if _one_crossover(lo_bands) and _one_crossover(hi_bands):
+            low, high = lo_bands[0][1], hi_bands[0][1]
+            assert low is not None and high is not None
+            return up_to(low * (high / low) ** share)
+        return lo_bands if share < 0.5 else hi_bands
+
+
+def _one_crossover(bands: tuple[Band, ...]) -> bool:
+    return len(bands) == 1 and bands[0][0] is None and bands[0][1] is not None
+
+
+@dataclass(frozen=True)
 class Profile:
     crossover: Crossover
     created: str | None = None  # ISO 8601, when the measurement ended
     raw: dict[str, Any] = field(default_factory=dict)
+    context: ContextAxis | None = None  # schema v2
 
     @property
     def accept_length(self) -> float | None:
@@ -153,23 +202,46 @@ def _bands(data: dict[str, Any], where: str) -> tuple[Band, ...] | None:
     return tuple(found)
 
 
-def _number(x: Any) -> bool:
+def _number(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def parse_profile(data: Any) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError("a profile must be a JSON object")
-    if data.get("schema") != SCHEMA:
+    schema = data.get("schema")
+    if schema not in (SCHEMA, SCHEMA_V2):
         raise ProfileError(
-            f"unsupported profile schema {data.get('schema')!r}; expected {SCHEMA!r}"
+            f"unsupported profile schema {schema!r}; expected {SCHEMA!r} or {SCHEMA_V2!r}"
         )
     if "crossover" not in data:
         raise ProfileError("a profile needs 'crossover'")
     created = data.get("created")
+    context = _context(data.get("context")) if schema == SCHEMA_V2 else None
     return Profile(
-        _crossover(data["crossover"], "crossover"), str(created) if created else None, data
-    )
+        _crossover(data["crossover"], "crossover"), str(created) if created else None, data,
+        context,
+    )  # fmt: skip
+
+
+def _context(data: Any) -> ContextAxis:
+    if not isinstance(data, dict):
+        raise ProfileError("a v2 profile needs 'context' with tokens_per_byte and buckets")
+    ratio, buckets = data.get("tokens_per_byte"), data.get("buckets")
+    if not _number(ratio) or ratio <= 0:
+        raise ProfileError(f"context.tokens_per_byte must be a positive number, got {ratio!r}")
+    if not isinstance(buckets, list) or not buckets:
+        raise ProfileError("context.buckets must be a list of {context, crossover}")
+    parsed: list[ContextBucket] = []
+    for i, bucket in enumerate(buckets):
+        where = f"context.buckets[{i}]"
+        tokens = bucket.get("context") if isinstance(bucket, dict) else None
+        if not _number(tokens) or tokens <= 0:
+            raise ProfileError(f"{where}.context must be a positive number, got {tokens!r}")
+        if parsed and tokens <= parsed[-1].context:
+            raise ProfileError("context.buckets must be in ascending context")
+        parsed.append(ContextBucket(float(tokens), _crossover(bucket.get("crossover"), where)))
+    return ContextAxis(float(ratio), tuple(parsed))
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -181,3 +181,43 @@ async def test_the_router_shows_the_bands_it_routes_by(tmp_path: Path) -> None:
         (("band", "0"), ("edge", "from")): 4, (("band", "0"), ("edge", "to")): 16,
         (("band", "1"), ("edge", "from")): 32, (("band", "1"), ("edge", "to")): 64,
     }  # fmt: skip
+
+
+def _v2(buckets: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": "specroute.profile/v2", "crossover": buckets[0]["crossover"],
+            "context": {"tokens_per_byte": 0.25, "buckets": buckets}}  # fmt: skip
+
+
+def test_a_v2_profile_gives_the_crossover_per_context() -> None:
+    """One crossover per bucket: interpolated in log context and log load between them,
+    the end buckets' beyond; bands where a bucket has them, the nearer bucket's."""
+    profile = parse_profile(_v2([
+        {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
+        {"context": 16000, "crossover": {"value": 8.0, "ci": [6, 10]}},
+    ]))  # fmt: skip
+    axis = profile.context
+    assert axis is not None and axis.tokens_per_byte == 0.25
+    assert axis.bands_at(500) == ((None, 32.0),) and axis.bands_at(64000) == ((None, 8.0),)
+    assert axis.bands_at(4000)[0][1] == pytest.approx(16.0)  # halfway in log: sqrt(32 x 8)
+    banded = parse_profile(_v2([
+        {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
+        {"context": 16000, "crossover": {"value": None, "ci": None, "bound": "below",
+                                         "limit": 1, "bands": [[16, 64]]}},
+    ]))  # fmt: skip
+    assert banded.context is not None
+    assert banded.context.bands_at(2000) == ((None, 32.0),)
+    assert banded.context.bands_at(8000) == ((16.0, 64.0),)
+    assert parse_profile(PROFILE.raw).context is None  # v1: no axis
+
+
+@pytest.mark.parametrize(
+    "context",
+    [None, {"buckets": []}, {"tokens_per_byte": 0.25, "buckets": []},
+     {"tokens_per_byte": -1, "buckets": [{"context": 1, "crossover": {"value": 2, "ci": [1, 3]}}]},
+     {"tokens_per_byte": 0.25, "buckets": [{"context": 9, "crossover": {"value": 2, "ci": [1, 3]}},
+                                           {"context": 3, "crossover": {"value": 2, "ci": [1, 3]}}]}],
+)  # fmt: skip
+def test_a_v2_profile_without_a_readable_context_axis_is_refused(context: Any) -> None:
+    data = {"schema": "specroute.profile/v2", "crossover": {"value": 2, "ci": [1, 3]}}
+    with pytest.raises(ProfileError, match="context"):
+        parse_profile(data | ({} if context is None else {"context": context}))
