@@ -6,8 +6,10 @@ shared virtual clock instead of being slept. Clients and arrivals follow the tra
 as ``bench compare`` plays it live; each request is routed by the policy from a view built
 as the router builds its own: its in-flight counts, and running, queued and the windowed
 accept length (from counters updated when requests finish, as SGLang's are) read every
-``poll_interval``. A step's answers reach their clients when it ends, after the engine has
-chosen its next batch, so a replacement joins the batch after the next, as in ``--predict``.
+``poll_interval``, and the estimated context (KV tokens) of its requests in flight, each
+estimated from its body as the router does. A step's answers reach their clients when it
+ends, after the engine has chosen its next batch, so a replacement joins the batch after
+the next, as in ``--predict``.
 
 The oracle knows each phase's load before it comes and sends the phase's requests to the
 static choice that turns out faster there (lower median time per output token, from the
@@ -40,8 +42,17 @@ from specroute.emulator.openai_api import parse
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy, pick
 from specroute.policies.static import AlwaysPolicy
-from specroute.policies.view import POOLS, BackendView, ConcurrencySource, Pool, RequestInfo, View
+from specroute.policies.view import (
+    POOLS,
+    TOKENS_PER_BYTE,
+    BackendView,
+    ConcurrencySource,
+    Pool,
+    RequestInfo,
+    View,
+)
 from specroute.router.backend import backend_name
+from specroute.router.request import request_info
 
 _PATH = "/v1/chat/completions"
 _GOLDEN = 0.6180339887  # spreads the clients' polling beats evenly
@@ -69,6 +80,7 @@ class _Server:
         self.engine = config.engine()
         self.busy = False  # a step is running, or one is about to be chosen
         self.inflight = 0
+        self.kv_tokens = 0  # the estimated context of those in flight, as the router's
         self.tokens = self.verifies = 0  # at finish, as SGLang counts them
         self.polled = (0, 0)
         self.running: int | None = None
@@ -85,7 +97,7 @@ class _Server:
     def view(self) -> BackendView:
         """As the router sees it: no ``max_running_requests`` (a policy takes the profile's)."""
         return BackendView(self.name, self.pool, True, self.inflight, self.running,
-                           self.queued, self.accept_length)  # fmt: skip
+                           self.queued, self.accept_length, kv_tokens=self.kv_tokens)  # fmt: skip
 
 
 class _Replay:
@@ -98,7 +110,9 @@ class _Replay:
         self.ends = [end for *_, end in spans]
         self.windows = sorted({t for span in spans for t in span})  # where figures are cut
         self.records: list[RequestRecord] = []
-        self.owners: dict[str, tuple[RequestRecord, int | None]] = {}  # by rid, with client
+        self.owners: dict[str, tuple[RequestRecord, int | None, int]] = {}  # by rid: client, KV
+        # the profile's ratio, as the router takes it (a policy that routes by context has it)
+        self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
         self.bodies = request_bodies(plan.dataset, "replay", plan.ignore_eos)
         self._events: list[tuple[float, int, Callable[[], None]]] = []
@@ -146,7 +160,7 @@ class _Replay:
         phase = self.phase(self.now)
         body = next(self.bodies)
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now)
-        info = RequestInfo(_PATH, stream=True, max_tokens=body.get("max_tokens"))
+        info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)
         server = next(s for s in self.servers if s.name == decision.backend)
         config = server.config
@@ -154,9 +168,11 @@ class _Replay:
         record = RequestRecord(self.label, self.plan.trace.phases[phase].concurrency, phase,
                                self.now, served_by=server.name, measured=True)  # fmt: skip
         self.records.append(record)
-        self.owners[seq.rid] = (record, client)
+        context = info.context(self.tokens_per_byte)
+        self.owners[seq.rid] = (record, client, context)
         server.engine.submit(seq)
         server.inflight += 1
+        server.kv_tokens += context
         if not server.busy:
             server.busy = True
             self.at(self.now, lambda: self.step(server))  # after the others arriving now
@@ -175,7 +191,7 @@ class _Replay:
             self.deliver(server, emission)
 
     def deliver(self, server: _Server, emission: Emission) -> None:
-        record, client = self.owners[emission.seq.rid]
+        record, client, context = self.owners[emission.seq.rid]
         if emission.ids:
             if record.first_token is None:
                 record.first_token = self.now
@@ -192,6 +208,7 @@ class _Replay:
         record.end, record.output_tokens = self.now, len(seq.output_ids)
         record.prompt_tokens = seq.prompt_tokens
         server.inflight -= 1
+        server.kv_tokens -= context
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
         if client is None:

@@ -53,7 +53,7 @@ class CrossoverPolicy:
         self.params = params
         self.threshold = threshold  # the first band's top: the crossover
         self.bands = bands  # None: one band, up to the threshold
-        self._out: dict[str, bool] = {}  # by server or group: not speculating last time
+        self._edges = Hysteresis(params.hysteresis)
 
     @classmethod
     def build(cls, raw: Mapping[str, Any], profile: Profile | None) -> CrossoverPolicy:
@@ -69,17 +69,14 @@ class CrossoverPolicy:
         bands = crossover.given_bands
         if not bands:
             return cls(params, crossover.threshold, bands)
-        top = bands[0][1]  # where speculation first stops paying, going up in load
-        return cls(params, math.inf if top is None else top, bands)
+        return cls(params, first_top(bands), bands)
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate
         if that is at or below the crossover."""
         seat = view.seat(self.params.topology)
-        load = seat.load + 1
-        margin = self.params.hysteresis if self._out.get(seat.key, False) else 0.0
         bands = up_to(self.threshold) if self.bands is None else self.bands
-        out = self._out[seat.key] = not any(_inside(load, band, margin) for band in bands)
+        out = not self._edges.inside(seat.key, seat.load + 1, bands)
         if self.bands is None:
             reason = "above_crossover" if out else "below_crossover"
         else:
@@ -98,6 +95,31 @@ class CrossoverPolicy:
             | bands
             | {k: v for k, v in asdict(self.params).items() if k != "crossover"}
         )
+
+
+class Hysteresis:
+    """Whether a load lies inside bands, remembered per server or group so that the choice
+    does not flap at an edge: one that was outside last time must come ``hysteresis``
+    inside a band to speculate again."""
+
+    def __init__(self, hysteresis: float) -> None:
+        self.hysteresis = hysteresis
+        self._out: dict[str, bool] = {}  # by server or group: not speculating last time
+
+    def inside(self, key: str, load: float, bands: tuple[Band, ...]) -> bool:
+        margin = self.hysteresis if self._out.get(key, False) else 0.0
+        inside = any(_inside(load, band, margin) for band in bands)
+        self._out[key] = not inside
+        return inside
+
+
+def first_top(bands: tuple[Band, ...]) -> float:
+    """The first band's top: where speculation first stops paying, going up in load (0
+    with no band: it never pays)."""
+    if not bands:
+        return 0.0
+    top = bands[0][1]
+    return math.inf if top is None else top
 
 
 def _inside(load: float, band: Band, margin: float) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy, AcceptanceParams
+from specroute.policies.context_crossover import ContextCrossoverParams, ContextCrossoverPolicy
 from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
 from specroute.policies.decision import PolicyError
 from specroute.policies.expected_latency import ExpectedLatencyParams, ExpectedLatencyPolicy
@@ -29,6 +30,7 @@ class Entry:
 REGISTRY: dict[str, Entry] = {
     "crossover": Entry(CrossoverPolicy.build, CrossoverParams),
     "acceptance-crossover": Entry(AcceptanceCrossoverPolicy.build, AcceptanceParams),
+    "context-crossover": Entry(ContextCrossoverPolicy.build, ContextCrossoverParams),
     "expected-latency": Entry(ExpectedLatencyPolicy.build, ExpectedLatencyParams),
     "always-spec": Entry(AlwaysPolicy.factory("spec"), NoParams),
     "always-base": Entry(AlwaysPolicy.factory("base"), NoParams),

@@ -39,6 +39,7 @@ class BackendView(NamedTuple):  # built for every backend at every request: a tu
     max_running_requests: int | None = None
     inflight_then: int = 0  # the router's own requests in flight here at the report
     group: str = ""  # the GPUs it runs on, shared with the other pool's server of the group
+    kv_tokens: int = 0  # the estimated context (KV tokens) of the router's requests in flight
 
     def load(self, source: ConcurrencySource) -> int:
         if source is ConcurrencySource.ROUTER or self.running is None:  # at every request
@@ -91,6 +92,12 @@ class View:
         source = self.source
         return sum([b.load(source) for b in self.backends if b.group == group])
 
+    def group_context(self, group: str) -> tuple[int, int]:
+        """The router's estimated KV tokens in flight on one GPU group, and its requests
+        there: both pools' servers, as ``group_load`` counts them."""
+        members = [b for b in self.backends if b.group == group]
+        return sum([b.kv_tokens for b in members]), sum([b.inflight for b in members])
+
     def seat(self, topology: str) -> Seat:
         if topology == "partitioned":
             spec = self.least_loaded("spec")
@@ -107,6 +114,10 @@ class View:
         return Seat(load, group, self.least_loaded("spec", group), self.least_loaded("base", group))
 
 
+TOKENS_PER_BYTE = 0.25  # of prompt text, when no profile measured it: English under BPE
+UNSAID_MAX_TOKENS = 256  # a request that sets no limit: a typical answer, not the engine's cap
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """What a policy may know of a request without reading the network."""
@@ -114,3 +125,12 @@ class RequestInfo:
     path: str
     stream: bool = False
     max_tokens: int | None = None
+    prompt_bytes: int = 0  # UTF-8 bytes of the prompt's text
+    prompt_tokens: int = 0  # prompt given as token ids (completions, /generate)
+
+    def context(self, tokens_per_byte: float) -> int:
+        """The request's mean KV tokens while it decodes, estimated without a tokenizer: its
+        prompt, plus half of its output limit (the KV grows from the prompt to the prompt
+        and the whole output, so half is the mean over its decode)."""
+        limit = UNSAID_MAX_TOKENS if self.max_tokens is None else max(0, self.max_tokens)
+        return round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens + limit // 2

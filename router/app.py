@@ -232,7 +232,8 @@ async def _status(request: web.Request) -> web.Response:
             {"name": b.name, "url": _without_credentials(b.url), "pool": b.pool,
              "group": b.group, "healthy": b.healthy,
              "breaker": b.breaker.describe(),
-             "inflight": b.inflight, "running": v.running, "queued": v.queued,
+             "inflight": b.inflight, "kv_tokens_inflight": v.kv_tokens,
+             "running": v.running, "queued": v.queued,
              "accept_length": v.accept_length,
              "accept_length_age_seconds": v.accept_length_age}
             for b, v in zip(state.backends, view.backends, strict=True)

@@ -50,9 +50,15 @@ class Backend:
     def own_inflight(self) -> int:
         return self.board.own_inflight(self.index)
 
-    def dispatched(self, n: int) -> None:
-        """``n`` more (or, negative, fewer) of this worker's requests in flight here."""
-        self.board.add_inflight(self.index, n)
+    @property
+    def kv_tokens(self) -> int:
+        """The estimated context (KV tokens) of the requests in flight here, every worker's."""
+        return self.board.kv_tokens(self.index)
+
+    def dispatched(self, n: int, kv_tokens: int) -> None:
+        """``n`` more (or, negative, fewer) of this worker's requests in flight here, of
+        ``kv_tokens`` estimated context between them."""
+        self.board.add_inflight(self.index, n, kv_tokens)
 
     @property
     def healthy(self) -> bool:
@@ -104,8 +110,8 @@ class Backend:
         r = self.reading(stale_after, now)
         if r is None:
             return BackendView(self.name, self.pool, self.healthy, self.inflight,
-                               group=self.group)  # fmt: skip
+                               group=self.group, kv_tokens=self.kv_tokens)  # fmt: skip
         age = None if r.accept_length is None else now - r.accept_length_at
         return BackendView(self.name, self.pool, self.healthy, self.inflight, r.running,
                            r.queued, r.accept_length, age, r.max_running, r.inflight,
-                           self.group)  # fmt: skip
+                           self.group, self.kv_tokens)  # fmt: skip

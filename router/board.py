@@ -3,9 +3,10 @@
 Each worker is a whole router, yet routing must see the deployment: its live concurrency,
 and each backend's health and reported load. So the workers keep those here:
 
-- each worker's count of requests in flight at each backend, in a slot of its own that
-  only it writes; a reader sums a backend's slots. No lock on the hot path: a slot has one
-  writer, and an aligned 8-byte store is never seen half done.
+- each worker's count of requests in flight at each backend, and the sum of their
+  estimated contexts (KV tokens), in slots of its own that only it writes; a reader sums
+  a backend's slots. No lock on the hot path: a slot has one writer, and an aligned
+  8-byte store is never seen half done.
 - what the leader (worker 0), which alone checks health and polls the backends, last
   learned of each: the health check's verdict with a sequence number (each worker feeds new
   verdicts to its own breaker), the running and queued requests and the capacity it
@@ -30,7 +31,7 @@ import math
 import mmap
 from dataclasses import dataclass
 
-_INTS = 2  # per worker and backend: in flight, breaker level
+_INTS = 3  # per worker and backend: in flight, their KV tokens, breaker level
 _PUBLISHED_INTS = 2  # per backend: health-check sequence number, its verdict
 _OWN_INTS = 1  # per worker: profiles it was posted
 _GLOBAL_INTS = 1  # times the leader published the set of backends
@@ -67,10 +68,11 @@ class Board:
         self._memory = mmap.mmap(-1, (counts + floats) * 8)  # MAP_SHARED
         every = memoryview(self._memory)
         whole = every[: counts * 8].cast("q")
-        sizes = (cells, cells, backends, backends, workers, _GLOBAL_INTS)
+        sizes = (cells, cells, cells, backends, backends, workers, _GLOBAL_INTS)
         starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-        (self._inflight, self._levels, self._health_seq, self._health_ok, self._posted,
-         self._servers) = (whole[a:b] for a, b in itertools.pairwise(starts))  # fmt: skip
+        parts = (whole[a:b] for a, b in itertools.pairwise(starts))
+        (self._inflight, self._kv, self._levels, self._health_seq, self._health_ok,
+         self._posted, self._servers) = parts  # fmt: skip
         self._floats = every[counts * 8 : (counts + _FLOATS * backends) * 8].cast("d")
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE
@@ -97,15 +99,20 @@ class Board:
     def own_inflight(self, backend: int) -> int:
         return self._inflight[self._row + backend]
 
-    def add_inflight(self, backend: int, n: int) -> None:
+    def add_inflight(self, backend: int, n: int, kv_tokens: int) -> None:
         self._inflight[self._row + backend] += n
+        self._kv[self._row + backend] += kv_tokens
+
+    def kv_tokens(self, backend: int) -> int:
+        """The estimated context of the requests in flight at ``backend``, every worker's."""
+        return sum(self._kv[backend :: self.backends])
 
     def forget(self, worker: int) -> None:
         """A worker died: its requests died with it, so its slots are cleared for the one
         that takes its place."""
         start = worker * self.backends
         for i in range(start, start + self.backends):
-            self._inflight[i] = self._levels[i] = 0
+            self._inflight[i] = self._kv[i] = self._levels[i] = 0
         self._cpu[worker] = 0.0  # its successor's count starts again: a counter reset
 
     # CPU time, each worker's own

@@ -11,12 +11,12 @@ from specroute.router.state import RouterState
 
 class Flight:
     """One request at one backend, from dispatch to the end of its answer: in flight all
-    along (in this worker's slot of the board), then counted once by its outcome. One the
-    backend failed before its first byte is not counted here (the backend's error is, by
-    kind): another may still serve it."""
+    along (in this worker's slot of the board, with its estimated context in KV tokens),
+    then counted once by its outcome. One the backend failed before its first byte is not
+    counted here (the backend's error is, by kind): another may still serve it."""
 
-    def __init__(self, state: RouterState, backend: Backend, stream: bool) -> None:
-        self.state, self.backend, self.stream = state, backend, stream
+    def __init__(self, state: RouterState, backend: Backend, stream: bool, context: int) -> None:
+        self.state, self.backend, self.stream, self.context = state, backend, stream, context
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
@@ -24,7 +24,7 @@ class Flight:
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
         self.quiet_since = self.started
-        backend.dispatched(1)
+        backend.dispatched(1, context)
 
     def first_byte(self) -> None:
         m = self.state.metrics
@@ -32,7 +32,7 @@ class Flight:
 
     def land(self) -> None:
         m, backend = self.state.metrics, self.backend
-        backend.dispatched(-1)
+        backend.dispatched(-1, -self.context)  # what it added, whatever the profile now
         if self.outcome is None:
             return
         status = str(self.status) if self.outcome is Outcome.ANSWERED else self.outcome

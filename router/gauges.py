@@ -89,6 +89,12 @@ class StateGauges(Collector):
             "Requests in flight through the router (all its workers).",
             labels=["pool", "backend"],
         )
+        kv_tokens = GaugeMetricFamily(
+            "specroute_kv_tokens_inflight",
+            "The estimated context (KV tokens: prompt plus half the output limit) of the "
+            "requests in flight through the router (all its workers).",
+            labels=["pool", "backend"],
+        )
         healthy = GaugeMetricFamily(
             "specroute_backend_healthy",
             "1 when the backend may get traffic now: its breaker is closed, or half-open "
@@ -116,6 +122,7 @@ class StateGauges(Collector):
             b.show_level()  # this worker's, now; the others' as they last showed it
             up, worst = b.healthy, b.board.worst_level(b.index)
             inflight.add_metric([b.pool, b.name], b.inflight)
+            kv_tokens.add_metric([b.pool, b.name], b.kv_tokens)
             healthy.add_metric([b.name], int(up and worst < 2))
             breaker.add_metric([b.name], worst)
             reading = b.board.reading(b.index)  # the last, however old, as before
@@ -128,4 +135,4 @@ class StateGauges(Collector):
             ):
                 if value is not None:
                     family.add_metric([b.name], value)
-        yield from (inflight, healthy, breaker, running, queued, accept)
+        yield from (inflight, kv_tokens, healthy, breaker, running, queued, accept)

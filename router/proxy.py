@@ -7,8 +7,8 @@ error, a 503 or an answer that breaks now is retried once on the other pool. *Re
 committed; the answer goes back chunk by chunk with its status and content type, and a
 backend that fails from here ends a stream with an SSE error event and a plain body with
 a cut connection, never a silent truncation or a retry. Each backend's in-flight count
-goes up at dispatch and down in one place whatever happens, and how the request ended
-there is one ``Outcome``.
+and estimated KV tokens go up at dispatch and down in one place whatever happens, and how
+the request ended there is one ``Outcome``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ import orjson
 from aiohttp import web
 
 from specroute.policies.decision import Decision
-from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.policies.view import POOLS, Pool
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
+from specroute.router.request import request_info
 from specroute.router.state import RouterState
 from specroute.router.upstream import Failure, closed, open_upstream
 
@@ -36,13 +37,13 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
-    raw, body, decision = chosen
+    raw, body, decision, context = chosen
     tried: set[str] = set()
     while decision.backend is not None:
         backend = state.backend(decision.backend)
         tried.add(backend.name)
         try:
-            return await _forward(request, state, backend, raw, body)
+            return await _forward(request, state, backend, raw, body, context)
         except Failure as failure:  # nothing reached the client: once more, elsewhere
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
@@ -68,8 +69,9 @@ def _gave_up(failure: Failure) -> web.Response:
 
 async def _choose(
     request: web.Request, state: RouterState
-) -> tuple[bytes, dict[str, Any], Decision] | web.Response:
-    """The body as it came and as read, and the policy's decision, recorded; or a refusal."""
+) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
+    """The body as it came and as read, the policy's decision, recorded, and the request's
+    estimated context (KV tokens) for the backend's count; or a refusal."""
     if state.draining:
         return error_response(503, "The router is shutting down.", "service_unavailable")
     if request.content_type != "application/json":
@@ -86,9 +88,10 @@ async def _choose(
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
     view = state.view()
-    decision = state.policy.choose(request_info(request.path, body), view)
+    info = request_info(request.path, body)
+    decision = state.policy.choose(info, view)
     state.record(decision, view.load())
-    return raw, body, decision
+    return raw, body, decision, info.context(state.tokens_per_byte)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -99,18 +102,6 @@ def _parsed(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
-
-
-def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    params = body.get("sampling_params")
-    if max_tokens is None and isinstance(params, dict):
-        max_tokens = params.get("max_new_tokens")
-    return RequestInfo(
-        path=path,
-        stream=bool(body.get("stream", False)),
-        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-    )
 
 
 def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decision:
@@ -131,10 +122,15 @@ def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decisi
 
 
 async def _forward(
-    request: web.Request, state: RouterState, backend: Backend, raw: bytes, body: dict[str, Any]
+    request: web.Request,
+    state: RouterState,
+    backend: Backend,
+    raw: bytes,
+    body: dict[str, Any],
+    context: int,
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
-    flight = Flight(state, backend, stream=body.get("stream") is True)
+    flight = Flight(state, backend, body.get("stream") is True, context)
     try:
         upstream, first = await open_upstream(request, flight, raw)
         try:

@@ -18,7 +18,7 @@ from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
-from specroute.policies.view import View
+from specroute.policies.view import TOKENS_PER_BYTE, View
 from specroute.router.backend import Backend, Server
 from specroute.router.board import Board
 from specroute.router.health import Breaker, BreakerState, verdict
@@ -55,6 +55,7 @@ class RouterState:
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
     profile_digest: bytes = b""  # of the profile file as last read
+    tokens_per_byte: float = TOKENS_PER_BYTE  # the profile's, for the KV tokens in flight
     _by_name: dict[str, Backend] = field(init=False, repr=False)
     _profiles_seen: int = 0  # the board's count of posted profiles, when last followed
     _servers_seen: int = 0  # the board's count of published sets of backends, likewise
@@ -170,6 +171,8 @@ class RouterState:
         """Route by a new policy from now on; requests in flight are not touched."""
         self.policy, self.profile, self.profile_source = policy, profile, source
         self.profile_loaded_at = time.time()
+        axis = None if profile is None else profile.context
+        self.tokens_per_byte = TOKENS_PER_BYTE if axis is None else axis.tokens_per_byte
         note = None if profile is None else profile.crossover.note
         if note:
             _log.warning("profile %s: %s", source, note)

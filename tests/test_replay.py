@@ -53,10 +53,13 @@ def test_a_steady_replay_agrees_with_the_models_prediction() -> None:
         assert {r.served_by for r in records} == {f"{pool}:{pool}:{1 if pool == 'spec' else 2}"}
 
 
+FITTED = ("--hardware", "kimi-k2.5-8x-pcie-fitted")  # one crossover, near 5
+
+
 async def test_a_day_replays_in_seconds_with_the_oracles_gap(tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"
     code, _, stderr = await run(
-        "emulate", "--max-running-requests", "256", "--predict", "1,2,4,6,8,12,16",
+        "emulate", *FITTED, "--max-running-requests", "256", "--predict", "1,2,4,6,8,12,16",
         "--input-len", "128", "--output-len", "128", "--profile", str(profile),
     )  # fmt: skip
     assert code == 0, stderr
@@ -64,7 +67,7 @@ async def test_a_day_replays_in_seconds_with_the_oracles_gap(tmp_path: Path) -> 
     code, stdout, stderr = await run(
         "bench", "compare", "--offline", "--profile", str(profile),
         "--trace", "poisson-day", "--peak", "16", "--phase-seconds", "3",
-        "--policies", "crossover,expected-latency", "--time-scale", "0.1",
+        "--policies", "crossover,expected-latency", "--time-scale", "0.1", *FITTED,
         "--max-running-requests", "256", "--input-len", "128", "--output-len", "128",
         "--out", str(tmp_path / "day"), "--plot", str(tmp_path / "day.png"),
     )  # fmt: skip
