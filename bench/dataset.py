@@ -99,6 +99,12 @@ class Prompt:
     def body(self) -> dict[str, Any]:
         return {"messages": list(self.messages), "max_tokens": self.max_tokens}
 
+    @property
+    def text_bytes(self) -> int:
+        """UTF-8 bytes of the messages' text: over them, the prompt tokens a server counts
+        give the tokens per byte by which a router estimates a request's context."""
+        return sum(len(str(m.get("content", "")).encode()) for m in self.messages)
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -126,6 +132,14 @@ def synthetic(input_len: int, output_len: int, count: int = 256, seed: int = 0) 
         for _ in range(count)
     )
     return Dataset("synthetic", prompts, f"synthetic:{input_len}:{output_len}:{seed}")
+
+
+def synthetic_tokens_per_byte(input_lens: list[int], output_len: int) -> float:
+    """Prompt tokens per byte of ``synthetic`` prompts of these lengths, each taken as
+    ``input_len`` tokens (as the emulator's engine takes them, template included)."""
+    sets = [synthetic(n, output_len) for n in input_lens]
+    tokens = sum(n * len(s.prompts) for n, s in zip(input_lens, sets, strict=True))
+    return tokens / sum(p.text_bytes for s in sets for p in s.prompts)
 
 
 def sharegpt(path: Path, output_len: int | None, count: int = 1000) -> Dataset:

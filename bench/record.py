@@ -24,6 +24,7 @@ class RequestRecord:
     chunks: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens)
     output_tokens: int | None = None  # from the server's usage
     prompt_tokens: int | None = None
+    prompt_bytes: int | None = None  # UTF-8 bytes of the prompt's text, as sent
     error: str | None = None
     served_by: str | None = None  # the router's x-specroute-backend header, if any
     measured: bool = False  # begun inside the steady window (the rest keep the load up)

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.client import request_bodies, served_model
+from specroute.bench.client import request_body, served_model
 from specroute.bench.closed_loop import LevelRun, run_level
 from specroute.bench.dataset import Dataset
 from specroute.bench.fairness import banner, fairness_notes, fairness_warnings, server_info
@@ -58,6 +58,7 @@ class Sweep:
         self.meta: dict[str, Any] = {}
         self._session: aiohttp.ClientSession | None = None
         self._bodies: Iterator[dict[str, Any]] = iter(())
+        self._sent_bytes: list[int] = []  # the text bytes of each body the run drew, in order
         self._order = itertools.count()
         self.repeats: dict[int, int] = {}  # level: runs per backend so far, numbered on
 
@@ -86,7 +87,7 @@ class Sweep:
             for note in notes:
                 self.progress.note(f"fairness check: {note}")
         model = await served_model(session, plan.spec)
-        self._bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
+        self._bodies = self._drawn(model)
         self.meta = {
             "schema": SCHEMA,
             "started": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -101,6 +102,14 @@ class Sweep:
         }  # fmt: skip
         self._write_meta()
         return self
+
+    def _drawn(self, model: str) -> Iterator[dict[str, Any]]:
+        """The dataset's prompts as request bodies, round and round, each one's text bytes
+        noted as it is drawn: the closed loop draws a body right after making its record,
+        so the n-th body drawn in a run is the n-th record's."""
+        for prompt in itertools.cycle(self.plan.dataset.prompts):
+            self._sent_bytes.append(prompt.text_bytes)
+            yield request_body(prompt, model, self.plan.ignore_eos)
 
     async def measure(self, level: int, repeats: int | None = None) -> list[LevelRun]:
         """Both backends at one level, ``repeats`` more times (the plan's by default),
@@ -128,12 +137,15 @@ class Sweep:
         assert self._session is not None, "use the sweep as an async context manager"
         plan = self.plan
         started = time.monotonic()
+        self._sent_bytes = []
         run = await run_level(
             self._session, plan.spec if backend == "spec" else plan.base, self._bodies,
             backend=backend, level=level, repeat=repeat,
             requests=plan.requests_at(level), duration=plan.duration,
             on_record=None if self.progress is None else self.progress.record,
         )  # fmt: skip
+        for record, size in zip(run.records, self._sent_bytes, strict=True):
+            record.prompt_bytes = size
         return run, time.monotonic() - started
 
     def _append(self, run: LevelRun, seconds: float) -> None:

@@ -6,7 +6,9 @@ before has its first token; the window opens when every client has finished one 
 the measured requests are the first ``requests`` to start after that, and the loop stays
 full until the last of them ends. A finished request's replacement joins the batch after
 the next, as with a live SGLang scheduler. Each run gets an engine of its own, seeded by
-the sweep's seed, the level and the repeat, so its noise (``--noise``) is a run's.
+the sweep's seed, the level and the repeat, so its noise (``--noise``) is a run's. Its
+requests carry the text bytes of the plan's prompts, drawn in turn as a live run draws
+them, so the tokens per byte a profile records come out as a live sweep's would.
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ class VirtualSweep(Sweep):
         config = replace(self.config, mode="spec" if backend == "spec" else "base", seed=seed)
         requests = self.plan.requests_at(level) or max(16, 2 * level)
         run = run_virtual(config, level, repeat, requests, self.input_len, self.output_len)
+        sizes = [p.text_bytes for p in self.plan.dataset.prompts]
+        for i, record in enumerate(run.records):
+            record.prompt_bytes = sizes[i % len(sizes)]
         return run, run.t1 if run.records else 0.0
 
     async def __aexit__(

@@ -4,6 +4,8 @@ Runs the same engine the server runs, in virtual time, under a closed loop of
 ``concurrency`` clients that each send a new request as soon as the last one ends (as
 ``specroute bench sweep`` does), and measures what the benchmark measures: per-request
 decode speed as 1 / median TPOT, and total output tok/s, over a steady-state window.
+Several prompt lengths give one prediction each: the crossover per context bucket, whose
+context is the mean KV tokens per request while it decodes (input + output / 2).
 """
 
 from __future__ import annotations
@@ -51,6 +53,19 @@ class Prediction:
     input_len: int
     output_len: int
     spec_max_running: int
+
+    @property
+    def context(self) -> float:
+        """Mean KV tokens per request while it decodes: its prompt and half its answer."""
+        return self.input_len + self.output_len / 2
+
+    @property
+    def per_request(self) -> list[tuple[float, float]]:
+        return [(lv.concurrency, lv.speedup) for lv in self.levels]
+
+    @property
+    def total(self) -> list[tuple[float, float]]:
+        return [(lv.concurrency, lv.total_speedup) for lv in self.levels]
 
 
 def simulate(
@@ -128,22 +143,47 @@ def paying_bands(points: Sequence[tuple[float, float]]) -> list[Band]:
     return bands([c for c, _ in points], [math.log(r) for _, r in points])
 
 
+def _reading(points: Sequence[tuple[float, float]]) -> tuple[str, float | None, list[Band]]:
+    """Where speculation pays over ``points``: "nowhere", "everywhere", "below" (one
+    crossover, the number) or "bands" (the spans)."""
+    found, paying = speedup_crossing(points), paying_bands(points)
+    if not paying:
+        return "nowhere", None, paying
+    if paying == [(None, points[-1][0])]:
+        return "everywhere", None, paying
+    if len(paying) == 1 and found.at is not None:
+        return "below", found.at, paying
+    return "bands", None, paying
+
+
 def verdict(points: Sequence[tuple[float, float]], what: str) -> str:
     """Where speculation pays, in words: below a crossover, in bands, everywhere or nowhere."""
-    found, paying = speedup_crossing(points), paying_bands(points)
+    kind, at, paying = _reading(points)
     lo, hi = points[0][0], points[-1][0]
-    if not paying:
+    if kind == "nowhere":
         return f"speculation pays for {what} at no level measured: crossover below {lo:g}"
-    if paying == [(None, hi)]:
+    if kind == "everywhere":
         return f"speculation pays for {what} at every level measured: crossover above {hi:g}"
-    if len(paying) == 1 and found.at is not None:
-        return f"speculation stops paying for {what} at concurrency {found.at:.1f}"
+    if kind == "below":
+        return f"speculation stops paying for {what} at concurrency {at:.1f}"
     spans = ", ".join(
         f"{'from the lowest load' if a is None else f'from {a:.1f}'} to "
         + (f"{b:g} (the last level measured)" if b == hi else f"{b:.1f}")
         for a, b in paying
     )
     return f"speculation pays for {what} in {len(paying)} band(s): {spans}"
+
+
+def crossover_cell(points: Sequence[tuple[float, float]]) -> str:
+    """``verdict`` in a table cell: "87.3", "above 256", "below 1" or the bands."""
+    kind, at, paying = _reading(points)
+    if kind == "nowhere":
+        return f"below {points[0][0]:g}"
+    if kind == "everywhere":
+        return f"above {points[-1][0]:g}"
+    if kind == "below":
+        return f"{at:.1f}"
+    return " + ".join(f"{'1' if a is None else f'{a:.1f}'}-{b:.1f}" for a, b in paying)
 
 
 def render(prediction: Prediction, title: str) -> str:
@@ -161,10 +201,8 @@ def render(prediction: Prediction, title: str) -> str:
             f" {lv.speedup:>7.2f}x {lv.base.total:>11.1f} {lv.spec.total:>11.1f}"
             f" {lv.total_speedup:>7.2f}x {accept if accept is not None else float('nan'):>7.2f}"
         )
-    per_request = [(lv.concurrency, lv.speedup) for lv in prediction.levels]
-    total = [(lv.concurrency, lv.total_speedup) for lv in prediction.levels]
-    rows.append(verdict(per_request, "per-request decode speed"))
-    rows.append(verdict(total, "total throughput"))
+    rows.append(verdict(prediction.per_request, "per-request decode speed"))
+    rows.append(verdict(prediction.total, "total throughput"))
     if prediction.spec_max_running < prediction.levels[-1].concurrency:
         rows.append(
             f"note: the speculative server runs at most {prediction.spec_max_running} requests"
@@ -173,6 +211,22 @@ def render(prediction: Prediction, title: str) -> str:
             " stalls. Raise the cap on both servers for a fair comparison."
         )
     return "\n".join(rows)
+
+
+def render_contexts(predictions: Sequence[Prediction], title: str) -> str:
+    """Each prompt length's table, then the crossover by context: where speculation stops
+    paying (or the bands where it pays) at each, per request and in total."""
+    tables = [render(p, f"{title}, {p.input_len} input tokens") for p in predictions]
+    rows = [
+        "crossover by context (mean KV tokens per request while decoding: input + output/2)",
+        f"{'context':>9} {'input':>7}  {'per-request':>16}  {'throughput':>16}",
+    ]
+    rows += [
+        f"{p.context:>9g} {p.input_len:>7}  {crossover_cell(p.per_request):>16}"
+        f"  {crossover_cell(p.total):>16}"
+        for p in predictions
+    ]
+    return "\n\n".join([*tables, "\n".join(rows)])
 
 
 def as_json(prediction: Prediction) -> dict[str, object]:
@@ -198,26 +252,28 @@ def as_json(prediction: Prediction) -> dict[str, object]:
     }
 
 
-def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, object]:
-    """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
-    can be rehearsed (offline or against emulated servers) before anything is measured.
-    The crossover's interval is the point itself: a model has no sampling error. Every
-    crossing and the bands where speculation pays are written, as calibration writes them,
-    so a mixture-of-experts model's band routes as measured. Curves and crossover are
-    written unrounded, so a policy reading the curves finds the crossover
-    written."""
-    levels = prediction.levels
-    points = [(lv.concurrency, lv.speedup) for lv in levels]
+def _crossover(points: Sequence[tuple[float, float]]) -> dict[str, object]:
+    """The profile's crossover object for predicted points: the interval is the point
+    itself (a model has no sampling error); every crossing and the bands where speculation
+    pays are written, as calibration writes them."""
     found = speedup_crossing(points)
     if found.at is not None:
         crossover: dict[str, object] = {"value": found.at, "ci": [found.at] * 2}
     else:
         crossover = {"value": None, "ci": None, "bound": found.bound, "limit": found.limit}
     turns = crossings([c for c, _ in points], [math.log(r) for _, r in points])
-    crossover |= {
+    return crossover | {
         "crossings": [{"at": t.at, "direction": t.direction, "ci": [t.at] * 2} for t in turns],
         "bands": [list(b) for b in paying_bands(points)],
     }
+
+
+def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, object]:
+    """The prediction as a ``specroute.profile/v1`` document, marked as predicted: routing
+    can be rehearsed (offline or against emulated servers) before anything is measured.
+    A mixture-of-experts model's band routes as measured. Curves and crossover are
+    written unrounded, so a policy reading the curves finds the crossover written."""
+    levels = prediction.levels
     accepts = [a for lv in levels if (a := lv.spec.accept_length) is not None]
 
     def cell(s: Speed) -> dict[str, object]:
@@ -227,7 +283,7 @@ def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, obje
     return {
         "schema": "specroute.profile/v1",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "crossover": crossover | {"metric": "tpot"},
+        "crossover": _crossover(prediction.per_request) | {"metric": "tpot"},
         "levels": [
             {"concurrency": lv.concurrency, "spec": cell(lv.spec), "base": cell(lv.base)}
             for lv in levels
@@ -245,6 +301,24 @@ def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, obje
     }
 
 
+def as_context_profile(
+    predictions: Sequence[Prediction], config: EmulatorConfig, tokens_per_byte: float
+) -> dict[str, object]:
+    """Predictions at several prompt lengths as a ``specroute.profile/v2`` document: the
+    first (shortest) one's ``v1`` document, and the crossover per context bucket."""
+    buckets = [
+        {"context": p.context, "input_len": p.input_len, "output_len": p.output_len,
+         "crossover": _crossover(p.per_request) | {"metric": "tpot"},
+         "throughput_crossover": _crossover(p.total) | {"metric": "output_tps"},
+         "levels": [lv.concurrency for lv in p.levels]}
+        for p in predictions
+    ]  # fmt: skip
+    return as_profile(predictions[0], config) | {
+        "schema": "specroute.profile/v2",
+        "context": {"tokens_per_byte": tokens_per_byte, "buckets": buckets},
+    }
+
+
 def predict(
     config: EmulatorConfig, concurrencies: list[int], input_len: int = 512, output_len: int = 256
 ) -> Prediction:
@@ -257,12 +331,12 @@ def predict(
         )
         for c in sorted(set(concurrencies))
     )
-    per_request = [(lv.concurrency, lv.speedup) for lv in levels]
-    total = [(lv.concurrency, lv.total_speedup) for lv in levels]
     return Prediction(
         levels=levels,
-        crossover=speedup_crossing(per_request).at,
-        throughput_crossover=speedup_crossing(total).at,
+        crossover=speedup_crossing([(lv.concurrency, lv.speedup) for lv in levels]).at,
+        throughput_crossover=speedup_crossing(
+            [(lv.concurrency, lv.total_speedup) for lv in levels]
+        ).at,
         input_len=input_len,
         output_len=output_len,
         spec_max_running=spec_config.effective_max_running,

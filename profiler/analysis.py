@@ -12,14 +12,16 @@ systematic term is added.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
 
+from specroute.bench.record import RequestRecord
 from specroute.crossing import log_margin
-from specroute.policies.profile import SCHEMA
+from specroute.policies.profile import SCHEMA, SCHEMA_V2
 from specroute.profiler.stats import (
     Array,
     Crossing,
@@ -201,12 +203,67 @@ def _server(meta: dict[str, Any], backend: str) -> dict[str, Any]:
     }
 
 
-def profile_document(analysis: Analysis) -> dict[str, Any]:
-    """The ``specroute.profile/v1`` document for an analysis."""
+def profile_document(analysis: Analysis, buckets: Sequence[Analysis] = ()) -> dict[str, Any]:
+    """The ``specroute.profile/v1`` document for an analysis. With ``buckets``, one
+    analysis per context (``analysis`` the first, the shortest), ``v2``: the first's
+    document with the crossover per bucket (``context``) and the backend time of all."""
+    document = _document(analysis)
+    if len(buckets) < 2:
+        return document
+    document["schema"] = SCHEMA_V2
+    document["context"] = {
+        "tokens_per_byte": tokens_per_byte([b.data for b in buckets]),
+        "buckets": [_bucket(b) for b in buckets],
+    }
+    document["measurement"] |= {
+        "sweep": str(buckets[0].data.path.parent),  # each bucket's in its own folder
+        "backend_seconds": sum(b.data.meta.get("backend_seconds") or 0.0 for b in buckets),
+    }
+    return document
+
+
+def _records(data: SweepData) -> list[RequestRecord]:
+    return [r for c in data.cells.values() for r in c.records]
+
+
+def tokens_per_byte(sweeps: Sequence[SweepData]) -> float:
+    """Prompt tokens the servers counted per UTF-8 byte of the prompts' text, over every
+    measured request that has both."""
+    pairs = [(r.prompt_tokens, r.prompt_bytes) for d in sweeps for r in _records(d)
+             if r.prompt_tokens and r.prompt_bytes]  # fmt: skip
+    if not pairs:
+        raise SweepError(
+            "no request recorded both its prompt tokens and bytes: the sweep predates the "
+            "context axis, or the servers did not report usage"
+        )
+    return sum(t for t, _ in pairs) / sum(b for _, b in pairs)
+
+
+def _bucket(analysis: Analysis) -> dict[str, Any]:
+    """One context bucket: its context (the mean KV tokens per request while it decodes:
+    its prompt and half its answer), crossovers, levels and sweep."""
+    records = _records(analysis.data)
+    prompts = [r.prompt_tokens for r in records if r.prompt_tokens]
+    if not prompts:
+        raise SweepError(f"{analysis.data.path}: the servers reported no prompt tokens")
+    prompt, output = float(np.mean(prompts)), float(np.mean([r.tokens for r in records]))
+    return {
+        "context": round(prompt + output / 2, 1),
+        "crossover": _crossover_json(analysis.tpot_crossover, "tpot"),
+        "throughput_crossover": _crossover_json(analysis.throughput_crossover, "output_tps"),
+        "levels": analysis.levels,
+        "workload": {"mean_prompt_tokens": round(prompt, 1),
+                     "mean_output_tokens": round(output, 1)},
+        "sweep": str(analysis.data.path),
+        "backend_seconds": analysis.data.meta.get("backend_seconds"),
+    }  # fmt: skip
+
+
+def _document(analysis: Analysis) -> dict[str, Any]:
     data, cells = analysis.data, analysis.cells
     meta = data.meta
     accepts = [a for lvl in analysis.levels if (a := cells[("spec", lvl)].accept_length)]
-    records = [r for c in data.cells.values() for r in c.records]
+    records = _records(data)
     prompt = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
     return {
         "schema": SCHEMA,

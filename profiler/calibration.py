@@ -142,8 +142,8 @@ def _server_ceiling(meta: dict[str, Any]) -> int | None:
 
 
 class _Search:
-    def __init__(self, plan: CalibrationPlan, sweep: Sweep, out: Path) -> None:
-        self.plan, self.sweep, self.out = plan, sweep, out
+    def __init__(self, plan: CalibrationPlan, sweep: Sweep, out: Path, start: int = 1) -> None:
+        self.plan, self.sweep, self.out, self.start = plan, sweep, out, start
         self.order: list[int] = []
         self.ceiling = plan.max_concurrency
         self.analysis: Analysis | None = None
@@ -241,6 +241,8 @@ class _Search:
         if self.ceiling is None:
             self.ceiling = _server_ceiling(self.sweep.meta)
         await self.measure(1, 1)
+        if self.start > 1:
+            await self.measure(self.start, 1)
         while True:
             if await self.settle_edges():
                 continue  # a crossing may move or go away
@@ -308,10 +310,15 @@ def _stop_reason(edges: tuple[Edge, ...], done: dict[int, str]) -> str:
     return said + " (the runs' spread sets the width: more runs per level would narrow it)"
 
 
-async def calibrate(plan: CalibrationPlan, out: Path, sweep: Sweep | None = None) -> Calibration:
-    """``sweep``: where the runs come from (by default HTTP to the plan's servers)."""
+async def calibrate(
+    plan: CalibrationPlan, out: Path, sweep: Sweep | None = None, start: int = 1
+) -> Calibration:
+    """``sweep``: where the runs come from (by default HTTP to the plan's servers);
+    ``start``: where doubling starts, after level 1 (``start_level``)."""
     sweep = sweep if sweep is not None else Sweep(plan.sweep, out, Progress(0))
-    search = _Search(plan, sweep, out)
+    if plan.max_concurrency is not None:
+        start = min(start, plan.max_concurrency)
+    search = _Search(plan, sweep, out, start)
     async with sweep:
         try:
             stopped = await search.find()

@@ -13,6 +13,12 @@ LABELS = {"spec": "speculative", "base": "plain"}
 
 
 def plot_profile(profile: dict[str, Any], path: Path) -> None:
+    """A profile with a context axis (v2) is drawn against context (``context_plot``)."""
+    if profile.get("context"):
+        from specroute.profiler.context_plot import plot_contexts
+
+        plot_contexts(profile, path)
+        return
     import matplotlib
 
     matplotlib.use("Agg")

@@ -43,6 +43,46 @@ def edge_text(c: dict[str, Any], at: float) -> str:
     return f"{at:.1f}"
 
 
+def crossover_text(c: dict[str, Any]) -> str:
+    """A crossover in a table cell: the value and its interval, the bands, or the bound."""
+    if banded(c):
+        return "pays " + "; ".join(
+            f"{'1' if a is None else edge_text(c, a)} to {edge_text(c, b)}" for a, b in c["bands"]
+        )
+    if c["value"] is None:
+        where = "every" if c["bound"] == "above" else "no"
+        side = "above" if c["bound"] == "above" else "below"
+        return f"{side} {c['limit']:g} (paid at {where} level measured)"
+    return f"{c['value']:.1f} (95% {interval_text(c['ci'])})"
+
+
+def context_lines(profile: dict[str, Any]) -> list[str]:
+    """The crossover by context as a markdown table and what it says; nothing for v1."""
+    axis = profile.get("context")
+    if not axis:
+        return []
+    buckets = axis["buckets"]
+    lines = [
+        "| context (KV tokens per request) | per-request (TPOT) crossover | throughput crossover |",
+        "|---:|---|---|",
+    ]
+    for b in buckets:
+        throughput = b.get("throughput_crossover")
+        lines.append(f"| {b['context']:g} | {crossover_text(b['crossover'])} | "
+                     f"{'-' if throughput is None else crossover_text(throughput)} |")  # fmt: skip
+    first, last = buckets[0], buckets[-1]
+    ends = [c["value"] for c in (first["crossover"], last["crossover"])
+            if not banded(c) and c["value"] is not None]  # fmt: skip
+    if len(ends) == 2 and ends[0] != ends[1]:
+        way = "falls" if ends[1] < ends[0] else "rises"
+        lines += ["", f"From {first['context']:g} to {last['context']:g} tokens of context the "
+                  f"per-request crossover {way} from {ends[0]:.1f} to {ends[1]:.1f}."]  # fmt: skip
+    lines += ["", f"A request's context: its prompt tokens and half its answer; estimated "
+              f"from its text at {axis['tokens_per_byte']:.4f} prompt tokens per byte, as "
+              "measured here."]  # fmt: skip
+    return lines
+
+
 def _bands_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
     spans = []
     for start, end in c["bands"]:
@@ -90,9 +130,20 @@ def render_report(profile: dict[str, Any]) -> str:
     meta, workload = profile["measurement"], profile["workload"]
     spec, base = profile["servers"]["spec"], profile["servers"]["base"]
     when = measured_when(meta)
+    by_context = context_lines(profile)
     lines = [
         "# Speculative decoding crossover",
         "",
+        *(
+            [
+                "The sections below are of the shortest context measured, "
+                f"{profile['context']['buckets'][0]['context']:g} KV tokens per request; "
+                "*Crossover by context* gives each.",
+                "",
+            ]
+            if by_context
+            else []
+        ),
         f"Model `{meta.get('model')}`, {when} "
         f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}); "
         f"runs per level and backend: {_runs_text(levels)}; "
@@ -122,6 +173,8 @@ def render_report(profile: dict[str, Any]) -> str:
             "step (over every step, from counter deltas). Traffic with a different accept "
             "length (code versus chat) moves the crossover: recalibrate with your own prompts."
         )
+    if by_context:
+        lines += ["", "## Crossover by context", "", *by_context]
     warnings = meta.get("fairness_warnings") or []
     if warnings:
         lines += ["", "## Warnings: the comparison may be unfair", ""]

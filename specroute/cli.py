@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 from specroute import bench_commands, measure
 from specroute.emulator.hardware import load_hardware
-from specroute.flags import levels
+from specroute.flags import lengths, levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 if TYPE_CHECKING:
+    from specroute.emulator.config import EmulatorConfig
     from specroute.flags import Subcommands
 
 Handler = Callable[[argparse.Namespace], int]
@@ -155,7 +156,11 @@ def _add_emulate(sub: Subcommands) -> None:
         metavar="C1,C2,...",
         help="print steady-state speeds of both modes at these concurrencies",
     )
-    emulate.add_argument("--input-len", type=positive(int), default=512)
+    emulate.add_argument(
+        "--input-len", type=lengths, default=[512], metavar="N[,N...]",
+        help="prompt tokens per request; several: the crossover per context (with --predict "
+        "or --calibrate; the profile is then specroute.profile/v2)",
+    )  # fmt: skip
     emulate.add_argument("--output-len", type=positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
     emulate.add_argument(
@@ -221,19 +226,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _emulate(args: argparse.Namespace) -> int:
     config = emulator_config(args)
     if args.predict:
-        from specroute.emulator.predict import as_json, predict, render
-
-        prediction = predict(config, args.predict, args.input_len, args.output_len)
-        if args.json:
-            print(json.dumps(as_json(prediction), indent=1))
-        else:
-            print(render(prediction, f"{config.hardware.name}: predicted steady state"))
-        if args.profile:
-            from specroute.emulator.predict import as_profile
-
-            Path(args.profile).write_text(json.dumps(as_profile(prediction, config), indent=1))
-            print(f"predicted profile written to {args.profile}", file=sys.stderr)
-        return 0
+        return _predict(config, args)
     if args.calibrate:
         if not args.profile:
             raise ValueError("--calibrate writes a profile: give --profile FILE")
@@ -245,6 +238,32 @@ def _emulate(args: argparse.Namespace) -> int:
     from specroute.emulator.server import serve
 
     serve(config)
+    return 0
+
+
+def _predict(config: EmulatorConfig, args: argparse.Namespace) -> int:
+    """``emulate --predict``: one prediction per ``--input-len``; several make a context axis."""
+    from specroute.emulator import predict as model
+
+    found = [model.predict(config, args.predict, n, args.output_len) for n in args.input_len]
+    title = f"{config.hardware.name}: predicted steady state"
+    if args.json:
+        each = [model.as_json(p) | {"context": p.context} for p in found]
+        print(json.dumps(each if len(found) > 1 else model.as_json(found[0]), indent=1))
+    elif len(found) > 1:
+        print(model.render_contexts(found, title))
+    else:
+        print(model.render(found[0], title))
+    if args.profile:
+        if len(found) > 1:
+            from specroute.bench.dataset import synthetic_tokens_per_byte
+
+            ratio = synthetic_tokens_per_byte(args.input_len, args.output_len)
+            document = model.as_context_profile(found, config, ratio)
+        else:
+            document = model.as_profile(found[0], config)
+        Path(args.profile).write_text(json.dumps(document, indent=1))
+        print(f"predicted profile written to {args.profile}", file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,17 @@ def levels(text: str) -> list[int]:
     return sorted(set(found))
 
 
+def lengths(text: str) -> list[int]:
+    """``512,4096,16384``: prompt lengths in tokens, ascending, one context bucket each."""
+    try:
+        found = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 512,4096, got {text!r}") from None
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1, got {text!r}")
+    return sorted(set(found))
+
+
 def slo(text: str) -> dict[str, float]:
     """``ttft=0.5,tpot=50ms``: seconds, or milliseconds with ``ms``."""
     found = {}
@@ -42,10 +53,11 @@ def slo(text: str) -> dict[str, float]:
     return found
 
 
-def add_workload_flags(p: argparse.ArgumentParser) -> None:
+def add_workload_flags(p: argparse.ArgumentParser, contexts: bool = False) -> None:
+    """``contexts``: ``--input-len`` takes a list, one context bucket per length."""
     p.add_argument("--spec", required=True, metavar="URL", help="the speculative server")
     p.add_argument("--base", required=True, metavar="URL", help="the plain server")
-    add_dataset_flags(p)
+    add_dataset_flags(p, contexts)
     size = p.add_mutually_exclusive_group()
     size.add_argument(
         "--requests-per-level", type=int, metavar="N",
@@ -55,12 +67,18 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per level and backend")
 
 
-def add_dataset_flags(p: argparse.ArgumentParser) -> None:
+def add_dataset_flags(p: argparse.ArgumentParser, contexts: bool = False) -> None:
     p.add_argument(
         "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
         help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
     )  # fmt: skip
-    p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
+    if contexts:
+        p.add_argument(
+            "--input-len", type=lengths, default=[512], metavar="N[,N...]",
+            help="synthetic prompt tokens; several: the crossover per context, one budget",
+        )  # fmt: skip
+    else:
+        p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
     p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
     p.add_argument(
         "--slo", type=slo, default={}, metavar="ttft=S,tpot=S",
@@ -79,12 +97,14 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="crossover.png", help="needs matplotlib")
 
 
-def dataset(args: argparse.Namespace) -> Dataset:
+def dataset(args: argparse.Namespace, input_len: int | None = None) -> Dataset:
+    """``input_len``: the synthetic prompts' length, when ``--input-len`` gave several."""
     from specroute.bench.dataset import jsonl, sharegpt, synthetic
 
     kind, *rest = args.dataset
     if kind == "synthetic" and not rest:
-        dataset = synthetic(args.input_len, args.output_len, seed=args.seed)
+        length = args.input_len if input_len is None else input_len
+        dataset = synthetic(length, args.output_len, seed=args.seed)
     elif kind == "sharegpt" and len(rest) == 1:
         dataset = sharegpt(Path(rest[0]), args.output_len if args.ignore_eos else None)
     elif kind == "jsonl" and len(rest) == 1:
@@ -94,11 +114,11 @@ def dataset(args: argparse.Namespace) -> Dataset:
     return dataset
 
 
-def sweep_plan(args: argparse.Namespace) -> SweepPlan:
+def sweep_plan(args: argparse.Namespace, input_len: int | None = None) -> SweepPlan:
     from specroute.bench.sweep import SweepPlan
 
     return SweepPlan(
-        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=dataset(args),
+        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=dataset(args, input_len),
         repeats=args.repeats, requests=args.requests_per_level,
         duration=args.duration_per_level, ignore_eos=args.ignore_eos, slo=args.slo,
         api_key=os.environ.get("SPECROUTE_BENCH_API_KEY"),

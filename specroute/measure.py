@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from specroute.emulator.config import EmulatorConfig
     from specroute.flags import Subcommands
     from specroute.profiler.calibration import Calibration
+    from specroute.profiler.context_calibration import Bucket
 
 
 def add_profile(sub: Subcommands) -> None:
@@ -37,9 +38,10 @@ def add_calibrate(sub: Subcommands) -> None:
         description="Doubles the concurrency from 1 (one run per level) while speculation pays, "
         "measures the levels around the crossing again until each has --repeats runs (at "
         "least 3), then levels inside the bracket, until the crossover's interval is narrow "
-        "enough or the budget is spent.",
+        "enough or the budget is spent. Several --input-len: the crossover per context, "
+        "shortest first, within the one budget (a specroute.profile/v2).",
     )  # fmt: skip
-    add_workload_flags(calibrate)
+    add_workload_flags(calibrate, contexts=True)
     add_report_flags(calibrate)
     calibrate.add_argument(
         "--budget", type=float, default=15, metavar="MINUTES",
@@ -80,7 +82,7 @@ def _write(document: dict[str, Any], args: argparse.Namespace, output: str | Non
         from specroute.profiler.plot import plot_profile
 
         draw(lambda: plot_profile(document, Path(args.plot)), args.plot)
-    from specroute.profiler.report import banded, interval_text
+    from specroute.profiler.report import banded, context_lines, interval_text
 
     for key, label in (("crossover", "per-request TPOT"), ("throughput_crossover", "throughput")):
         c = document[key]
@@ -94,6 +96,8 @@ def _write(document: dict[str, Any], args: argparse.Namespace, output: str | Non
             print(f"{label}: speculation pays at {where} level measured (limit {c['limit']:g})")
         else:
             print(f"{label}: crossover {c['value']:.1f} (95% {interval_text(c['ci'])})")
+    if "context" in document:
+        print("by context:", *context_lines(document), sep="\n")
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -107,45 +111,78 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from specroute.profiler.calibration import CalibrationPlan, calibrate
+    from specroute.profiler.calibration import CalibrationPlan
+    from specroute.profiler.context_calibration import Bucket
 
-    plan = CalibrationPlan(
-        sweep_plan(args), max_concurrency=args.max_concurrency,
-        budget_seconds=args.budget * 60, precision=args.precision,
-    )  # fmt: skip
+    lengths = args.input_len
+    if len(lengths) > 1 and args.dataset[0] != "synthetic":
+        raise ValueError("several --input-len need --dataset synthetic: other prompts have "
+                         "their own lengths")  # fmt: skip
     out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
-    _report_calibration(run_loop(calibrate(plan, out)), args)
+    buckets = [
+        Bucket(CalibrationPlan(sweep_plan(args, n), max_concurrency=args.max_concurrency,
+                               precision=args.precision),
+               out if len(lengths) == 1 else out / _folder(n))
+        for n in lengths
+    ]  # fmt: skip
+    _report_calibration(buckets, args)
     return 0
+
+
+def _folder(input_len: int) -> str:
+    """A context bucket's sweep folder, inside the calibration's."""
+    return f"input-len-{input_len}"
 
 
 def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     """``emulate --calibrate``: the calibration search on this model's engine in virtual
-    time, its sweep in a temporary folder, its profile, report and plot written."""
+    time, its sweep in a temporary folder (a folder per context bucket with several
+    ``--input-len``), its profile, report and plot written."""
     from specroute.bench.dataset import synthetic
     from specroute.bench.sweep import SweepPlan
     from specroute.bench.virtual_sweep import VirtualSweep
-    from specroute.profiler.calibration import CalibrationPlan, calibrate
+    from specroute.profiler.calibration import CalibrationPlan
+    from specroute.profiler.context_calibration import Bucket
 
-    plan = SweepPlan("virtual", "virtual", synthetic(args.input_len, args.output_len))
+    lengths = args.input_len
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "calibration"
-        sweep = VirtualSweep(plan, out, config, input_len=args.input_len,
-                             output_len=args.output_len, seed=args.seed)  # fmt: skip
-        calibration = CalibrationPlan(plan, budget_seconds=args.budget * 60)
-        _report_calibration(run_loop(calibrate(calibration, out, sweep)), args, args.profile)
+        buckets = []
+        for n in lengths:
+            plan = SweepPlan("virtual", "virtual", synthetic(n, args.output_len))
+            where = out if len(lengths) == 1 else out / _folder(n)
+            sweep = VirtualSweep(plan, where, config, input_len=n, output_len=args.output_len,
+                                 seed=args.seed)  # fmt: skip
+            buckets.append(Bucket(CalibrationPlan(plan), where, sweep))
+        _report_calibration(buckets, args, args.profile)
     return 0
 
 
 def _report_calibration(
-    result: Calibration, args: argparse.Namespace, output: str | None = None
+    buckets: list[Bucket], args: argparse.Namespace, output: str | None = None
 ) -> None:
+    """Calibrate each context bucket within the one ``--budget`` and write the profile: v1
+    for one bucket, as always; v2 for several, each bucket's calibration beside its
+    crossover and the first's also where v1 has it."""
     from specroute.profiler.analysis import profile_document
+    from specroute.profiler.context_calibration import calibrate_contexts
 
-    document = profile_document(result.analysis)
-    document["measurement"]["calibration"] = result.as_json()
+    results = run_loop(calibrate_contexts(buckets, args.budget * 60))
+    document = profile_document(results[0].analysis, [r.analysis for r in results])
+    document["measurement"]["calibration"] = results[0].as_json()
+    axis = document.get("context", {}).get("buckets") or [{}]  # v1: the one bucket, unnamed
+    if len(axis) > 1:
+        for bucket, result in zip(axis, results, strict=True):
+            bucket["calibration"] = result.as_json()
     _write(document, args, output)
+    for bucket, result in zip(axis, results, strict=True):
+        where = f"context {bucket['context']:g}: " if "context" in bucket else ""
+        print(where + _cost_line(result))
+
+
+def _cost_line(result: Calibration) -> str:
     runs = ", ".join(f"{lvl} x{result.runs[lvl]}" for lvl in sorted(result.runs))
-    print(
+    return (
         f"calibration: {len(result.levels)} levels (runs per backend: {runs}), "
         f"{result.backend_seconds:.0f} s of backend time; a uniform grid as fine around the "
         f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
