@@ -21,7 +21,8 @@ RULE_FILES = [PROMETHEUS / "rules.yml", PROMETHEUS / "alerts.yml"]
 # what the router's profile gauges are read from while it is scraped
 PROFILE = {
     "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
-    "crossover": {"value": 5, "ci": [4, 6]}, "acceptance": {"mean_accept_length": 3.0},
+    "crossover": {"value": 5, "ci": [4, 6], "bands": [[None, 5]]},  # bands: their edge gauge
+    "acceptance": {"mean_accept_length": 3.0},
 }  # fmt: skip
 
 # what in an expression is not a metric name: label matchers and lists, functions, keywords
