@@ -266,15 +266,25 @@ class _Search:
             return f"the interval stays open above {top}, the ceiling"
         return None
 
-    async def refine(self) -> str:
+    def paying_at_top(self) -> bool:
+        """Speculation pays at the highest level measured, below the ceiling."""
+        assert self.analysis is not None
+        top = max(self.runs)
+        below_ceiling = self.ceiling is None or top < self.ceiling
+        return below_ceiling and self.analysis.tpot_margin[-1] > 0
+
+    async def refine(self) -> str | None:
         """Measure inside the crossings' intervals, each in turn from the lowest load, until
         each is within ``precision`` of its crossing, its levels one request apart, or a
-        level measured inside it did not narrow it."""
+        level measured inside it did not narrow it; None when the highest level, measured
+        again, pays after all (the search doubles on)."""
         narrowest: dict[int, float] = {}  # per crossing (its place in load order): its width
         done: dict[int, str] = {}  # when a level was last measured inside it; why it is done
         while True:
             if await self.settle_edges():
                 continue
+            if self.paying_at_top():
+                return None  # measured again, the highest level pays: search further up
             assert self.analysis is not None
             edges = self.analysis.tpot_crossover.turns
             if not edges:
@@ -321,9 +331,9 @@ async def calibrate(
     search = _Search(plan, sweep, out, start)
     async with sweep:
         try:
-            stopped = await search.find()
-            if stopped is None:
-                stopped = await search.refine()
+            stopped = None
+            while stopped is None:  # refining may find speculation paying at the top again
+                stopped = await search.find() or await search.refine()
         except _BudgetSpent:
             highest = max(search.runs)
             found = search.analysis.tpot_crossover if search.analysis else None
