@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 
-from specroute.bench.dataset import Dataset, Prompt
+from specroute.bench.dataset import Dataset, Prompt, synthetic
 from specroute.bench.record import RequestRecord
+from specroute.bench.trace import Trace
 
 
 def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]:
@@ -35,6 +37,37 @@ def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]
 def request_bodies(dataset: Dataset, model: str, ignore_eos: bool) -> Iterator[dict[str, Any]]:
     """The dataset's prompts as request bodies, round and round."""
     return (request_body(p, model, ignore_eos) for p in itertools.cycle(dataset.prompts))
+
+
+class PhaseBodies:
+    """The request bodies of a trace, by phase: a phase that names prompt lengths sends
+    synthetic prompts of them (``output_len`` tokens each; with several lengths, one drawn
+    per request from ``seed``, so a live and an offline run draw the same sequence), any
+    other the run's dataset. Each source goes round and round on its own."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        dataset: Dataset,
+        model: str,
+        ignore_eos: bool,
+        output_len: int,
+        seed: int = 0,
+    ) -> None:
+        self.trace = trace
+        self.dataset = request_bodies(dataset, model, ignore_eos)
+        self.by_length = {
+            n: request_bodies(synthetic(n, output_len, seed=seed), model, ignore_eos)
+            for n in trace.input_lens
+        }
+        self.rng = random.Random(f"input-len|{seed}")
+
+    def __call__(self, phase: int) -> dict[str, Any]:
+        lengths = self.trace.phases[phase].input_len
+        if not lengths:
+            return next(self.dataset)
+        length = lengths[0] if len(lengths) == 1 else self.rng.choice(lengths)
+        return next(self.by_length[length])
 
 
 async def served_model(session: aiohttp.ClientSession, url: str) -> str:

@@ -2,7 +2,9 @@
 policy in turn, against the same backends, summarised per phase and overall.
 
 The router runs as its own process (``specroute serve --config FILE --policy NAME``), as a
-user runs it; the backends stay up throughout, so every policy meets the same servers.
+user runs it; the backends stay up throughout, so every policy meets the same servers. A
+policy may carry parameters over the config's (``crossover:crossover=21``), given to its
+router as flags, so one comparison can run a policy beside itself with another setting.
 """
 
 from __future__ import annotations
@@ -18,14 +20,58 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from specroute.bench.client import request_bodies, served_model
+from specroute.bench.client import PhaseBodies, served_model
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord, tokens_between
 from specroute.bench.spawn import spawned
 from specroute.bench.trace import Trace
 from specroute.bench.trace_loop import play
+from specroute.policies.decision import PolicyError
+from specroute.policies.registry import entry
 
 BASELINES = ("always-spec", "always-base")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy as ``--policies`` names it: ``NAME`` or ``NAME:KEY=VALUE[:KEY=VALUE...]``,
+    its parameters over the router config's. The text as given is its label in the results,
+    so the same policy with two settings stays two policies."""
+
+    label: str
+    name: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> PolicySpec:
+        name, *pairs = text.strip().split(":")
+        known = entry(name).keys()  # an unknown policy is refused by name
+        params = []
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or not value:
+                raise PolicyError(f"{text!r}: parameters are KEY=VALUE, got {pair!r}")
+            if key not in known:
+                raise PolicyError(
+                    f"{text!r}: the {name!r} policy has no parameter {key!r}; "
+                    f"known: {', '.join(sorted(known)) or 'none'}"
+                )
+            params.append((key, value))
+        return cls(text.strip(), name, tuple(params))
+
+    def serve_flags(self) -> tuple[str, ...]:
+        """``specroute serve`` flags choosing it."""
+        flags = [f for key, value in self.params for f in (f"--{key.replace('_', '-')}", value)]
+        return ("--policy", self.name, *flags)
+
+
+def policy_specs(text: str) -> tuple[PolicySpec, ...]:
+    """``--policies``: comma-separated, each label once."""
+    specs = tuple(PolicySpec.parse(part) for part in text.split(",") if part.strip())
+    labels = [s.label for s in specs]
+    if not specs or len(set(labels)) < len(labels):
+        raise PolicyError(f"--policies needs distinct policies, got {text!r}")
+    return specs
 
 
 @dataclass(frozen=True)
@@ -33,11 +79,12 @@ class ComparePlan:
     router_config: Path
     trace: Trace
     dataset: Dataset
-    policies: tuple[str, ...] = ("crossover", *BASELINES)
+    policies: tuple[str, ...] = ("crossover", *BASELINES)  # as PolicySpec.parse reads them
     slo: dict[str, float] = field(default_factory=dict)
     ignore_eos: bool = True
     settle: float = 0.0  # seconds of each phase left out of its figures
-    seed: int = 0  # the rate phases' arrivals
+    seed: int = 0  # the rate phases' arrivals, and prompt lengths drawn per request
+    output_len: int = 256  # the answers of prompts a phase names by length
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -129,8 +176,9 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         "policies": {},
     }  # fmt: skip
     timeline: dict[str, list[tuple[float, str]]] = {}
-    for policy in plan.policies:
-        router = ("serve", "--config", str(plan.router_config), "--policy", policy,
+    for spec in map(PolicySpec.parse, plan.policies):
+        policy = spec.label
+        router = ("serve", "--config", str(plan.router_config), *spec.serve_flags(),
                   "--drain-grace", "0")  # no load balancer to wait for  # fmt: skip
         async with (
             spawned(*router, ready="/ready") as proxy,
@@ -142,7 +190,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip
             model = await served_model(session, proxy.url)
-            bodies = request_bodies(plan.dataset, model, plan.ignore_eos)
+            bodies = PhaseBodies(plan.trace, plan.dataset, model, plan.ignore_eos,
+                                 plan.output_len, plan.seed)  # fmt: skip
             ticker = Ticker(policy, plan.trace)
             start, records = await play(session, proxy.url, bodies, plan.trace, policy, ticker,
                                         plan.seed)  # fmt: skip
@@ -175,7 +224,8 @@ def render_row(policy: str, s: dict[str, Any]) -> str:
 def render(results: dict[str, Any]) -> str:
     lines = [f"trace {results['trace']['name']}: per phase, median TPOT ms (spec share)"]
     policies = list(results["policies"])
-    lines.append("phase    load  " + "  ".join(f"{p:>20}" for p in policies))
+    width = max(20, *map(len, policies))
+    lines.append("phase    load  prompts  " + "  ".join(f"{p:>{width}}" for p in policies))
     phases = results["trace"]["phases"]
     for i, phase in enumerate(phases):
         cells = []
@@ -183,9 +233,10 @@ def render(results: dict[str, Any]) -> str:
             row = results["policies"][p]["phases"][i]
             share = "-" if row["spec_share"] is None else f"{row['spec_share']:.0%}"
             tpot = "-" if row["tpot_ms_p50"] is None else f"{row['tpot_ms_p50']:.2f}"
-            cells.append(f"{tpot + ' (' + share + ')':>20}")
+            cells.append(f"{tpot + ' (' + share + ')':>{width}}")
         load = f"{phase['rate']:g}/s" if phase.get("rate") is not None else phase["concurrency"]
-        lines.append(f"{i:>5}  {load:>6}  " + "  ".join(cells))
+        prompts = "|".join(map(str, phase.get("input_len") or ())) or "-"
+        lines.append(f"{i:>5}  {load:>6}  {prompts:>7}  " + "  ".join(cells))
     lines.append("overall:")
     lines += [render_row(p, results["policies"][p]["overall"]) for p in policies]
     if "gap" in results:

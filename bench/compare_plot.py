@@ -1,5 +1,7 @@
 """The comparison plot: the trace's load and each policy's share of requests sent to the
-speculative server over time, and each policy's median TPOT per phase."""
+speculative server over time, and each policy's median TPOT per phase. Phases that name
+their prompts' length are labelled with it; TPOTs far apart (short and long prompts) are
+drawn on a log scale."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     phases = results["trace"]["phases"]
     ends = np.cumsum([p["seconds"] for p in phases])
@@ -25,6 +28,12 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     load = [p["rate"] if p.get("rate") is not None else p["concurrency"] for p in phases]
     load_ax.step([0, *ends], [load[0], *load], where="pre", color="black", label="trace")
     load_ax.set_ylabel("requests per second" if rates else "concurrent requests")
+    for start, end, phase in zip(starts, ends, phases, strict=True):
+        if phase.get("input_len"):
+            prompts = "|".join(map(str, phase["input_len"]))
+            load_ax.annotate(f"{prompts} tok", ((start + end) / 2, 1.0), ha="center",
+                             va="bottom", fontsize=8,
+                             xycoords=("data", "axes fraction"))  # fmt: skip
     share_ax = load_ax.twinx()
     bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)
     for policy, points in results["timeline"].items():
@@ -41,10 +50,16 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     share_ax.legend(loc="upper right", fontsize=8)
     load_ax.set_xlabel("seconds")
     mids = (starts + ends) / 2
+    drawn: list[float] = []
     for policy, data in results["policies"].items():
         tpot = [row["tpot_ms_p50"] if row["tpot_ms_p50"] is not None else np.nan
                 for row in data["phases"]]  # fmt: skip
         tpot_ax.plot(mids, tpot, "o-", label=policy)
+        drawn += [t for t in tpot if not np.isnan(t)]
+    if drawn and min(drawn) > 0 and max(drawn) / min(drawn) > 4:
+        tpot_ax.set_yscale("log")
+        for axis in (tpot_ax.yaxis.set_major_formatter, tpot_ax.yaxis.set_minor_formatter):
+            axis(FormatStrFormatter("%g"))
     tpot_ax.set_ylabel("median TPOT per phase, ms")
     tpot_ax.set_xlabel("seconds")
     tpot_ax.legend(fontsize=8)

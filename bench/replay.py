@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from specroute.bench.client import request_bodies
+from specroute.bench.client import PhaseBodies
 from specroute.bench.compare import phase_rows, summarise
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord
@@ -70,6 +70,7 @@ class ReplayPlan:
     ignore_eos: bool = True
     settle: float = 0.0  # seconds of each phase left out of its figures
     seed: int = 0
+    output_len: int = 256  # the answers of prompts a phase names by length
 
 
 class _Server:
@@ -114,7 +115,8 @@ class _Replay:
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
-        self.bodies = request_bodies(plan.dataset, "replay", plan.ignore_eos)
+        self.bodies = PhaseBodies(plan.trace, plan.dataset, "replay", plan.ignore_eos,
+                                  plan.output_len, plan.seed)  # fmt: skip
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
 
@@ -158,7 +160,7 @@ class _Replay:
 
     def send(self, client: int | None) -> None:
         phase = self.phase(self.now)
-        body = next(self.bodies)
+        body = self.bodies(phase)
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now)
         info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)

@@ -1,13 +1,15 @@
 """Time-varying load for a comparison: phases of fixed concurrency (a closed loop whose
 number of clients changes at each phase boundary) or of a fixed request rate (Poisson
-arrivals, an open loop: requests keep coming whether or not the servers keep up)."""
+arrivals, an open loop: requests keep coming whether or not the servers keep up). A phase
+may also say which prompts it sends: synthetic ones of a given length, or of one of several
+lengths drawn per request."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -20,10 +22,16 @@ class Phase:
     seconds: float
     concurrency: int = 0  # clients sending back to back
     rate: float | None = None  # or: requests per second, Poisson arrivals
+    input_len: tuple[int, ...] = ()  # synthetic prompts of these lengths; (): the dataset's
 
     @property
     def load(self) -> str:
         return f"{self.rate:g}/s" if self.rate is not None else str(self.concurrency)
+
+    @property
+    def prompts(self) -> str:
+        """What it sends: its prompt lengths, or "" for the run's dataset."""
+        return "|".join(str(n) for n in self.input_len)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,11 @@ class Trace:
     @property
     def seconds(self) -> float:
         return sum(p.seconds for p in self.phases)
+
+    @property
+    def input_lens(self) -> tuple[int, ...]:
+        """Every prompt length a phase names, ascending."""
+        return tuple(sorted({n for p in self.phases for n in p.input_len}))
 
     @property
     def peak(self) -> int:
@@ -109,7 +122,9 @@ def named_trace(
 
 
 def load_trace(path: Path) -> Trace:
-    """``[{"seconds": S, "concurrency": C} or {"seconds": S, "rate": R}, ...]``."""
+    """``[{"seconds": S, "concurrency": C} or {"seconds": S, "rate": R}, ...]``, each
+    optionally with ``"input_len": N`` or ``[N1, N2, ...]`` (its prompts: synthetic ones of
+    that length, or of one of those lengths drawn per request)."""
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -141,4 +156,14 @@ def _phase(item: object, where: str) -> Phase:
         raise TraceError(f"{where}: seconds, concurrency and rate must be numbers") from None
     if not seconds > 0 or phase.concurrency < 0 or (phase.rate is not None and phase.rate < 0):
         raise TraceError(f"{where} needs seconds > 0 and a load >= 0")
+    if "input_len" in item:
+        phase = replace(phase, input_len=_input_len(item["input_len"], where))
     return phase
+
+
+def _input_len(given: object, where: str) -> tuple[int, ...]:
+    lengths = given if isinstance(given, list) else [given]
+    if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                              for n in lengths):  # fmt: skip
+        raise TraceError(f"{where}: input_len must be a positive integer or a list of them")
+    return tuple(lengths)

@@ -1,13 +1,14 @@
 """A trace played live: in a concurrency phase client ``k`` sends back to back while the
 phase's concurrency is above ``k`` and idles otherwise (a request it started before the
 phase changed runs to its end); in a rate phase each request is sent at its arrival time,
-whether or not the ones before have ended."""
+whether or not the ones before have ended. Each request's body is the one its phase sends
+next."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -23,7 +24,7 @@ IDLE_POLL = 0.02  # how often an idle client looks whether its phase wants it
 async def play(
     session: aiohttp.ClientSession,
     url: str,
-    bodies: Iterator[dict[str, Any]],
+    bodies: Callable[[int], dict[str, Any]],  # the next body for a phase
     trace: Trace,
     label: str,
     on_record: Callable[[RequestRecord], None] | None = None,
@@ -39,7 +40,7 @@ async def play(
         record = RequestRecord(label, trace.phases[phase].concurrency, phase, time.monotonic(),
                                measured=True)  # fmt: skip
         records.append(record)
-        await send(session, url, next(bodies), record)
+        await send(session, url, bodies(phase), record)
         if on_record is not None:
             on_record(record)
         return record

@@ -45,7 +45,9 @@ def add_bench(sub: Subcommands) -> None:
                          help="the router's settings: spec, base, profile, ...")  # fmt: skip
     compare.add_argument("--profile", metavar="FILE",
                          help="--offline: the profile to route by, over the config's")  # fmt: skip
-    compare.add_argument("--trace", default="ramp", help="ramp, steps, poisson-day or a JSON file")
+    compare.add_argument("--trace", default="ramp",
+                         help="ramp, steps, poisson-day or a JSON file of phases (each may "
+                         "name its prompts' input_len)")  # fmt: skip
     compare.add_argument("--peak", type=int, default=16,
                          help="ramp and steps: top concurrency; poisson-day: the busiest "
                          "hour's requests per second unless --peak-rate")  # fmt: skip
@@ -65,7 +67,8 @@ def add_bench(sub: Subcommands) -> None:
     compare.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F",
                          help="--offline: the emulated servers' time scale")  # fmt: skip
     compare.add_argument("--policies", default="crossover,always-spec,always-base",
-                         help="comma-separated, run in this order")  # fmt: skip
+                         help="comma-separated, run in this order; NAME:KEY=VALUE[:...] "
+                         "sets a policy's parameters (crossover:crossover=21)")  # fmt: skip
     add_dataset_flags(compare)
     compare.add_argument("--out", required=True, metavar="DIR")
     compare.add_argument("--plot", metavar="compare.png")
@@ -303,12 +306,12 @@ def _save(document: dict[str, Any], out: str | None) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from specroute.bench.compare import ComparePlan, compare, render
+    from specroute.bench.compare import ComparePlan, compare, policy_specs, render
     from specroute.bench.trace import named_trace
 
     rate = args.peak_rate if args.peak_rate is not None else float(args.peak)
     trace = named_trace(args.trace, args.peak, args.phase_seconds, rate)
-    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    policies = tuple(spec.label for spec in policy_specs(args.policies))
     if args.offline:
         results = _offline(args, trace, policies)
     elif args.router_config is None:
@@ -317,7 +320,7 @@ def _compare(args: argparse.Namespace) -> int:
         plan = ComparePlan(
             router_config=Path(args.router_config), trace=trace, dataset=dataset(args),
             policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
-            seed=args.seed,
+            seed=args.seed, output_len=args.output_len,
         )  # fmt: skip
         results = run_loop(compare(plan, Path(args.out)))
     print(render(results))
@@ -330,7 +333,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) -> dict[str, Any]:
     """The router's settings from its config, the backends from the model flags."""
+    from specroute.bench.compare import PolicySpec
     from specroute.bench.replay import ReplayPlan, compare_offline
+    from specroute.policies.policy import Policy
     from specroute.policies.profile import load_profile
     from specroute.policies.registry import build_policy
     from specroute.router.settings import RouterSettings
@@ -346,12 +351,16 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
         backends={"spec": tuple(settings.spec), "base": tuple(settings.base)},
         source=settings.concurrency_source, poll_interval=settings.poll_interval,
         slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle, seed=args.seed,
+        output_len=args.output_len,
     )  # fmt: skip
-    built = {
-        name: build_policy(name, settings.model_copy(update={"policy": name}).policy_params(),
-                           profile)
-        for name in policies
-    }  # fmt: skip
+
+    def build(spec: PolicySpec) -> Policy:
+        """As its router process would be: its parameters over the config's, validated."""
+        ours: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        mine = RouterSettings(**ours | {"policy": spec.name} | dict(spec.params))
+        return build_policy(spec.name, mine.policy_params(), profile)
+
+    built = {label: build(PolicySpec.parse(label)) for label in policies}
     results = compare_offline(plan, built, lambda text: print(text, file=sys.stderr))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
