@@ -116,6 +116,9 @@ class View:
 
 TOKENS_PER_BYTE = 0.25  # of prompt text, when no profile measured it: English under BPE
 UNSAID_MAX_TOKENS = 256  # a request that sets no limit: a typical answer, not the engine's cap
+# no model holds more; a client's max_tokens may be any integer, and the sums of estimates
+# live in 64-bit slots of the workers' shared board
+MAX_CONTEXT = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -133,4 +136,5 @@ class RequestInfo:
         prompt, plus half of its output limit (the KV grows from the prompt to the prompt
         and the whole output, so half is the mean over its decode)."""
         limit = UNSAID_MAX_TOKENS if self.max_tokens is None else max(0, self.max_tokens)
-        return round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens + limit // 2
+        context = round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens + limit // 2
+        return min(context, MAX_CONTEXT)

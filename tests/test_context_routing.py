@@ -21,7 +21,14 @@ from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
-from specroute.policies.view import UNSAID_MAX_TOKENS, BackendView, Pool, RequestInfo, View
+from specroute.policies.view import (
+    MAX_CONTEXT,
+    UNSAID_MAX_TOKENS,
+    BackendView,
+    Pool,
+    RequestInfo,
+    View,
+)
 from specroute.router.board import Board
 from specroute.router.request import request_info
 from tests.emulators import emulator_config, running_emulator
@@ -88,10 +95,12 @@ def test_the_estimate_reads_each_api_shape(
     assert info.context(0.25) == round(text * 0.25) + ids + half
 
 
-def test_the_estimate_is_never_negative() -> None:
+def test_the_estimate_is_never_negative_nor_past_any_model() -> None:
     info = request_info(CHAT, {"messages": [], "max_tokens": -500})
     assert info.context(0.25) == 0
     assert RequestInfo(CHAT, max_tokens=0, prompt_bytes=4000).context(0.25) == 1000
+    huge = request_info(CHAT, {"messages": [], "max_tokens": 10**300})  # JSON allows it
+    assert huge.context(0.25) == MAX_CONTEXT  # the board's 64-bit sums cannot overflow
 
 
 # 2. The KV tokens in flight, on the board every worker shares

@@ -51,13 +51,13 @@ class Case:
 
 
 KIMI = ("--hardware", "kimi-k2.5-8x-pcie")  # the seeds' model, built from MoE physics
-MOE_RAMP = (1, 4, 16, 64, 128)
+MOE_RAMP = (1, 8, 64, 128)
 CASES = {
     # the seeds' weak drafter: speculation pays only from about 54 requests up (a band)
-    "kimi-k2.5-8x-pcie@2.1": Case((*KIMI, "--accept-length", "2.1"), "0.1", "8", 128, 4.0, 2.0,
+    "kimi-k2.5-8x-pcie@2.1": Case((*KIMI, "--accept-length", "2.1"), "0.1", "8", 128, 3.0, 1.5,
                                   "1,2,4,8,16,32,48,64,96,128", MOE_RAMP),
     # a good drafter: it pays at every load, least near 8
-    "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 128, 4.0, 2.0,
+    "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 128, 3.0, 1.5,
                                   "1,2,4,8,16,32,48,64,96,128", MOE_RAMP, pays_everywhere=True),
     # a weaker drafter than the model's default puts the crossover near 28 instead of 92,
     # within what one 2-core machine drives through a router
