@@ -208,7 +208,9 @@ async def _last_scrape(router: str, url: str) -> float:
     """When the router's last window with verify steps ended, on this process's monotonic
     clock (the router's is the same clock)."""
     backend = _backend(await _status(router), url)
-    if backend["accept_length_age_seconds"] is None:
+    for _ in range(5):  # a window whose steps drafted nothing has no accept length yet
+        if backend["accept_length_age_seconds"] is not None:
+            break
         await _complete(router, PROMPTS[2])
         await asyncio.sleep(POLL + 0.5)
         backend = _backend(await _status(router), url)
