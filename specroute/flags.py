@@ -16,25 +16,26 @@ if TYPE_CHECKING:
 _SLO_KEYS = ("ttft", "tpot")
 
 
-def levels(text: str) -> list[int]:
+def _counts(text: str, example: str, what: str) -> list[int]:
+    """Comma-separated positive integers, ascending and distinct."""
     try:
         found = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected integers like {example}, got {text!r}"
+        ) from None
     if not found or min(found) < 1:
-        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{what} must be >= 1, got {text!r}")
     return sorted(set(found))
+
+
+def levels(text: str) -> list[int]:
+    return _counts(text, "1,2,4,8", "concurrency levels")
 
 
 def lengths(text: str) -> list[int]:
     """``512,4096,16384``: prompt lengths in tokens, ascending, one context bucket each."""
-    try:
-        found = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 512,4096, got {text!r}") from None
-    if not found or min(found) < 1:
-        raise argparse.ArgumentTypeError(f"prompt lengths must be >= 1, got {text!r}")
-    return sorted(set(found))
+    return _counts(text, "512,4096", "prompt lengths")
 
 
 def slo(text: str) -> dict[str, float]:
