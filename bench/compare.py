@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -158,6 +159,26 @@ def phase_rows(
     return rows
 
 
+def prompt_rows(
+    trace: Trace, records: list[RequestRecord], start: float, end: float, slo: dict[str, float]
+) -> dict[str, dict[str, Any]]:
+    """When the trace names prompt lengths, one summary per length over the whole trace: the
+    requests whose prompt, as the server counted it, is nearest that length (one without a
+    count, such as a failed one, takes its phase's first length). The overall median mixes
+    long and short requests; these keep them apart."""
+    lengths = trace.input_lens
+    if not lengths:
+        return {}
+    groups: dict[int, list[RequestRecord]] = {n: [] for n in lengths}
+    for r in records:
+        if r.prompt_tokens:
+            counted = r.prompt_tokens
+            groups[min(lengths, key=lambda n: abs(math.log(counted / n)))].append(r)
+        elif named := trace.phases[r.repeat].input_len:
+            groups[named[0]].append(r)
+    return {str(n): summarise(group, start, end, slo) for n, group in groups.items()}
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -195,9 +216,11 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             ticker = Ticker(policy, plan.trace)
             start, records = await play(session, proxy.url, bodies, plan.trace, policy, ticker,
                                         plan.seed)  # fmt: skip
+        end = start + plan.trace.seconds
         results["policies"][policy] = {
-            "overall": summarise(records, start, start + plan.trace.seconds, plan.slo),
+            "overall": summarise(records, start, end, plan.slo),
             "phases": phase_rows(plan.trace, records, start, plan.slo, plan.settle),
+            "prompts": prompt_rows(plan.trace, records, start, end, plan.slo),
         }
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
@@ -239,6 +262,9 @@ def render(results: dict[str, Any]) -> str:
         lines.append(f"{i:>5}  {load:>6}  {prompts:>7}  " + "  ".join(cells))
     lines.append("overall:")
     lines += [render_row(p, results["policies"][p]["overall"]) for p in policies]
+    for length in results["policies"][policies[0]].get("prompts", {}):
+        lines.append(f"requests with {length}-token prompts:")
+        lines += [render_row(p, results["policies"][p]["prompts"][length]) for p in policies]
     if "gap" in results:
         choice = ", ".join(results["oracle"]["choice"])
         lines.append(f"oracle: each phase to the faster static choice, known in advance ({choice})")

@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from specroute.bench.client import PhaseBodies
-from specroute.bench.compare import phase_rows, summarise
+from specroute.bench.compare import phase_rows, prompt_rows, summarise
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord
 from specroute.bench.trace import Trace
@@ -291,6 +291,7 @@ def compare_offline(
         results["policies"][name] = {
             "overall": summarise(records, 0.0, plan.trace.seconds, plan.slo),
             "phases": phase_rows(plan.trace, records, 0.0, plan.slo, plan.settle),
+            "prompts": prompt_rows(plan.trace, records, 0.0, plan.trace.seconds, plan.slo),
         }
     ideal = results["policies"]["oracle"]
     results["gap"] = {name: gap(plan.trace, results["policies"][name], ideal) for name in runs
