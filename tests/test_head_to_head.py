@@ -42,11 +42,10 @@ class Case:
     model: tuple[str, ...]  # the servers' model flags, also given to predict and replay
     time_scale: str
     stream_interval: str
-    peak: int
     phase_seconds: float
     settle: float  # about one request's time at the peak: steady levels are what follows
     levels: str  # where the profile is predicted
-    steps: tuple[int, ...] = ()  # the ramp's levels up (and back down); () doubles to peak
+    steps: tuple[int, ...]  # the ramp's levels up (and back down)
     pays_everywhere: bool = False  # then the policy is always-spec, and can only tie it
 
 
@@ -54,23 +53,21 @@ KIMI = ("--hardware", "kimi-k2.5-8x-pcie")  # the seeds' model, built from MoE p
 MOE_RAMP = (1, 8, 64, 128)
 CASES = {
     # the seeds' weak drafter: speculation pays only from about 54 requests up (a band)
-    "kimi-k2.5-8x-pcie@2.1": Case((*KIMI, "--accept-length", "2.1"), "0.1", "8", 128, 3.0, 1.5,
+    "kimi-k2.5-8x-pcie@2.1": Case((*KIMI, "--accept-length", "2.1"), "0.1", "8", 3.0, 1.5,
                                   "1,2,4,8,16,32,48,64,96,128", MOE_RAMP),
     # a good drafter: it pays at every load, least near 8
-    "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 128, 3.0, 1.5,
+    "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 3.0, 1.5,
                                   "1,2,4,8,16,32,48,64,96,128", MOE_RAMP, pays_everywhere=True),
     # a weaker drafter than the model's default puts the crossover near 28 instead of 92,
     # within what one 2-core machine drives through a router
     "llama3.1-8b-h100": Case(("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
-                             "0.25", "16", 64, 2.0, 0.75, "1,2,4,8,16,24,32,48,64"),
+                             "0.25", "16", 2.0, 0.75, "1,2,4,8,16,24,32,48,64",
+                             (1, 4, 16, 32, 64)),
 }  # fmt: skip
 
 
 def ramp_trace(case: Case, path: Path) -> tuple[str, ...]:
-    """The ``--trace`` flags of the case's ramp: a named doubling ramp, or its own steps
-    up and back down written to a trace file."""
-    if not case.steps:
-        return ("--trace", "ramp", "--peak", str(case.peak))
+    """The ``--trace`` flags of the case's ramp: its steps up and back down, in a file."""
     levels = [*case.steps, *reversed(case.steps[:-1])]
     phases = [{"seconds": case.phase_seconds, "concurrency": n} for n in levels]
     path.write_text(json.dumps(phases))
