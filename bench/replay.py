@@ -117,6 +117,7 @@ class _Replay:
         self.idle = [True] * plan.trace.peak
         self.bodies = PhaseBodies(plan.trace, plan.dataset, "replay", plan.ignore_eos,
                                   plan.output_len, plan.seed)  # fmt: skip
+        self.gpus_free: dict[str, float] = {}  # when GPUs servers share are next free
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
 
@@ -184,8 +185,11 @@ class _Replay:
         if step is None:
             server.busy = False
             return
-        end = self.now + step.duration * server.config.time_scale
-        self.at(end, lambda: self.finish_step(server, step))
+        seconds, start = step.duration * server.config.time_scale, self.now
+        if (gpus := server.config.share_gpus) is not None:  # steps take turns, as live
+            start = max(start, self.gpus_free.get(gpus, 0.0))
+            self.gpus_free[gpus] = start + seconds
+        self.at(start + seconds, lambda: self.finish_step(server, step))
 
     def finish_step(self, server: _Server, step: Step) -> None:
         self.step(server)  # the next batch is chosen before this one's answers arrive

@@ -34,6 +34,7 @@ class EmulatorConfig:
     api_key: str | None = None  # as SGLang's --api-key: every path but probes needs it
     faults: tuple[Fault, ...] = ()  # injected from the start; /emulator/faults changes them
     noise: Noise = NO_NOISE  # run-to-run and step-to-step timing noise; off by default
+    share_gpus: str | None = None  # a file naming GPUs shared with other servers (gpus.py)
 
     @property
     def speculative(self) -> bool:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 
 from specroute.emulator.engine import Emission, Engine, Finish, Sequence, Step
+from specroute.emulator.gpus import SharedGpus
 from specroute.emulator.metrics import EngineMetrics
 
 Listener = Callable[[Emission], None]
@@ -34,8 +35,10 @@ class EngineLoop:
         max_queued_requests: int | None = None,
         decode_log_interval: int = 40,
         stream_interval: int = 1,
+        gpus: SharedGpus | None = None,
     ) -> None:
         self.engine = engine
+        self.gpus = gpus  # shared with other servers' steps, or None: GPUs of its own
         self.metrics = metrics
         self.time_scale = time_scale
         self.max_queued_requests = max_queued_requests
@@ -115,8 +118,10 @@ class EngineLoop:
                 await self._wake.wait()
                 deadline = last = loop.time()
                 continue
-            intended = step.duration * self.time_scale
-            deadline += intended
+            seconds = step.duration * self.time_scale
+            start = deadline if self.gpus is None else self.gpus.reserve(deadline, seconds)
+            intended = start + seconds - deadline  # the step, after any wait for shared GPUs
+            deadline = start + seconds
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)

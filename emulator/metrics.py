@@ -97,7 +97,8 @@ class EngineMetrics:
 
         self.step_intended = Counter(
             "specroute_emulator_step_intended_seconds",
-            "Wall time the engine model asked for (step time x time scale).",
+            "Wall time the engine model asked for (step time x time scale, and any wait "
+            "for GPUs shared with other servers).",
             registry=self.registry,
         )
         self.step_actual = Counter(

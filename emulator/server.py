@@ -21,6 +21,7 @@ from specroute.emulator.engine import Emission, Sequence
 from specroute.emulator.errors import BadRequest, error_body, error_response, read_json
 from specroute.emulator.fault_injector import FaultInjector
 from specroute.emulator.faults import Fault, FaultError, parse_change
+from specroute.emulator.gpus import SharedGpus
 from specroute.emulator.loop import EngineLoop
 from specroute.emulator.metrics import EngineMetrics
 from specroute.emulator.native_api import NativeHandlers
@@ -82,6 +83,7 @@ def create_app(config: EmulatorConfig) -> web.Application:
         max_queued_requests=config.max_queued_requests,
         decode_log_interval=config.decode_log_interval,
         stream_interval=config.stream_interval,
+        gpus=None if config.share_gpus is None else SharedGpus(config.share_gpus),
     )
     faults = FaultInjector(metrics.faults, config.faults, config.seed)
     # a dead server refuses before it could check a key
@@ -127,6 +129,8 @@ async def _run_engine(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    if (gpus := app[LOOP].gpus) is not None:
+        gpus.close()
 
 
 def _model_card(config: EmulatorConfig) -> dict[str, Any]:

@@ -225,6 +225,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _emulate(args: argparse.Namespace) -> int:
     config = emulator_config(args)
+    if (args.predict or args.calibrate) and config.share_gpus is not None:
+        raise ValueError("--share-gpus is for servers and replays; a prediction or a "
+                         "rehearsed calibration measures each server alone")  # fmt: skip
     if args.predict:
         return _predict(config, args)
     if args.calibrate:

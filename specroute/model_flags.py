@@ -71,6 +71,12 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         "multiplier drawn per run (each time the server starts work after idling) and of one "
         "drawn per step; 'default' is run=0.02,step=0.05. Seeded by --seed",
     )  # fmt: skip
+    p.add_argument(
+        "--share-gpus", metavar="FILE",
+        help="servers given the same file share one set of GPUs (the shared topology): their "
+        "steps take turns, as CUDA time-slices two processes on one GPU. Default: GPUs of "
+        "its own",
+    )  # fmt: skip
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
 
@@ -110,6 +116,7 @@ def emulator_config(
         stream_interval=getattr(args, "stream_interval", 1),
         faults=parse_faults(getattr(args, "fault", None) or ()),
         noise=getattr(args, "noise", None) or Noise(),
+        share_gpus=getattr(args, "share_gpus", None),
     )
 
 
