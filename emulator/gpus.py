@@ -19,8 +19,7 @@ _STALE = 60.0  # seconds: a reservation further ahead is a previous run's (anoth
 
 class SharedGpus:
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < 8:
                 os.ftruncate(fd, 8)
