@@ -117,11 +117,11 @@ async def context_profile(path: Path) -> None:
     assert code == 0, stderr
 
 
-def policies() -> list[str]:
-    """``context-crossover``, the single crossover (the profile's top level, which
-    ``crossover`` reads: the shortest context's, about 47), and both static choices. At one
-    load any single crossover routes as one of the static choices, so these stand for all."""
-    return ["context-crossover", "crossover", *_STATIC]
+# live: the policy and both static choices; offline (virtual time, cheap) the single
+# crossover too (the profile's top level, which ``crossover`` reads: the shortest context's,
+# about 47). At one load any single crossover routes as one of the static choices.
+LIVE = ["context-crossover", *_STATIC]
+OFFLINE = ["context-crossover", "crossover", *_STATIC]
 
 
 def phase_noise(results: dict[str, Any]) -> list[float]:
@@ -154,28 +154,27 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
 ) -> None:
     profile_path = tmp_path / "profile.json"
     await context_profile(profile_path)
-    names = policies()
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": n}
                                  for c, n in TRACE]))  # fmt: skip
-    flags = ("--trace", str(trace), *WORKLOAD, "--policies", ",".join(names))
+    flags = ("--trace", str(trace), *WORKLOAD)
     async with emulator_pair(*SERVER) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile_path)
         code, stdout, stderr = await run(
             "bench", "compare", "--router-config", str(config), *flags,
-            "--out", str(tmp_path / "live"),
+            "--policies", ",".join(LIVE), "--out", str(tmp_path / "live"),
         )  # fmt: skip
     assert code == 0, stderr
     live = json.loads((tmp_path / "live" / "compare.json").read_text())
     code, offline_out, stderr = await run(
         "bench", "compare", "--offline", "--router-config", str(config), *flags, *SERVER[:-2],
-        "--out", str(tmp_path / "offline"),
+        "--policies", ",".join(OFFLINE), "--out", str(tmp_path / "offline"),
     )  # fmt: skip
     assert code == 0, stderr
     offline = json.loads((tmp_path / "offline" / "compare.json").read_text())
     code, shared_out, stderr = await run(
         "bench", "compare", "--offline", "--router-config", str(config), *flags, *SERVER[:-2],
-        "--share-gpus", "node", "--out", str(tmp_path / "shared"),
+        "--policies", ",".join(LIVE), "--share-gpus", "node", "--out", str(tmp_path / "shared"),
     )  # fmt: skip
     assert code == 0, stderr
     shared = json.loads((tmp_path / "shared" / "compare.json").read_text())
@@ -192,11 +191,11 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     assert all(shares[i] > 0.8 if n == SHORT else shares[i] < 0.2
                for i, (_, n) in enumerate(TRACE)), (shares, report)  # fmt: skip
 
-    single = phases(live, "crossover", "spec_share")
+    single = phases(offline, "crossover", "spec_share")
     assert all(share == single[0] for share in single), (single, report)  # one choice throughout
 
-    for results in (live, offline):
-        others = [p for p in names if p != "context-crossover"]
+    for results, names in ((live, LIVE), (offline, OFFLINE)):
+        others = names[1:]
         # over the trace: closest to the better static choice phase by phase
         slower = {p: slower_than_best_static(results, p) for p in names}
         assert all(slower["context-crossover"] < slower[p] for p in others), (slower, report)
@@ -222,7 +221,7 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     # its edge in tokens over always-spec (2 to 3%, the long phases' share) shows in virtual
     # time; live it is inside the noise of one run on a shared machine
     tps = overall(offline, "output_tps")
-    assert all(tps["context-crossover"] > tps[p] for p in names[1:]), (tps, report)
+    assert all(tps["context-crossover"] > tps[p] for p in OFFLINE[1:]), (tps, report)
     assert abs(offline["gap"]["context-crossover"]["tpot"]) < 0.03, report  # knowing the load
     assert offline["gap"]["context-crossover"]["output_tps"] > -0.03, report
     # both servers on one set of GPUs (the shared topology): while the pool that a phase

@@ -57,7 +57,7 @@ CASES = {
                                   "1,2,4,8,16,32,48,64,96,128", MOE_RAMP),
     # a good drafter: it pays at every load, least near 8
     "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 3.0, 1.5,
-                                  "1,2,4,8,16,32,48,64,96,128", MOE_RAMP, pays_everywhere=True),
+                                  "1,2,4,8,16,32,48,64,96,128", (1, 8, 128), pays_everywhere=True),
     # a weaker drafter than the model's default puts the crossover near 28 instead of 92,
     # within what one 2-core machine drives through a router
     "llama3.1-8b-h100": Case(("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),

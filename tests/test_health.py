@@ -469,12 +469,15 @@ async def test_out_of_file_descriptors_a_health_check_blames_the_router(tmp_path
         room = len(os.listdir(f"/proc/{pid}/fd")) + 2 * 6
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (room, room))
         held: list[aiohttp.ClientResponse] = []
-        for _ in range(12):  # streams, until the router cannot even accept
+        for _ in range(24):  # streams, until the router cannot even accept
             try:
                 post = s.post(f"{router.url}/v1/chat/completions", json=LONG_STREAM)
                 held.append(await asyncio.wait_for(post, 2))
-            except (aiohttp.ClientError, TimeoutError):
+            except aiohttp.ClientError:
                 break
+            except TimeoutError:  # not accepted, or only slow on a busy machine
+                if len(os.listdir(f"/proc/{pid}/fd")) >= room - 1:
+                    break
         probes = spec_backend.probes
         await asyncio.sleep(0.5)  # ten rounds of health checks
         starved = spec_backend.probes - probes
