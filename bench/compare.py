@@ -25,7 +25,7 @@ from specroute.bench.client import PhaseBodies, served_model
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord, tokens_between
 from specroute.bench.spawn import spawned
-from specroute.bench.trace import Trace
+from specroute.bench.trace import Trace, prompt_label
 from specroute.bench.trace_loop import play
 from specroute.policies.decision import PolicyError
 from specroute.policies.registry import entry
@@ -258,7 +258,7 @@ def render(results: dict[str, Any]) -> str:
             tpot = "-" if row["tpot_ms_p50"] is None else f"{row['tpot_ms_p50']:.2f}"
             cells.append(f"{tpot + ' (' + share + ')':>{width}}")
         load = f"{phase['rate']:g}/s" if phase.get("rate") is not None else phase["concurrency"]
-        prompts = "|".join(map(str, phase.get("input_len") or ())) or "-"
+        prompts = prompt_label(phase.get("input_len") or ()) or "-"
         lines.append(f"{i:>5}  {load:>6}  {prompts:>7}  " + "  ".join(cells))
     lines.append("overall:")
     lines += [render_row(p, results["policies"][p]["overall"]) for p in policies]

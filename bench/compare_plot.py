@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from specroute.bench.trace import prompt_label
+
 _BIN_SECONDS = 1.0
 
 
@@ -30,9 +32,8 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     load_ax.set_ylabel("requests per second" if rates else "concurrent requests")
     for start, end, phase in zip(starts, ends, phases, strict=True):
         if phase.get("input_len"):
-            prompts = "|".join(map(str, phase["input_len"]))
-            load_ax.annotate(f"{prompts} tok", ((start + end) / 2, 1.0), ha="center",
-                             va="bottom", fontsize=8,
+            load_ax.annotate(f"{prompt_label(phase['input_len'])} tok", ((start + end) / 2, 1.0),
+                             ha="center", va="bottom", fontsize=8,
                              xycoords=("data", "axes fraction"))  # fmt: skip
     share_ax = load_ax.twinx()
     bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,11 +28,6 @@ class Phase:
     @property
     def load(self) -> str:
         return f"{self.rate:g}/s" if self.rate is not None else str(self.concurrency)
-
-    @property
-    def prompts(self) -> str:
-        """What it sends: its prompt lengths, or "" for the run's dataset."""
-        return "|".join(str(n) for n in self.input_len)
 
 
 @dataclass(frozen=True)
@@ -119,6 +115,12 @@ def named_trace(
     else:
         return load_trace(Path(name))
     return Trace(name, tuple(Phase(phase_seconds, c) for c in levels))
+
+
+def prompt_label(input_len: Iterable[int]) -> str:
+    """A phase's prompt lengths as tables and plots name them (``512|8192``); "" when it
+    sends the run's dataset."""
+    return "|".join(map(str, input_len))
 
 
 def load_trace(path: Path) -> Trace:

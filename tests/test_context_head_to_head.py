@@ -157,27 +157,23 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": n}
                                  for c, n in TRACE]))  # fmt: skip
-    flags = ("--trace", str(trace), *WORKLOAD)
-    async with emulator_pair(*SERVER) as (spec, base):
-        config = router_config(tmp_path / "router.toml", spec, base, profile_path)
+    config = tmp_path / "router.toml"
+
+    async def compared(out: str, policies: list[str], *more: str) -> tuple[dict[str, Any], str]:
+        """``bench compare`` of the trace: its results and what it printed."""
         code, stdout, stderr = await run(
-            "bench", "compare", "--router-config", str(config), *flags,
-            "--policies", ",".join(LIVE), "--out", str(tmp_path / "live"),
+            "bench", "compare", "--router-config", str(config), "--trace", str(trace),
+            *WORKLOAD, "--policies", ",".join(policies), *more, "--out", str(tmp_path / out),
         )  # fmt: skip
-    assert code == 0, stderr
-    live = json.loads((tmp_path / "live" / "compare.json").read_text())
-    code, offline_out, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), *flags, *SERVER[:-2],
-        "--policies", ",".join(OFFLINE), "--out", str(tmp_path / "offline"),
-    )  # fmt: skip
-    assert code == 0, stderr
-    offline = json.loads((tmp_path / "offline" / "compare.json").read_text())
-    code, shared_out, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), *flags, *SERVER[:-2],
-        "--policies", ",".join(LIVE), "--share-gpus", "node", "--out", str(tmp_path / "shared"),
-    )  # fmt: skip
-    assert code == 0, stderr
-    shared = json.loads((tmp_path / "shared" / "compare.json").read_text())
+        assert code == 0, stderr
+        return json.loads((tmp_path / out / "compare.json").read_text()), stdout
+
+    async with emulator_pair(*SERVER) as (spec, base):
+        router_config(config, spec, base, profile_path)
+        live, stdout = await compared("live", LIVE)
+    offline, offline_out = await compared("offline", OFFLINE, "--offline", *SERVER[:-2])
+    shared, shared_out = await compared("shared", LIVE, "--offline", *SERVER[:-2],
+                                        "--share-gpus", "node")  # fmt: skip
     report = f"\n{stdout}\n{offline_out}\n{shared_out}"
 
     # every phase: within noise of the better static choice, whichever it is there
