@@ -10,8 +10,7 @@ benchmark does. Before the first request, every ``every`` requests, and after th
 the client has closed its connections and ``idle`` seconds have passed, it reads the
 router's ``VmRSS`` and ``Threads`` (``/proc/PID/status``), its descriptors
 (``/proc/PID/fd``), which of its sockets connect clients and which backends
-(``/proc/PID/net/tcp``), and its in-flight gauges. The router exposes no count of its
-tasks; a task that leaks holds a socket or an in-flight count, and those are counted. After
+(``/proc/PID/net/tcp``), its in-flight gauges and its count of asyncio tasks. After
 the idle time the router must hold what it held before the first request, but for its pool
 of upstream connections (``_left`` says why).
 """
@@ -33,6 +32,7 @@ from specroute.bench.agreement import agreement, check_lines, describe_races, ra
 from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
 from specroute.bench.spawn import Spawned, spawned
 
+_TASK_READS = 30  # 0.1 s apart: six rounds of the router's 0.5 s poll
 KEEPALIVE_SECONDS = 15.0  # aiohttp's: an idle upstream connection unused this long closes
 _FLAG_FAULTS = ("cut_mid:2,probability=0.005", "status:500,probability=0.005")  # spec, base
 
@@ -158,14 +158,26 @@ class _Watch:
         self.t0 = time.monotonic()
 
     async def sample(self, probe: aiohttp.ClientSession, url: str, requests: int,
-                     since: Sample | None) -> Sample:  # fmt: skip
+                     since: Sample | None, tasks_at_most: int | None = None) -> Sample:  # fmt: skip
+        """``tasks_at_most``: read the task count again, for up to a few poll rounds, until
+        it is no more than this: a health check or poll in progress holds a task per
+        backend for a moment, a leaked task stays."""
         inflight = (await scrape(probe, url)).inflight
-        async with probe.get(f"{url}/router/status") as r:
-            tasks = int((await r.json())["tasks"])
+        tasks = await _tasks(probe, url)
+        for _ in range(_TASK_READS if tasks_at_most is not None else 0):
+            if tasks_at_most is None or tasks <= tasks_at_most:
+                break
+            await asyncio.sleep(0.1)
+            tasks = await _tasks(probe, url)
         now = time.monotonic() - self.t0
         rate = (requests - since.requests) / (now - since.seconds) if since else 0.0
         stats = process_stats(self.pid, self.port, self.upstream)
         return Sample(requests, round(now, 2), round(rate, 1), inflight, tasks, stats)
+
+
+async def _tasks(probe: aiohttp.ClientSession, url: str) -> int:
+    async with probe.get(f"{url}/router/status") as r:
+        return int((await r.json())["tasks"])
 
 
 def _port(url: str) -> int:
@@ -193,7 +205,7 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         seconds = time.monotonic() - watch.t0
         await asyncio.sleep(plan.idle)
         counts = await settle(probe, url)
-        end = await watch.sample(probe, url, tally.count, None)
+        end = await watch.sample(probe, url, tally.count, None, tasks_at_most=start.tasks)
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
     checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
     checks["no task left"] = (None if end.tasks <= start.tasks
