@@ -138,24 +138,31 @@ def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     """``emulate --calibrate``: the calibration search on this model's engine in virtual
     time, its sweep in a temporary folder (a folder per context bucket with several
     ``--input-len``), its profile, report and plot written."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "calibration"
+        buckets = rehearsal_buckets(config, args.input_len, args.output_len, args.seed, out)
+        _report_calibration(buckets, args, args.profile)
+    return 0
+
+
+def rehearsal_buckets(config: EmulatorConfig, lengths: list[int], output_len: int, seed: int,
+                      out: Path) -> list[Bucket]:  # fmt: skip
+    """A virtual sweep per prompt length, each drawing noise of its own: the k-th bucket's
+    runs are seeded by ``seed + k`` (the first, alone, as a calibration of one length)."""
     from specroute.bench.dataset import synthetic
     from specroute.bench.sweep import SweepPlan
     from specroute.bench.virtual_sweep import VirtualSweep
     from specroute.profiler.calibration import CalibrationPlan
     from specroute.profiler.context_calibration import Bucket
 
-    lengths = args.input_len
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "calibration"
-        buckets = []
-        for n in lengths:
-            plan = SweepPlan("virtual", "virtual", synthetic(n, args.output_len))
-            where = out if len(lengths) == 1 else out / _folder(n)
-            sweep = VirtualSweep(plan, where, config, input_len=n, output_len=args.output_len,
-                                 seed=args.seed)  # fmt: skip
-            buckets.append(Bucket(CalibrationPlan(plan), where, sweep))
-        _report_calibration(buckets, args, args.profile)
-    return 0
+    buckets = []
+    for k, n in enumerate(lengths):
+        plan = SweepPlan("virtual", "virtual", synthetic(n, output_len))
+        where = out if len(lengths) == 1 else out / _folder(n)
+        sweep = VirtualSweep(plan, where, config, input_len=n, output_len=output_len,
+                             seed=seed + k)  # fmt: skip
+        buckets.append(Bucket(CalibrationPlan(plan), where, sweep))
+    return buckets
 
 
 def _report_calibration(

@@ -23,7 +23,10 @@ from typing import Any
 
 import pytest
 
+from specroute.emulator.config import EmulatorConfig
+from specroute.measure import rehearsal_buckets
 from specroute.policies.profile import SCHEMA, SCHEMA_V2, parse_profile
+from tests.emulators import emulator_config
 from tests.test_bench import run
 
 INPUTS = "512,2048,8192"
@@ -154,3 +157,19 @@ async def test_calibration_per_context_within_one_budget(
     spent = [b["calibration"]["backend_seconds"] for b in cut]
     assert sum(spent) <= 8 * 60 * 1.25 and all(b["levels"] for b in cut)
     assert spent[-1] > 8 * 60 / 3  # what the others left over went to the last
+
+
+def test_each_context_bucket_draws_noise_of_its_own(tmp_path: Path) -> None:
+    """A rehearsal's buckets are seeded apart (--seed, --seed + 1, ...): a run at the same
+    level and repeat in two buckets is off its noise-free time by factors of its own, so
+    the buckets' intervals are independent measurements; with one seed they were equal."""
+    flags = ("--mode", "spec", "--hardware", "llama3.1-8b-h200-sdpa")
+    noisy, clean = emulator_config(*flags, "--noise", "default"), emulator_config(*flags)
+
+    def seconds(config: EmulatorConfig) -> list[float]:
+        buckets = rehearsal_buckets(config, [512, 520], 64, 0, tmp_path)
+        runs = [asyncio.run(b.sweep.run_one("spec", 4, 0))[0] for b in buckets if b.sweep]
+        return [run.t1 - run.t0 for run in runs]
+
+    factors = [n / c for n, c in zip(seconds(noisy), seconds(clean), strict=True)]
+    assert len(factors) == 2 and abs(factors[0] - factors[1]) > 0.01, factors
