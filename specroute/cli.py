@@ -180,6 +180,9 @@ def _add_emulate(sub: Subcommands) -> None:
         "--budget", type=float, default=math.inf, metavar="MINUTES",
         help="with --calibrate: modelled backend time to spend, at most (default: no limit)",
     )  # fmt: skip
+    emulate.add_argument(
+        "--out", metavar="DIR", help="with --calibrate: keep the sweep here (default: not kept)"
+    )
     emulate.set_defaults(handler=_emulate)
 
 
@@ -228,6 +231,8 @@ def _emulate(args: argparse.Namespace) -> int:
     if (args.predict or args.calibrate) and config.share_gpus is not None:
         raise ValueError("--share-gpus is for servers and replays; a prediction or a "
                          "rehearsed calibration measures each server alone")  # fmt: skip
+    if args.out and not args.calibrate:
+        raise ValueError("--out keeps a rehearsed calibration's sweep: it needs --calibrate")
     if args.predict:
         return _predict(config, args)
     if args.calibrate:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 def add_profile(sub: Subcommands) -> None:
     profile = sub.add_parser(
         "profile", help="turn a sweep folder into a specroute.profile/v1 file",
-        description="Medians, bootstrap intervals and the crossover of a sweep.",
+        description="Medians, bootstrap intervals and the crossover of a sweep. A "
+        "calibration's folder of context buckets (input-len-N) gives a specroute.profile/v2.",
     )  # fmt: skip
     profile.add_argument("sweep", metavar="DIR")
     add_report_flags(profile)
@@ -101,13 +102,29 @@ def _write(document: dict[str, Any], args: argparse.Namespace, output: str | Non
 
 
 def _profile(args: argparse.Namespace) -> int:
+    """One sweep folder: a v1 profile. A calibration's folder of context buckets (its
+    ``input-len-N`` folders): v2, a bucket per folder, as the calibration wrote it but for
+    the search's own record."""
     from specroute.profiler.analysis import analyse, profile_document
     from specroute.profiler.sweep_data import load_sweep
 
-    data = load_sweep(Path(args.sweep))
-    slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
-    _write(profile_document(analyse(data, slo_, args.seed)), args)
+    path = Path(args.sweep)
+    analyses = []
+    for folder in _bucket_folders(path) or [path]:
+        data = load_sweep(folder)
+        slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
+        analyses.append(analyse(data, slo_, args.seed))
+    _write(profile_document(analyses[0], analyses), args)
     return 0
+
+
+def _bucket_folders(path: Path) -> list[Path]:
+    """A calibration's context buckets, shortest prompts first; none in a plain sweep."""
+    if (path / "meta.json").exists():
+        return []
+    found = [(int(f.name.removeprefix(_BUCKET)), f) for f in path.glob(f"{_BUCKET}*")
+             if f.name.removeprefix(_BUCKET).isdigit()]  # fmt: skip
+    return [f for _, f in sorted(found)]
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -129,9 +146,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+_BUCKET = "input-len-"
+
+
 def _folder(input_len: int) -> str:
     """A context bucket's sweep folder, inside the calibration's."""
-    return f"input-len-{input_len}"
+    return f"{_BUCKET}{input_len}"
 
 
 def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
@@ -139,7 +159,7 @@ def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     time, its sweep in a temporary folder (a folder per context bucket with several
     ``--input-len``), its profile, report and plot written."""
     with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "calibration"
+        out = Path(args.out) if args.out else Path(folder) / "calibration"
         buckets = rehearsal_buckets(config, args.input_len, args.output_len, args.seed, out)
         _report_calibration(buckets, args, args.profile)
     return 0

@@ -53,6 +53,7 @@ def test_every_command_has_its_handler() -> None:
         (["emulate", "--hardware", "nope", "--mode", "spec"], "unknown hardware model 'nope'"),
         (["emulate"], "--mode spec|base is required"),
         (["profile", "/nonexistent-sweep", "-o", "p.json"], "is not a sweep folder"),
+        (["emulate", "--predict", "1", "--out", "sweep"], "it needs --calibrate"),
         (["serve", "--spec", "http://a:1", "--base", "http://b:2", "--policy", "nope"], "nope"),
         (["serve", "--spec", "http://a:1", "--base", "http://b:2", "--workers", "0"], "workers"),
         (

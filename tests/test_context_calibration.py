@@ -112,7 +112,8 @@ async def test_calibration_per_context_within_one_budget(
     calibrate = ("emulate", *SDPA, "--noise", "default", "--calibrate")
     runs = await asyncio.gather(
         run(*calibrate, "--input-len", INPUTS, "--profile", str(files["p.json"]),
-            "--report", str(files["r.md"]), "--plot", str(files["c.png"])),
+            "--report", str(files["r.md"]), "--plot", str(files["c.png"]),
+            "--out", str(tmp_path / "sweep")),
         run(*calibrate, "--input-len", "512", "--profile", str(files["one.json"])),
         run(*calibrate, "--input-len", INPUTS, "--profile", str(files["cut.json"]),
             "--budget", "8"),
@@ -140,6 +141,18 @@ async def test_calibration_per_context_within_one_budget(
     assert buckets[1]["calibration"]["levels_measured"][:2] == [1, start]
     seconds = sum(b["calibration"]["backend_seconds"] for b in buckets)
     assert profile["measurement"]["backend_seconds"] == pytest.approx(seconds, abs=1)
+
+    # the kept sweep, analysed again: the same v2 profile, but for the search's own record
+    code, _, stderr = await run("profile", str(tmp_path / "sweep"), "-o", str(tmp_path / "again"))
+    assert code == 0, stderr
+    again = json.loads((tmp_path / "again").read_text())
+    assert again["schema"] == SCHEMA_V2 and again["context"]["buckets"] == [
+        {k: v for k, v in b.items() if k != "calibration"} for b in buckets
+    ]
+    code, _, stderr = await run("profile", str(tmp_path / "sweep" / "input-len-2048"),
+                                "-o", str(tmp_path / "one-bucket"))  # fmt: skip
+    assert code == 0, stderr
+    assert json.loads((tmp_path / "one-bucket").read_text())["crossover"] == buckets[1]["crossover"]
 
     report = files["r.md"].read_text()
     assert "## Crossover by context" in report
