@@ -5,9 +5,11 @@ For: traffic whose acceptance moves (code drafts well, chat less), so a crossove
 on one mix is wrong for another. Speculation's time per token scales with one over the
 accept length (a verify step costs the same whatever is accepted), so the profile's
 speculative curve is rescaled by measured over live accept length and the crossover read
-again where it meets the plain curve. Live accept length is the mean over the speculative
-backends' last window with verify steps (counter deltas), if younger than
-``accept_max_age`` seconds; without one, the profile's own crossover applies. A
+again where it meets the plain curve; where the rescaled curve pays in bands (a mixture of
+experts at medium load), it routes by those bands as ``crossover`` does by a profile's.
+Live accept length is the mean over the speculative backends' last window with verify
+steps (counter deltas), if younger than ``accept_max_age`` seconds; without one, the
+profile's own curves apply. A
 speculative pool that a low accept length keeps idle would never be measured again, so
 while that is so one request in ``1 / probe_share`` goes there anyway (reason ``probe``).
 Parameters as ``crossover`` (``topology``, ``hysteresis``), ``accept_max_age`` (60 s) and
@@ -20,12 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
+from specroute.crossing import Band
+from specroute.policies.crossover import CrossoverParams, CrossoverPolicy, first_top, within
 from specroute.policies.curves import Curves, curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import pick
-from specroute.policies.profile import Profile
+from specroute.policies.profile import Profile, up_to
 from specroute.policies.view import RequestInfo, View
 
 
@@ -43,17 +46,22 @@ class AcceptanceParams:
             raise ValueError(f"probe_share must be in [0, 1], got {self.probe_share}")
 
 
+_OUTSIDE = ("above_crossover", "outside_band")  # the crossover's reasons for the plain pool
+
+
 class AcceptanceCrossoverPolicy(CrossoverPolicy):
     name = "acceptance-crossover"
 
     def __init__(
         self, params: CrossoverParams, live: AcceptanceParams, curves: Curves, measured: float
     ) -> None:
-        super().__init__(params, curves.crossover())
+        routing = _routing(curves, 1.0)
+        super().__init__(params, *routing)
         self.curves, self.measured, self.live_params = curves, measured, live
         self.live: float | None = None
-        self._last = (measured, self.threshold)  # accept length and its crossover
-        self._profiled = self.threshold  # the crossover at the measured accept length
+        self._last = (measured, routing)  # an accept length and what it routes by
+        # where the measured accept length speculates
+        self._profiled = up_to(self.threshold) if self.bands is None else self.bands
         self._kept_away = 0  # requests the live accept length sent to the plain pool
 
     @classmethod
@@ -68,12 +76,16 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
             raise PolicyError("the profile does not say what accept length it was measured at")
         return cls(params, parsed, found, found.accept_length)
 
-    def threshold_at(self, accept_length: float) -> float:
-        """At the measured accept length, the profile's crossover exactly. Computed again
-        only when the accept length changes (a new polling window), not per request."""
+    def routing_at(self, accept_length: float) -> tuple[float, tuple[Band, ...] | None]:
+        """The crossover, and the bands when speculation pays other than from the lowest
+        load up to it; at the measured accept length, the profile's curves' own. Computed
+        again only when the accept length changes (a new polling window), not per request."""
         if accept_length != self._last[0]:
-            self._last = (accept_length, self.curves.crossover(self.measured / accept_length))
+            self._last = (accept_length, _routing(self.curves, self.measured / accept_length))
         return self._last[1]
+
+    def threshold_at(self, accept_length: float) -> float:
+        return self.routing_at(accept_length)[0]
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         max_age = self.live_params.accept_max_age
@@ -82,9 +94,9 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
             if b.accept_length is not None and (b.accept_length_age or 0.0) <= max_age
         ]  # fmt: skip
         self.live = sum(live) / len(live) if live else None
-        self.threshold = self.threshold_at(self.live or self.measured)
+        self.threshold, self.bands = self.routing_at(self.live or self.measured)
         decision = super().choose(request, view)
-        if decision.reason != "above_crossover" or not self._kept_away_by_acceptance(view):
+        if decision.reason not in _OUTSIDE or not self._kept_away_by_acceptance(view):
             return decision
         self._kept_away += 1
         share = self.live_params.probe_share
@@ -94,14 +106,24 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         return decision
 
     def _kept_away_by_acceptance(self, view: View) -> bool:
-        """Whether the profile's own crossover would have speculated where the live accept
-        length does not: then only probes keep that accept length measured."""
+        """Whether the measured accept length would have speculated where the live one does
+        not: then only probes keep that accept length measured."""
         if self.live is None or self.live >= self.measured:
             return False
-        return view.seat(self.params.topology).load + 1 <= self._profiled
+        return within(view.seat(self.params.topology).load + 1, self._profiled)
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"measured_accept_length": self.measured,
                                      "live_accept_length": self.live,
                                      "accept_max_age": self.live_params.accept_max_age,
                                      "probe_share": self.live_params.probe_share}  # fmt: skip
+
+
+def _routing(curves: Curves, accept_scale: float) -> tuple[float, tuple[Band, ...] | None]:
+    """What the crossover policy routes by at this scale: one crossover, with bands only
+    when speculation pays elsewhere than from the lowest load up to it (a mixture of
+    experts' band of medium load, say)."""
+    bands = curves.bands(accept_scale)
+    if len(bands) <= 1 and (not bands or bands[0][0] is None):
+        return curves.crossover(accept_scale), None
+    return first_top(bands), bands

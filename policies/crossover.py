@@ -122,6 +122,11 @@ def first_top(bands: tuple[Band, ...]) -> float:
     return math.inf if top is None else top
 
 
+def within(load: float, bands: tuple[Band, ...]) -> bool:
+    """``load`` inside one of ``bands``, edges included."""
+    return any(_inside(load, band, 0.0) for band in bands)
+
+
 def _inside(load: float, band: Band, margin: float) -> bool:
     """``load`` inside ``band``, ``margin`` in from each closed edge."""
     start, end = band

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from specroute.crossing import crossing, log_margin
+from specroute.crossing import Band, bands, crossing, log_margin
 from specroute.policies.profile import Profile, ProfileError
 from specroute.policies.view import POOLS, Pool
 
@@ -48,15 +48,23 @@ class Curves:
         length), stops being below the plain server's: the crossing finder on the levels.
         0 when speculation loses from the first level; the last level when it still wins
         there, since past it nothing was measured (the router does not guess)."""
-        spec, base = self.tpot["spec"], self.tpot["base"]
-        levels = sorted(set(spec.levels) | set(base.levels))
-        margin = log_margin(
-            [spec.at(c) * accept_scale for c in levels], [base.at(c) for c in levels]
-        )
+        levels, margin = self._margin(accept_scale)
         found = crossing(levels, margin)
         if found.at is not None:
             return found.at
         return levels[-1] if found.bound == "above" else 0.0
+
+    def bands(self, accept_scale: float = 1.0) -> tuple[Band, ...]:
+        """Every span of load where speculation's scaled TPOT is below the plain server's,
+        by the rule the profile's bands follow; the first band's top is ``crossover``
+        when speculation pays from the first level."""
+        return tuple(bands(*self._margin(accept_scale)))
+
+    def _margin(self, accept_scale: float) -> tuple[list[float], list[float]]:
+        spec, base = self.tpot["spec"], self.tpot["base"]
+        levels = sorted(set(spec.levels) | set(base.levels))
+        spec_times = [spec.at(c) * accept_scale for c in levels]
+        return levels, log_margin(spec_times, [base.at(c) for c in levels])
 
 
 def curves(profile: Profile) -> Curves:

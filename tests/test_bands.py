@@ -55,11 +55,15 @@ async def calibrated(tmp_path: Path, *flags: str) -> tuple[dict[str, Any], list[
     return profile, [e for band in bands(levels, speedups) for e in band if e is not None]
 
 
-def route(profile: dict[str, Any], load: int) -> str:
-    """Where the crossover policy sends a request that would make the load ``load``."""
-    policy = build_policy("crossover", {}, parse_profile(profile))
-    view = View((BackendView("s", "spec", True, load - 1), BackendView("b", "base", True, 0)))
-    return policy.choose(RequestInfo(path="/v1/completions"), view).pool
+def route(profile: dict[str, Any], load: int, policy: str = "crossover",
+          accept_length: float | None = None) -> str:  # fmt: skip
+    """Where a policy sends a request that would make the load ``load``; the speculative
+    server's live accept length, if it reports one."""
+    chosen = build_policy(policy, {}, parse_profile(profile))
+    spec = BackendView("s", "spec", True, load - 1, accept_length=accept_length,
+                       accept_length_age=0.0 if accept_length else None)  # fmt: skip
+    view = View((spec, BackendView("b", "base", True, 0)))
+    return chosen.choose(RequestInfo(path="/v1/completions"), view).pool
 
 
 def check_against_truth(profile: dict[str, Any], edges: list[float]) -> None:
@@ -76,9 +80,15 @@ def check_against_truth(profile: dict[str, Any], edges: list[float]) -> None:
     assert start == pytest.approx(turns[0]["at"], abs=1e-3)
     assert crossover["value"] is None and crossover["bound"] == "below"  # lost at 1
     inside = round(math.sqrt(start * end))
-    assert [route(profile, n) for n in (1, inside)] == ["base", "spec"]
-    if len(turns) > 1:
-        assert route(profile, math.ceil(end * 1.2)) == "base"
+    for policy in ("crossover", "acceptance-crossover"):  # the latter at the measured length
+        assert [route(profile, n, policy) for n in (1, inside)] == ["base", "spec"], policy
+        if len(turns) > 1:
+            assert route(profile, math.ceil(end * 1.2), policy) == "base", policy
+    # a better drafter than measured pays from a lower load, a worse one from a higher
+    measured = profile["acceptance"]["mean_accept_length"]
+    below = math.floor(start * 0.9)
+    assert route(profile, below, "acceptance-crossover", measured * 1.3) == "spec"
+    assert route(profile, math.ceil(start * 1.1), "acceptance-crossover", measured / 1.3) == "base"
 
 
 async def test_a_measured_moe_pays_in_a_band(tmp_path: Path) -> None:
