@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -158,14 +159,14 @@ class _Watch:
         self.t0 = time.monotonic()
 
     async def sample(self, probe: aiohttp.ClientSession, url: str, requests: int,
-                     since: Sample | None, tasks_at_most: int | None = None) -> Sample:  # fmt: skip
+                     since: Sample | None, tasks_at_most: float = math.inf) -> Sample:  # fmt: skip
         """``tasks_at_most``: read the task count again, for up to a few poll rounds, until
         it is no more than this: a health check or poll in progress holds a task per
         backend for a moment, a leaked task stays."""
         inflight = (await scrape(probe, url)).inflight
         tasks = await _tasks(probe, url)
-        for _ in range(_TASK_READS if tasks_at_most is not None else 0):
-            if tasks_at_most is None or tasks <= tasks_at_most:
+        for _ in range(_TASK_READS):
+            if tasks <= tasks_at_most:
                 break
             await asyncio.sleep(0.1)
             tasks = await _tasks(probe, url)

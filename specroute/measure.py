@@ -156,8 +156,8 @@ def _folder(input_len: int) -> str:
 
 def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     """``emulate --calibrate``: the calibration search on this model's engine in virtual
-    time, its sweep in a temporary folder (a folder per context bucket with several
-    ``--input-len``), its profile, report and plot written."""
+    time, its sweep in ``--out`` or a temporary folder (a folder per context bucket with
+    several ``--input-len``), its profile, report and plot written."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(args.out) if args.out else Path(folder) / "calibration"
         buckets = rehearsal_buckets(config, args.input_len, args.output_len, args.seed, out)
