@@ -178,8 +178,12 @@ needs_promtool = pytest.mark.skipif(
 @needs_promtool
 @pytest.mark.parametrize(
     "argv",
-    [["check", "config", "prometheus.yml"], ["check", "rules", *(p.name for p in RULE_FILES)]],
-    ids=["config", "rules"],
+    [
+        ["check", "config", "prometheus.yml"],
+        ["check", "rules", *(p.name for p in RULE_FILES)],
+        ["test", "rules", "alerts_test.yml"],
+    ],
+    ids=["config", "rules", "alerts-fire-as-written"],
 )
 def test_promtool_accepts(argv: list[str]) -> None:
     run = subprocess.run(
