@@ -87,6 +87,14 @@ def _add_serve(sub: Subcommands) -> None:
     serve.add_argument("--crossover", type=float, metavar="N")
     serve.add_argument("--topology", choices=["shared", "partitioned"])
     serve.add_argument("--hysteresis", type=float)
+    serve.add_argument(
+        "--accept-max-age", type=float, metavar="SECONDS",
+        help="acceptance-crossover: a live accept length older than this is not believed",
+    )  # fmt: skip
+    serve.add_argument(
+        "--probe-share", type=float, metavar="SHARE",
+        help="acceptance-crossover: the share sent to speculate while acceptance keeps it idle",
+    )  # fmt: skip
     serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
     serve.add_argument(
         "--concurrency-source", choices=["router", "backend", "max", "replicas"],

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from specroute.bench.compare import PolicySpec
 from specroute.bench.trace import TraceError, load_trace, named_trace
+from specroute.cli import parser
+from specroute.policies.registry import REGISTRY
+from specroute.router.settings import RouterSettings
 from tests.processes import emulator_pair
 from tests.test_bench import run
 
@@ -116,3 +120,20 @@ async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Pat
     assert code == 0, stderr
     offline = json.loads((tmp_path / "offline" / "compare.json").read_text())["policies"]
     assert len(arrivals) - 3 <= offline["crossover"]["overall"]["requests"] <= len(arrivals)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_policy_parameter_reaches_a_live_router(name: str) -> None:
+    """A live comparison gives its router each policy's parameters as ``serve`` flags: every
+    parameter of every policy has one, and it lands in the settings the policy is built
+    from (a missing flag used to stop the router from starting)."""
+    values = {"crossover": "21.5", "topology": "partitioned", "hysteresis": "2.5",
+              "accept_max_age": "30.5", "probe_share": "0.25"}  # fmt: skip
+    keys = sorted(REGISTRY[name].keys())
+    assert set(keys) <= set(values), f"a test value for each of {keys}"
+    spec = PolicySpec.parse(":".join([name, *(f"{k}={values[k]}" for k in keys)]))
+    args = parser().parse_args(["serve", "--spec", "http://a:1", "--base", "http://b:2",
+                                *spec.serve_flags()])  # fmt: skip
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "handler") and v}
+    given = RouterSettings(**flags).policy_params()
+    assert {k: str(v) for k, v in given.items()} == {k: values[k] for k in keys}
