@@ -34,9 +34,9 @@ async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any
     """The server's settings in SGLang's names; None from a server that says nothing."""
     info = await _json(session, f"{url}/server_info?config_format=json")
     if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
-        return _from_vllm(info["vllm_config"])
+        return _from_vllm(info["vllm_config"]) | await _version(session, url)
     if isinstance(info, dict) and "vllm_config" not in info:
-        return info  # SGLang's
+        return info  # SGLang's, its version among them
     models = await _json(session, f"{url}/v1/models")
     cards = models.get("data") if isinstance(models, dict) else None
     if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
@@ -47,7 +47,14 @@ async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any
         "context_length": card.get("max_model_len"),
         PARTIAL: "its running-request limit and speculation could not be read (a vLLM "
         "server shows them at /server_info with VLLM_SERVER_DEV_MODE=1)",
-    }
+    } | await _version(session, url)
+
+
+async def _version(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    """vLLM's version, from its ``/version``: the crossover moves with the engine's."""
+    found = await _json(session, f"{url}/version")
+    version = found.get("version") if isinstance(found, dict) else None
+    return {"version": version} if isinstance(version, str) else {}
 
 
 async def _json(session: aiohttp.ClientSession, url: str) -> Any:

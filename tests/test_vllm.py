@@ -233,6 +233,8 @@ async def test_calibration_writes_a_profile_the_router_loads(
     print(said[-3000:])
     assert process.returncode == 0, said
     profile = json.loads(out.read_text())
+    for server in profile["servers"].values():  # what moves the crossover, on record
+        assert server["engine"] == "vllm" and server["version"], server
     async with specroute("serve", "--spec", spec.url, "--base", base.url,
                          "--profile", str(out)) as (url, _):  # fmt: skip
         loaded = (await _status(url))["profile"]
