@@ -161,7 +161,7 @@ def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(args.out) if args.out else Path(folder) / "calibration"
         buckets = rehearsal_buckets(config, args.input_len, args.output_len, args.seed, out)
-        _report_calibration(buckets, args, args.profile)
+        _report_calibration(buckets, args, args.profile, kept=bool(args.out))
     return 0
 
 
@@ -186,11 +186,12 @@ def rehearsal_buckets(config: EmulatorConfig, lengths: list[int], output_len: in
 
 
 def _report_calibration(
-    buckets: list[Bucket], args: argparse.Namespace, output: str | None = None
-) -> None:
+    buckets: list[Bucket], args: argparse.Namespace, output: str | None = None,
+    kept: bool = True,
+) -> None:  # fmt: skip
     """Calibrate each context bucket within the one ``--budget`` and write the profile: v1
     for one bucket, as always; v2 for several, each bucket's calibration beside its
-    crossover and the first's also where v1 has it."""
+    crossover and the first's also where v1 has it. A sweep not ``kept`` is named nowhere."""
     from specroute.profiler.analysis import profile_document
     from specroute.profiler.context_calibration import calibrate_contexts
 
@@ -201,6 +202,9 @@ def _report_calibration(
     if len(axis) > 1:
         for bucket, result in zip(axis, results, strict=True):
             bucket["calibration"] = result.as_json()
+            bucket["sweep"] = bucket["sweep"] if kept else None
+    if not kept:
+        document["measurement"]["sweep"] = None
     _write(document, args, output)
     for bucket, result in zip(axis, results, strict=True):
         where = f"context {bucket['context']:g}: " if "context" in bucket else ""

@@ -166,7 +166,10 @@ async def test_calibration_per_context_within_one_budget(
                         "acceptance", "servers", "workload", "measurement"}  # fmt: skip
     assert one["crossover"]["value"] == profile["crossover"]["value"]  # the same first bucket
 
+    assert profile["measurement"]["sweep"] == str(tmp_path / "sweep")  # kept; else named nowhere
+    assert one["measurement"]["sweep"] is None
     cut = json.loads(files["cut.json"].read_text())["context"]["buckets"]
+    assert all(b["sweep"] is None for b in cut)
     spent = [b["calibration"]["backend_seconds"] for b in cut]
     assert sum(spent) <= 8 * 60 * 1.25 and all(b["levels"] for b in cut)
     assert spent[-1] > 8 * 60 / 3  # what the others left over went to the last
