@@ -81,8 +81,8 @@ def _add_serve(sub: Subcommands) -> None:
     )  # fmt: skip
     serve.add_argument(
         "--policy",
-        help="crossover (default), acceptance-crossover, expected-latency, always-spec, "
-        "always-base, round-robin",
+        help="crossover (default), acceptance-crossover, context-crossover, expected-latency, "
+        "always-spec, always-base, round-robin",
     )
     serve.add_argument("--crossover", type=float, metavar="N")
     serve.add_argument("--topology", choices=["shared", "partitioned"])
