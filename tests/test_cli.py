@@ -8,6 +8,7 @@ from importlib.metadata import version
 import pytest
 
 from specroute.cli import main, parser
+from specroute.policies.registry import REGISTRY
 
 
 def _commands(p: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -86,3 +87,10 @@ def test_bad_levels_stop_at_parse(capsys: pytest.CaptureFixture[str]) -> None:
         main(["emulate", "--predict", "1,x"])
     assert done.value.code == 2
     assert "expected integers like 1,2,4,8" in capsys.readouterr().err
+
+
+def test_serve_help_names_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert all(name in text for name in REGISTRY), [n for n in REGISTRY if n not in text]
