@@ -92,5 +92,5 @@ def test_bad_levels_stop_at_parse(capsys: pytest.CaptureFixture[str]) -> None:
 def test_serve_help_names_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
-    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps it, at hyphens too
     assert all(name in text for name in REGISTRY), [n for n in REGISTRY if n not in text]
