@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specroute import bench_commands, measure
 from specroute.emulator.hardware import load_hardware
@@ -222,9 +222,8 @@ def _serve(args: argparse.Namespace) -> int:
     from specroute.router.serve import run
     from specroute.router.settings import RouterSettings
 
-    flags = {k: v for k, v in vars(args).items() if k not in _DISPATCH and v is not None}
     try:
-        settings = RouterSettings(**flags)
+        settings = RouterSettings(**given_settings(args))
     except ValidationError as exc:
         for error in exc.errors():
             key = ".".join(str(p) for p in error["loc"])
@@ -232,6 +231,11 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
         return 2
     return run(settings)
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``serve``'s flags set: every flag given, none of the parser's own entries."""
+    return {k: v for k, v in vars(args).items() if k not in _DISPATCH and v is not None}
 
 
 def _emulate(args: argparse.Namespace) -> int:

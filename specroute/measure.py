@@ -202,9 +202,9 @@ def _report_calibration(
     if len(axis) > 1:
         for bucket, result in zip(axis, results, strict=True):
             bucket["calibration"] = result.as_json()
-            bucket["sweep"] = bucket["sweep"] if kept else None
     if not kept:
-        document["measurement"]["sweep"] = None
+        for named in (document["measurement"], *(b for b in axis if "sweep" in b)):
+            named["sweep"] = None
     _write(document, args, output)
     for bucket, result in zip(axis, results, strict=True):
         where = f"context {bucket['context']:g}: " if "context" in bucket else ""

@@ -10,7 +10,7 @@ import pytest
 
 from specroute.bench.compare import PolicySpec
 from specroute.bench.trace import TraceError, load_trace, named_trace
-from specroute.cli import parser
+from specroute.cli import given_settings, parser
 from specroute.policies.registry import REGISTRY
 from specroute.router.settings import RouterSettings
 from tests.processes import emulator_pair
@@ -134,6 +134,5 @@ def test_every_policy_parameter_reaches_a_live_router(name: str) -> None:
     spec = PolicySpec.parse(":".join([name, *(f"{k}={values[k]}" for k in keys)]))
     args = parser().parse_args(["serve", "--spec", "http://a:1", "--base", "http://b:2",
                                 *spec.serve_flags()])  # fmt: skip
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "handler") and v}
-    given = RouterSettings(**flags).policy_params()
+    given = RouterSettings(**given_settings(args)).policy_params()
     assert {k: str(v) for k, v in given.items()} == {k: values[k] for k in keys}

@@ -126,9 +126,7 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     noise = level_noise(live["trace"]["phases"], *always)
     for i, level in enumerate(p["concurrency"] for p in live["trace"]["phases"]):
         spec, base = always[0][i], always[1][i]
-        # routed as the faster static choice was, any difference is the machine's (its runs
-        # are minutes apart: a single stream's time per token has moved by 7% between them)
-        if shares[i] >= 0.95 if spec < base else shares[i] <= 0.05:
+        if routed_as_the_faster(shares[i], spec, base):
             continue
         # two measurements, each within the noise of the truth, differ by up to sqrt(2)x it
         assert mine[i] <= min(spec, base) * (1 + math.sqrt(2) * noise[level]), (
@@ -149,6 +147,13 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     for p in throughput:  # the replay's model is the servers' model: it predicts the live run
         assert offline_tps[p] == pytest.approx(throughput[p], rel=0.05), (p, offline_tps, stdout)
     assert abs(offline["gap"]["crossover"]["tpot"]) < 0.03  # as good as knowing the load
+
+
+def routed_as_the_faster(share: float, spec: float, base: float) -> bool:
+    """A phase's requests went where the faster static choice sends them (its median TPOT:
+    ``spec``, ``base``). Then any difference in time per token is the machine's: the runs
+    are minutes apart, and a single stream's time per token has moved by 7% between them."""
+    return share >= 0.95 if spec < base else share <= 0.05
 
 
 def level_noise(trace: list[dict[str, Any]], *runs: list[float]) -> dict[int, float]:
