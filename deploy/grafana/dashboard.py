@@ -127,7 +127,23 @@ def load() -> Panels:
             query("max by (backend) (specroute_backend_queued)", "queued {{backend}}"),
         ],
     ).span(18)
-    return [concurrency, share, spec_share, inflight]
+    context = graph(
+        "Context in flight by pool",
+        "The mean context of the requests in flight on each pool: their estimated KV tokens "
+        "(prompt bytes times the profile's tokens per byte, plus half the output limit) over "
+        "their number, summed over the router replicas. Every step reads this cache, so "
+        "where speculation stops paying moves with it: context-crossover reads the crossover "
+        "at the mix where a request would run, and the crossover panel shows the last one.",
+        "short",
+        [
+            query(
+                "sum by (pool) (specroute_kv_tokens_inflight)"
+                " / sum by (pool) (specroute_inflight > 0)",
+                "mean context {{pool}}",
+            )
+        ],
+    ).span(24)
+    return [concurrency, share, spec_share, inflight, context]
 
 
 def latency() -> Panels:
