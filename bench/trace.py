@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,9 +119,11 @@ def named_trace(
 
 
 def prompt_label(input_len: Iterable[int]) -> str:
-    """A phase's prompt lengths as tables and plots name them (``512|8192``); "" when it
-    sends the run's dataset."""
-    return "|".join(map(str, input_len))
+    """A phase's prompt lengths as tables and plots name them: each length once, with how
+    many of the phase's draws it has when more than one (``512x5|8192`` for five in six
+    short); "" when it sends the run's dataset."""
+    counts = Counter(input_len)
+    return "|".join(f"{n}x{k}" if k > 1 else str(n) for n, k in counts.items())
 
 
 def load_trace(path: Path) -> Trace:

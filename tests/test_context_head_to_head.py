@@ -31,7 +31,7 @@ from specroute.bench.client import PhaseBodies
 from specroute.bench.compare import PolicySpec, policy_specs, prompt_rows
 from specroute.bench.dataset import synthetic
 from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Phase, Trace, TraceError, load_trace
+from specroute.bench.trace import Phase, Trace, TraceError, load_trace, prompt_label
 from specroute.policies.decision import PolicyError
 from tests.processes import emulator_pair
 from tests.test_bench import run
@@ -62,6 +62,8 @@ def test_a_phase_names_its_prompts(tmp_path: Path) -> None:
     trace = load_trace(path)
     assert [p.input_len for p in trace.phases] == [(64,), (16, 64), ()]
     assert trace.input_lens == (16, 64)
+    assert [prompt_label(p.input_len) for p in trace.phases] == ["64", "16|64", ""]
+    assert prompt_label([512] * 5 + [8192]) == "512x5|8192"  # five in six short, as tables say
     bodies = PhaseBodies(trace, synthetic(8, 4), "m", ignore_eos=True, output_len=32, seed=3)
     words = [len(bodies(1)["messages"][0]["content"].split()) for _ in range(40)]
     assert set(words) == {16 - 8, 64 - 8}  # both lengths drawn (a template's 8 tokens off)
