@@ -136,6 +136,20 @@ class Profile:
         accept = (self.raw.get("acceptance") or {}).get("mean_accept_length")
         return float(accept) if isinstance(accept, int | float) else None
 
+    @property
+    def contexts(self) -> tuple[float, ...]:
+        """The contexts (mean KV tokens per request while it decodes: its prompt and half its
+        answer) the profile was measured at: each bucket's (v2), else its workload's when it
+        says (calibration's mean prompt and output tokens, or a prediction's lengths)."""
+        if self.context is not None:
+            return tuple(b.context for b in self.context.buckets)
+        workload = self.raw.get("workload")
+        if not isinstance(workload, dict):
+            return ()
+        prompt = _first_count(workload, "mean_prompt_tokens", "input_len")
+        output = _first_count(workload, "mean_output_tokens", "output_len")
+        return () if prompt is None or output is None else (prompt + output / 2,)
+
     def age_seconds(self, now: datetime | None = None) -> float | None:
         """How old the measurement is; None when the profile does not say when it was made."""
         if self.created is None:
@@ -200,6 +214,15 @@ def _bands(data: dict[str, Any], where: str) -> tuple[Band, ...] | None:
         edge = end
         found.append((None if band[0] is None else start, None if band[1] is None else end))
     return tuple(found)
+
+
+def _first_count(data: dict[str, Any], *keys: str) -> float | None:
+    """The first of ``keys`` in ``data`` that holds a number of tokens."""
+    for key in keys:
+        value = data.get(key)
+        if _number(value) and value >= 0:
+            return float(value)
+    return None
 
 
 def _number(x: Any) -> TypeGuard[float]:

@@ -75,6 +75,16 @@ class StateGauges(Collector):
                 "The mean accept length the profile in force was measured at.",
                 value=profile.accept_length,
             )
+        if contexts := profile.contexts:
+            measured = GaugeMetricFamily(
+                "specroute_profile_context_tokens",
+                "The context (mean KV tokens per request while it decodes: prompt plus half "
+                "the answer) the profile in force was measured at, per context bucket.",
+                labels=["bucket"],
+            )
+            for i, context in enumerate(contexts):
+                measured.add_metric([str(i)], context)
+            yield measured
         age = profile.age_seconds()
         if age is not None:
             yield GaugeMetricFamily(

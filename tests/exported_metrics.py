@@ -23,6 +23,7 @@ PROFILE = {
     "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
     "crossover": {"value": 5, "ci": [4, 6], "bands": [[None, 5]]},  # bands: their edge gauge
     "acceptance": {"mean_accept_length": 3.0},
+    "workload": {"mean_prompt_tokens": 512, "mean_output_tokens": 128},
 }  # fmt: skip
 
 # what in an expression is not a metric name: label matchers and lists, functions, keywords

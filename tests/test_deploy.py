@@ -192,13 +192,15 @@ def test_promtool_accepts(argv: list[str]) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-PROFILE_GAUGES = ("specroute_profile_accept_length", "specroute_profile_created_timestamp_seconds")
+PROFILE_GAUGES = ("specroute_profile_accept_length", "specroute_profile_created_timestamp_seconds",
+                  "specroute_profile_context_tokens")  # fmt: skip
 
 
 async def test_rules_read_only_exported_metrics(tmp_path: Path) -> None:
     pages = await scrape(tmp_path)
     shown = prometheus.sums(pages[0], PROFILE_GAUGES)
     assert shown["specroute_profile_accept_length"] == 3.0
+    assert shown["specroute_profile_context_tokens"] == 512 + 128 / 2
     created = datetime(2026, 11, 30, tzinfo=UTC).timestamp()
     assert shown["specroute_profile_created_timestamp_seconds"] == pytest.approx(created, abs=1)
     every = [rule for path in RULE_FILES for rule in rules(path)]

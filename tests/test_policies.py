@@ -82,6 +82,26 @@ def test_bad_parameters_name_the_policy_and_key(
         build_policy(policy, params, None)
 
 
+@pytest.mark.parametrize(
+    ("workload", "contexts"),
+    [
+        ({"mean_prompt_tokens": 512.4, "mean_output_tokens": 100.0}, (562.4,)),  # calibrated
+        ({"input_len": 8192, "output_len": 128}, (8256.0,)),  # predicted
+        ({"kind": "sharegpt", "input_len": 64, "mean_prompt_tokens": None,
+          "mean_output_tokens": 32}, (80.0,)),  # a mean unknown: the dataset's length
+        ({"mean_prompt_tokens": 512}, ()),  # no answers said
+        ({"mean_prompt_tokens": -1, "mean_output_tokens": 8}, ()),
+        ("512 tokens", ()),
+        (None, ()),
+    ],
+)  # fmt: skip
+def test_a_profile_says_the_context_it_was_measured_at(
+    workload: Any, contexts: tuple[float, ...]
+) -> None:
+    data = {"schema": "specroute.profile/v1", "crossover": {"value": 6.5, "ci": [5.0, 8.0]}}
+    assert parse_profile(data | {"workload": workload}).contexts == contexts
+
+
 def test_profile_gives_the_crossover() -> None:
     profile = parse_profile(
         {"schema": "specroute.profile/v1", "crossover": {"value": 6.5, "ci": [5.0, 8.0]}}

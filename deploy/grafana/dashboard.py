@@ -133,14 +133,19 @@ def load() -> Panels:
         "(prompt bytes times the profile's tokens per byte, plus half the output limit) over "
         "their number, summed over the router replicas. Every step reads this cache, so "
         "where speculation stops paying moves with it: context-crossover reads the crossover "
-        "at the mix where a request would run, and the crossover panel shows the last one.",
+        "at the mix where a request would run, and the crossover panel shows the last one. "
+        "Beside it, the contexts the profile was measured at: traffic far outside them "
+        "routes by a crossover measured for other requests (calibrate with --input-len).",
         "short",
         [
             query(
                 "sum by (pool) (specroute_kv_tokens_inflight)"
                 " / sum by (pool) (specroute_inflight > 0)",
                 "mean context {{pool}}",
-            )
+            ),
+            query(
+                "max by (bucket) (specroute_profile_context_tokens)", "profile's, bucket {{bucket}}"
+            ),
         ],
     ).span(24)
     return [concurrency, share, spec_share, inflight, context]
