@@ -226,6 +226,7 @@ async def _status(request: web.Request) -> web.Response:
             "age_seconds": profile.age_seconds(),
             "loaded_seconds_ago": time.time() - state.profile_loaded_at,
             "crossover": profile.raw.get("crossover"),
+            "contexts": list(profile.contexts),  # what it was measured at, KV tokens a request
             "note": profile.crossover.note,
         },
         "backends": [

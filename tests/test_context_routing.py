@@ -252,6 +252,7 @@ async def test_kv_tokens_in_flight_go_up_and_back_to_zero(tmp_path: Path) -> Non
         measured = {m.labels["bucket"]: m.value for family in text_string_to_metric_families(text)
                     for m in family.samples if m.name == "specroute_profile_context_tokens"}  # fmt: skip
         assert measured == {"0": 1000, "1": 16000}  # the buckets' contexts, for the dashboard
+        assert status["profile"]["contexts"] == [1000, 16000]
         parameters = status["policy"]["parameters"]
         assert status["policy"]["name"] == "context-crossover"
         assert [b["context"] for b in parameters["buckets"]] == [1000, 16000]
