@@ -200,12 +200,17 @@ def test_bad_setups_are_refused(
 # 4. Live: a router process, the official client
 
 
-async def kv_gauge(url: str) -> dict[str, float]:
-    """``specroute_kv_tokens_inflight`` by backend."""
+async def gauge(url: str, name: str, label: str) -> dict[str, float]:
+    """One gauge of the router's ``/metrics``, by one of its labels."""
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
         text = await r.text()
-    return {m.labels["backend"]: m.value for family in text_string_to_metric_families(text)
-            for m in family.samples if m.name == "specroute_kv_tokens_inflight"}  # fmt: skip
+    return {m.labels[label]: m.value for family in text_string_to_metric_families(text)
+            for m in family.samples if m.name == name}  # fmt: skip
+
+
+async def kv_gauge(url: str) -> dict[str, float]:
+    """``specroute_kv_tokens_inflight`` by backend."""
+    return await gauge(url, "specroute_kv_tokens_inflight", "backend")
 
 
 async def drained(url: str, seconds: float = 5.0) -> dict[str, float]:
@@ -247,10 +252,7 @@ async def test_kv_tokens_in_flight_go_up_and_back_to_zero(tmp_path: Path) -> Non
         async with aiohttp.ClientSession() as s, s.get(f"{url}/router/status") as r:
             status = await r.json()
         assert [b["kv_tokens_inflight"] for b in status["backends"]] == list(during.values())
-        async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
-            text = await r.text()
-        measured = {m.labels["bucket"]: m.value for family in text_string_to_metric_families(text)
-                    for m in family.samples if m.name == "specroute_profile_context_tokens"}  # fmt: skip
+        measured = await gauge(url, "specroute_profile_context_tokens", "bucket")
         assert measured == {"0": 1000, "1": 16000}  # the buckets' contexts, for the dashboard
         assert status["profile"]["contexts"] == [1000, 16000]
         parameters = status["policy"]["parameters"]
