@@ -15,6 +15,7 @@ from specroute import bench_commands, measure
 from specroute.emulator.hardware import load_hardware
 from specroute.flags import lengths, levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
+from specroute.policies.registry import REGISTRY
 
 if TYPE_CHECKING:
     from specroute.emulator.config import EmulatorConfig
@@ -81,8 +82,7 @@ def _add_serve(sub: Subcommands) -> None:
     )  # fmt: skip
     serve.add_argument(
         "--policy",
-        help="crossover (default), acceptance-crossover, context-crossover, expected-latency, "
-        "always-spec, always-base, round-robin",
+        help=", ".join(f"{name} (default)" if name == "crossover" else name for name in REGISTRY),
     )
     serve.add_argument("--crossover", type=float, metavar="N")
     serve.add_argument("--topology", choices=["shared", "partitioned"])
