@@ -305,12 +305,15 @@ def as_context_profile(
     predictions: Sequence[Prediction], config: EmulatorConfig, tokens_per_byte: float
 ) -> dict[str, object]:
     """Predictions at several prompt lengths as a ``specroute.profile/v2`` document: the
-    first (shortest) one's ``v1`` document, and the crossover per context bucket."""
+    first (shortest) one's ``v1`` document, and the crossover and curves per context
+    bucket."""
     buckets = [
         {"context": p.context, "input_len": p.input_len, "output_len": p.output_len,
          "crossover": _crossover(p.per_request) | {"metric": "tpot"},
          "throughput_crossover": _crossover(p.total) | {"metric": "output_tps"},
-         "levels": [lv.concurrency for lv in p.levels]}
+         "levels": [lv.concurrency for lv in p.levels],
+         "tpot_ms": {"spec": [1000.0 / lv.spec.per_request for lv in p.levels],
+                     "base": [1000.0 / lv.base.per_request for lv in p.levels]}}
         for p in predictions
     ]  # fmt: skip
     return as_profile(predictions[0], config) | {

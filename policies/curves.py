@@ -1,7 +1,8 @@
 """A profile's measured curves: each backend's median time per output token against
 concurrency, a power law between levels (log time linear in log concurrency) and extended
 past the last level along the last segment. What ``expected-latency`` and the
-acceptance-aware crossover predict with.
+acceptance-aware crossover predict with; with a ``v2`` profile's curves per context bucket,
+``expected-latency`` predicts at a context too.
 
 Power laws because then the margin of two curves (the log of their ratio) is linear in log
 concurrency between levels, the rule of the crossing finder: the crossover read from the
@@ -91,3 +92,62 @@ def curves(profile: Profile) -> Curves:
         {pool: (servers.get(pool) or {}).get("max_running_requests") for pool in POOLS},
         profile.accept_length,
     )
+
+
+@dataclass(frozen=True)
+class ContextCurves:
+    """Each context bucket's curves, ascending in context (mean KV tokens per request)."""
+
+    contexts: tuple[float, ...]
+    tpot: tuple[dict[Pool, Curve], ...]
+
+    def at(self, pool: Pool, load: float, context: float) -> float:
+        """Seconds per output token at ``load`` requests of mean ``context``: each bucket's
+        curve at that load, linear in context between the two buckets around it (a step
+        reads every request's KV cache, so its time grows linearly with their context),
+        the end bucket's beyond."""
+        contexts = self.contexts
+        if context <= contexts[0]:
+            return self.tpot[0][pool].at(load)
+        if context >= contexts[-1]:
+            return self.tpot[-1][pool].at(load)
+        hi = bisect_left(contexts, context)
+        low, high = self.tpot[hi - 1][pool].at(load), self.tpot[hi][pool].at(load)
+        share = (context - contexts[hi - 1]) / (contexts[hi] - contexts[hi - 1])
+        return low + (high - low) * share
+
+
+def context_curves(profile: Profile) -> ContextCurves | None:
+    """A ``v2`` profile's bucket curves: each bucket's ``tpot_ms`` (median milliseconds per
+    output token of each backend, at each of the bucket's ``levels``); None for a profile
+    without a context axis, or whose buckets carry no curves (written before they did)."""
+    buckets = (profile.raw.get("context") or {}).get("buckets")
+    if profile.context is None or not isinstance(buckets, list):
+        return None
+    if not any(isinstance(b, dict) and "tpot_ms" in b for b in buckets):
+        return None
+    tpot: list[dict[Pool, Curve]] = []
+    for i, bucket in enumerate(buckets):
+        levels, times = bucket.get("levels"), bucket.get("tpot_ms")
+        where = f"context.buckets[{i}]"
+        try:
+            concurrency = tuple(float(c) for c in levels)
+            curves = {pool: Curve(concurrency, tuple(ms / 1000.0 for ms in times[pool]))
+                      for pool in POOLS}  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(
+                f"{where} needs levels and tpot_ms with spec and base lists: {exc}"
+            ) from None
+        ordered = (
+            bool(concurrency)
+            and concurrency[0] > 0
+            and all(b > a for a, b in pairwise(concurrency))
+        )
+        sized = all(len(c.values) == len(concurrency) for c in curves.values())
+        if not ordered or not sized or any(min(c.values) <= 0 for c in curves.values()):
+            raise ProfileError(
+                f"{where}: levels must be ascending and positive, and tpot_ms.spec and "
+                "tpot_ms.base one positive time per level"
+            )
+        tpot.append(curves)
+    return ContextCurves(tuple(b.context for b in profile.context.buckets), tuple(tpot))

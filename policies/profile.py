@@ -13,8 +13,10 @@ found: every crossing (``crossings``) and the rule that picked ``value`` (``rule
 prompt text, as calibration measured them, for estimating a request's context without a
 tokenizer) and ``buckets``, each a ``context`` (mean KV tokens per request of the bucket's
 requests while they decode) and a ``crossover`` object of the same form as the top-level
-one. The top-level ``crossover`` stays, so a reader of ``v1`` fields finds what it always
-did; a ``v1`` profile has no context axis.
+one; a bucket may also give its ``levels`` and each backend's median time per output token
+at each (``tpot_ms: {spec: [...], base: [...]}``), which ``expected-latency`` reads at the
+context mix a request would join. The top-level ``crossover`` stays, so a reader of ``v1``
+fields finds what it always did; a ``v1`` profile has no context axis.
 """
 
 from __future__ import annotations

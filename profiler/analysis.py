@@ -241,7 +241,9 @@ def tokens_per_byte(sweeps: Sequence[SweepData]) -> float:
 
 def _bucket(analysis: Analysis) -> dict[str, Any]:
     """One context bucket: its context (the mean KV tokens per request while it decodes:
-    its prompt and half its answer), crossovers, levels and sweep."""
+    its prompt and half its answer), crossovers, levels, each backend's median time per
+    output token at each level (``tpot_ms``, what ``expected-latency`` reads at a context)
+    and sweep."""
     records = _records(analysis.data)
     prompts = [r.prompt_tokens for r in records if r.prompt_tokens]
     if not prompts:
@@ -252,6 +254,8 @@ def _bucket(analysis: Analysis) -> dict[str, Any]:
         "crossover": _crossover_json(analysis.tpot_crossover, "tpot"),
         "throughput_crossover": _crossover_json(analysis.throughput_crossover, "output_tps"),
         "levels": analysis.levels,
+        "tpot_ms": {backend: [analysis.cells[(backend, lvl)].as_json()["tpot_ms"]["median"]
+                              for lvl in analysis.levels] for backend in ("spec", "base")},
         "workload": {"mean_prompt_tokens": round(prompt, 1),
                      "mean_output_tokens": round(output, 1)},
         "sweep": str(analysis.data.path),

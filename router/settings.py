@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -56,6 +56,7 @@ class RouterSettings(BaseSettings):
     hysteresis: float | None = Field(None, ge=0)
     accept_max_age: float | None = Field(None, gt=0)
     probe_share: float | None = Field(None, ge=0, le=1)
+    context: Literal["auto", "off"] | None = None
     profile: Path | None = None
     concurrency_source: ConcurrencySource = ConcurrencySource.ROUTER
     poll_interval: float = Field(0.5, gt=0)
@@ -207,6 +208,7 @@ class RouterSettings(BaseSettings):
             "hysteresis": self.hysteresis,
             "accept_max_age": self.accept_max_age,
             "probe_share": self.probe_share,
+            "context": self.context,
         }
         keys = entry(self.policy).keys()
         return {k: v for k, v in params.items() if v is not None and k in keys}

@@ -95,6 +95,11 @@ def _add_serve(sub: Subcommands) -> None:
         "--probe-share", type=float, metavar="SHARE",
         help="acceptance-crossover: the share sent to speculate while acceptance keeps it idle",
     )  # fmt: skip
+    serve.add_argument(
+        "--context", choices=["auto", "off"],
+        help="expected-latency: read the curves at the context mix a request would join, "
+        "when the profile has curves per context (auto, the default), or not (off)",
+    )  # fmt: skip
     serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
     serve.add_argument(
         "--concurrency-source", choices=["router", "backend", "max", "replicas"],

@@ -26,6 +26,7 @@ import pytest
 from specroute.emulator.config import EmulatorConfig
 from specroute.measure import rehearsal_buckets
 from specroute.policies.profile import SCHEMA, SCHEMA_V2, parse_profile
+from specroute.policies.registry import build_policy
 from tests.emulators import emulator_config
 from tests.test_bench import run
 
@@ -139,6 +140,14 @@ async def test_calibration_per_context_within_one_budget(
     crossing = buckets[0]["crossover"]["crossings"][0]["at"]
     start = 2 ** math.floor(math.log2(crossing / 4))
     assert buckets[1]["calibration"]["levels_measured"][:2] == [1, start]
+    for bucket in buckets:  # each bucket's curves: its medians, rising with context
+        assert len(bucket["tpot_ms"]["spec"]) == len(bucket["levels"])
+    assert buckets[0]["tpot_ms"]["base"][0] < buckets[2]["tpot_ms"]["base"][0]
+    first = {pool: [lv[pool]["tpot_ms"]["median"] for lv in profile["levels"]]
+             for pool in ("spec", "base")}  # fmt: skip
+    assert buckets[0]["tpot_ms"] == first
+    assert build_policy("expected-latency", {}, parse_profile(profile)).describe()[
+        "curve_contexts"] == [b["context"] for b in buckets]
     seconds = sum(b["calibration"]["backend_seconds"] for b in buckets)
     assert profile["measurement"]["backend_seconds"] == pytest.approx(seconds, abs=1)
 

@@ -16,10 +16,15 @@ prefills, so their clients turn to long prompts over half a second.
 The trace alternates long and short phases, palindromic, so that each static choice's
 median TPOT at a phase and at its mirror (the same traffic, a different moment) says how
 noisy a phase's figure is, as ``test_head_to_head`` does for a ramp.
+
+Servers on GPUs of their own, with prompts mixed within every phase, are where a request's
+server decides which GPUs work: there ``expected-latency``, reading each server's curves at
+the context mix a request would join, is checked against every policy blind to context.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
@@ -110,13 +115,16 @@ def test_a_policy_with_parameters_is_a_policy_of_its_own() -> None:
             policy_specs(bad)
 
 
-async def context_profile(path: Path) -> None:
-    """The model's predicted v2 profile over both prompt lengths."""
-    code, _, stderr = await run(
+@pytest.fixture(scope="module")
+def profile_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model's predicted v2 profile over both prompt lengths, with its curves."""
+    path = tmp_path_factory.mktemp("context") / "profile.json"
+    code, _, stderr = asyncio.run(run(
         "emulate", *MODEL, "--max-running-requests", "256", "--predict", "1,2,4,8,16,32,64",
         "--input-len", f"{SHORT},{LONG}", "--output-len", "128", "--profile", str(path),
-    )  # fmt: skip
+    ))  # fmt: skip
     assert code == 0, stderr
+    return path
 
 
 # live: the policy and both static choices; offline (virtual time, cheap) the single
@@ -152,10 +160,8 @@ def overall(results: dict[str, Any], key: str, prompts: int | None = None) -> di
 
 
 async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
-    tmp_path: Path,
+    tmp_path: Path, profile_path: Path
 ) -> None:
-    profile_path = tmp_path / "profile.json"
-    await context_profile(profile_path)
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": n}
                                  for c, n in TRACE]))  # fmt: skip
@@ -231,3 +237,44 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     # always-spec ties it; it still routes each phase as the oracle does
     assert abs(shared["gap"]["context-crossover"]["tpot"]) < 0.03, report
     assert shared["gap"]["context-crossover"]["output_tps"] > -0.03, report
+
+
+# Servers on GPUs of their own, prompts mixed within every phase (five in six short), the
+# load rising and falling: a threshold splits the load between the servers whatever the
+# prompts, expected-latency with the profile's curves per context (the default) reads each
+# server at the context mix a request would join there.
+MIXED = [SHORT] * 5 + [LONG]
+MIXED_TRACE = [{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": MIXED}
+               for c in (8, 24, 48, 24, 8)]  # fmt: skip
+BY_CONTEXT = "expected-latency"
+CONTEXT_BLIND = [
+    "expected-latency:context=off",
+    *(f"crossover:topology=partitioned:crossover={c}" for c in (4, 8, 16, 24)),
+    "crossover:topology=partitioned",  # the profile's, the shortest context's: about 47
+    *_STATIC,
+]
+
+
+async def test_expected_latency_at_the_context_mix_beats_every_context_blind_choice(
+    tmp_path: Path, profile_path: Path
+) -> None:
+    """Offline (virtual time): the lowest p99 time per token, the most tokens and the
+    lowest median time per token phase by phase, against every single threshold, the
+    profile's, the same policy blind to context and both static choices."""
+    trace, config = tmp_path / "mixed.json", tmp_path / "router.toml"
+    trace.write_text(json.dumps(MIXED_TRACE))
+    router_config(config, "http://127.0.0.1:1", "http://127.0.0.1:2", profile_path)
+    code, stdout, stderr = await run(
+        "bench", "compare", "--offline", *SERVER[:-2], "--router-config", str(config),
+        "--trace", str(trace), *WORKLOAD, "--policies", ",".join([BY_CONTEXT, *CONTEXT_BLIND]),
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, stderr
+    results = json.loads((tmp_path / "out" / "compare.json").read_text())
+    p99, tps = overall(results, "tpot_ms_p99"), overall(results, "output_tps")
+    p50 = {p: sum(phases(results, p, "tpot_ms_p50")) / len(MIXED_TRACE)
+           for p in [BY_CONTEXT, *CONTEXT_BLIND]}  # fmt: skip
+    report = f"\n{stdout}\nmean of the phases' median TPOT: {p50}"
+    assert p99[BY_CONTEXT] < min(p99[p] for p in CONTEXT_BLIND), report
+    assert p50[BY_CONTEXT] < min(p50[p] for p in CONTEXT_BLIND), report
+    assert tps[BY_CONTEXT] > max(tps[p] for p in CONTEXT_BLIND), report

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specroute.policies.curves import curves
+from specroute.policies.curves import context_curves, curves
 from specroute.policies.decision import PolicyError
 from specroute.policies.profile import Profile, ProfileError, parse_profile
 from specroute.policies.registry import build_policy
@@ -221,3 +221,86 @@ def test_a_v2_profile_without_a_readable_context_axis_is_refused(context: Any) -
     data = {"schema": "specroute.profile/v2", "crossover": {"value": 2, "ci": [1, 3]}}
     with pytest.raises(ProfileError, match="context"):
         parse_profile(data | ({} if context is None else {"context": context}))
+
+
+# Curves per context bucket: at 1,000 KV tokens speculation pays up to about 11 requests;
+# at 16,000 every step is slower, and speculation only pays alone.
+LEVELS_BY_CONTEXT = {
+    1000: [(1, 5.0, 10.0), (4, 10.0, 12.0), (16, 30.0, 20.0)],
+    16000: [(1, 12.0, 14.0), (4, 40.0, 24.0), (16, 120.0, 60.0)],
+}
+
+
+def _with_curves() -> Profile:
+    buckets = [{"context": c, "crossover": {"value": 6.0, "ci": [5, 7]},
+                "levels": [lv for lv, _, _ in rows],
+                "tpot_ms": {"spec": [s for _, s, _ in rows], "base": [b for _, _, b in rows]}}
+               for c, rows in LEVELS_BY_CONTEXT.items()]  # fmt: skip
+    raw = PROFILE.raw | {"schema": "specroute.profile/v2", "context": {
+        "tokens_per_byte": 0.25, "buckets": buckets}}  # fmt: skip
+    return parse_profile(raw)
+
+
+def holding(spec: tuple[int, int], base: tuple[int, int]) -> View:
+    """Each server's requests in flight and their estimated KV tokens."""
+    return View((BackendView("s1", "spec", True, spec[0], kv_tokens=spec[1]),
+                 BackendView("b1", "base", True, base[0], kv_tokens=base[1])))  # fmt: skip
+
+
+SHORT = RequestInfo(path="/v1/chat/completions", prompt_bytes=3200, max_tokens=400)  # 1,000
+LONG = RequestInfo(path="/v1/chat/completions", prompt_bytes=63200, max_tokens=400)  # 16,000
+
+
+def test_curves_per_context_are_linear_in_context() -> None:
+    by_context = context_curves(_with_curves())
+    assert by_context is not None and by_context.contexts == (1000.0, 16000.0)
+    assert by_context.at("spec", 4, 1000) == pytest.approx(0.010)
+    assert by_context.at("spec", 4, 8500) == pytest.approx(0.025)  # halfway: 10 and 40 ms
+    assert by_context.at("base", 1, 100) == pytest.approx(0.010)  # the end buckets' beyond
+    assert by_context.at("base", 1, 64000) == pytest.approx(0.014)
+    assert context_curves(PROFILE) is None  # v1
+    plain_v2 = _with_curves().raw | {"context": {"tokens_per_byte": 0.25, "buckets": [
+        {"context": 1000, "crossover": {"value": 6.0, "ci": [5, 7]}}]}}  # fmt: skip
+    assert context_curves(parse_profile(plain_v2)) is None  # written before buckets had curves
+
+
+CONTEXT_CASES: list[tuple[str, RequestInfo, View, str, str]] = [
+    ("short, idle pair: the short curves", SHORT, holding((0, 0), (0, 0)), "auto", "spec"),
+    ("long, idle pair: the long curves", LONG, holding((0, 0), (0, 0)), "auto", "spec"),
+    ("long, one on each: spec loses at 16,000", LONG,
+     holding((3, 48000), (3, 48000)), "auto", "base"),
+    ("short joining three long: their mix is long", SHORT,
+     holding((3, 48000), (3, 3000)), "auto", "base"),
+    ("the same, context off: spec at 4 beats base at 4", SHORT,
+     holding((3, 48000), (3, 3000)), "off", "spec"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "request_", "snapshot", "context", "pool"),
+    CONTEXT_CASES, ids=[c[0] for c in CONTEXT_CASES],
+)  # fmt: skip
+def test_expected_latency_at_the_context_mix(
+    name: str, request_: RequestInfo, snapshot: View, context: str, pool: str
+) -> None:
+    profile = _with_curves()
+    policy = build_policy("expected-latency", {"context": context}, profile)
+    assert request_.context(0.25) in (1000, 16000)
+    decision = policy.choose(request_, snapshot)
+    assert (decision.pool, decision.reason) == (pool, "expected_latency")
+
+
+def test_expected_latency_reads_context_only_where_the_profile_has_it() -> None:
+    profile = _with_curves()
+    assert build_policy("expected-latency", {}, profile).describe()["curve_contexts"] == [
+        1000.0, 16000.0]  # fmt: skip
+    for params, given in (({"context": "off"}, profile), ({}, PROFILE)):
+        policy = build_policy("expected-latency", params, given)
+        assert policy.describe()["curve_contexts"] is None
+        assert policy.choose(SHORT, holding((3, 48000), (3, 3000))).pool == "spec"
+    bad = profile.raw | {"context": profile.raw["context"] | {"buckets": [
+        profile.raw["context"]["buckets"][0] | {"tpot_ms": {"spec": [1.0]}}]}}  # fmt: skip
+    with pytest.raises(ProfileError, match=r"buckets\[0\]"):
+        build_policy("expected-latency", {}, parse_profile(bad))
+    with pytest.raises(PolicyError, match="context"):
+        build_policy("expected-latency", {"context": "on"}, profile)
