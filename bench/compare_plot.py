@@ -1,7 +1,9 @@
 """The comparison plot: the trace's load and each policy's share of requests sent to the
 speculative server over time, and each policy's median TPOT per phase. Phases that name
 their prompts' length are labelled with it; TPOTs far apart (short and long prompts) are
-drawn on a log scale."""
+drawn on a log scale. Beside them, each policy over the whole trace: its p99 TPOT against
+its median (the mean of its phases' medians, as the gap to the oracle counts it), with its
+output tokens a second, so that a policy better on both lies below and left of another."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from specroute.bench.trace import prompt_label
 
 _BIN_SECONDS = 1.0
 _DASHES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def plot_compare(results: dict[str, Any], path: Path) -> None:
@@ -27,7 +30,12 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     phases = results["trace"]["phases"]
     ends = np.cumsum([p["seconds"] for p in phases])
     starts = ends - np.array([p["seconds"] for p in phases])
-    fig, (load_ax, tpot_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    fig = plt.figure(figsize=(13, 7))
+    grid = fig.add_gridspec(2, 2, width_ratios=(2.2, 1))
+    load_ax = fig.add_subplot(grid[0, 0])
+    tpot_ax = fig.add_subplot(grid[1, 0], sharex=load_ax)
+    load_ax.tick_params(labelbottom=False)
+    whole_ax = fig.add_subplot(grid[:, 1])
     rates = any(p.get("rate") is not None for p in phases)
     load = [p["rate"] if p.get("rate") is not None else p["concurrency"] for p in phases]
     traced = load_ax.step([0, *ends], [load[0], *load], where="pre", color="black")
@@ -40,10 +48,14 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     load_ax.set_ylim(0, max(load) * 1.15)  # the load from zero, the prompt labels above
     share_ax = load_ax.twinx()
     bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)
-    # one colour and dash per policy on both panels, so that lines routed alike still show
+    # one colour, dash and marker per policy on every panel, so that policies routed alike
+    # still show, and more than ten apart
     names = list(dict.fromkeys([*results["timeline"], *results["policies"]]))
-    style = {name: {"color": f"C{i % 10}", "linestyle": _DASHES[i % len(_DASHES)]}
-             for i, name in enumerate(names)}  # fmt: skip
+    style: dict[str, dict[str, Any]] = {
+        name: {"color": f"C{i % 10}", "linestyle": _DASHES[i % len(_DASHES)],
+               "marker": _MARKERS[i % len(_MARKERS)]}
+        for i, name in enumerate(names)
+    }  # fmt: skip
     for policy, points in results["timeline"].items():
         if not points:
             continue
@@ -52,7 +64,8 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
         count, _ = np.histogram(t, bins)
         hits, _ = np.histogram(t, bins, weights=spec)
         share = np.divide(hits, count, out=np.full_like(hits, np.nan), where=count > 0)
-        share_ax.plot(bins[:-1] + _BIN_SECONDS / 2, share, alpha=0.8, **style[policy])
+        line = style[policy] | {"marker": None}
+        share_ax.plot(bins[:-1] + _BIN_SECONDS / 2, share, alpha=0.8, **line)
     share_ax.set_ylabel("share sent to the speculative server")
     share_ax.set_ylim(-0.05, 1.05)
     mids = (starts + ends) / 2
@@ -60,7 +73,7 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     for policy, data in results["policies"].items():
         tpot = [row["tpot_ms_p50"] if row["tpot_ms_p50"] is not None else np.nan
                 for row in data["phases"]]  # fmt: skip
-        tpot_ax.plot(mids, tpot, marker="o", label=policy, **style[policy])
+        tpot_ax.plot(mids, tpot, label=policy, **style[policy])
         drawn += [t for t in tpot if not np.isnan(t)]
     if drawn and min(drawn) > 0 and max(drawn) / min(drawn) > 4:
         tpot_ax.set_yscale("log")
@@ -69,6 +82,20 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     tpot_ax.set_ylabel("median TPOT per phase, ms")
     tpot_ax.set_xlabel("seconds")
     tpot_ax.grid(True, alpha=0.3)
+    for policy, data in results["policies"].items():
+        medians = [row["tpot_ms_p50"] for row in data["phases"] if row["tpot_ms_p50"] is not None]
+        p99, tps = data["overall"]["tpot_ms_p99"], data["overall"]["output_tps"]
+        if not medians or p99 is None:
+            continue
+        median = sum(medians) / len(medians)
+        dot = style[policy] | {"linestyle": "none"}
+        whole_ax.plot([median], [p99], markersize=8, **dot)
+        whole_ax.annotate(f"{tps:,.0f}", (median, p99), textcoords="offset points",
+                          xytext=(5, 4), fontsize=7)  # fmt: skip
+    whole_ax.set_xlabel("median TPOT, mean over the phases, ms")
+    whole_ax.set_ylabel("p99 TPOT, ms")
+    whole_ax.set_title("whole trace (labels: output tok/s)", fontsize=9)
+    whole_ax.grid(True, alpha=0.3)
     fig.suptitle(f"Policies head to head: {results['trace']['name']}")
     handles, labels = tpot_ax.get_legend_handles_labels()
     fig.legend([*traced, *handles], ["load", *labels], loc="lower center", ncol=3, fontsize=8)
