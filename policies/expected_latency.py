@@ -11,9 +11,10 @@ curves at the load of the least-loaded GPU group instead, and picks within it.
 With a ``specroute.profile/v2`` whose buckets carry their curves, it reads them at the
 context mix the request would join there too (``context=auto``, the default): the mean
 estimated context of the requests in flight on that server (with ``topology=shared``, on
-the GPU group) and of this one, linear in context between the buckets around it. Requests
-of one length then gather where their kind runs fast, and a server's prefill stalls fall on
-its own kind. ``context=off`` reads the top-level curves only, as a v1 profile has it.
+the GPU group) and of this one, linear in context between the buckets around it: a step's
+time grows with the KV cache of every request in it, and each bucket's curves were measured
+with its own prompts' prefills in them. ``context=off`` reads the top-level curves only, as
+a v1 profile has it.
 """
 
 from __future__ import annotations
