@@ -146,8 +146,8 @@ async def test_calibration_per_context_within_one_budget(
     first = {pool: [lv[pool]["tpot_ms"]["median"] for lv in profile["levels"]]
              for pool in ("spec", "base")}  # fmt: skip
     assert buckets[0]["tpot_ms"] == first
-    assert build_policy("expected-latency", {}, parse_profile(profile)).describe()[
-        "curve_contexts"] == [b["context"] for b in buckets]
+    policy = build_policy("expected-latency", {}, parse_profile(profile))
+    assert policy.describe()["curve_contexts"] == [b["context"] for b in buckets]
     seconds = sum(b["calibration"]["backend_seconds"] for b in buckets)
     assert profile["measurement"]["backend_seconds"] == pytest.approx(seconds, abs=1)
 
