@@ -298,6 +298,42 @@ async def test_a_retried_request_leaves_no_kv_tokens_behind(tmp_path: Path) -> N
         assert set((await drained(url)).values()) == {0}
 
 
+async def test_expected_latency_reads_the_context_live(tmp_path: Path) -> None:
+    """With curves per context bucket, the router's estimate of each request's context
+    decides: on an idle pair a short prompt speculates (the short curves) and a long one
+    does not (the long curves), where the top-level curves alone speculate for both."""
+    rows = {1000: ([5.0, 8.0], [10.0, 12.0]), 16000: ([20.0, 30.0], [14.0, 18.0])}
+    buckets = [{"context": c, "crossover": {"value": 2.0, "ci": [1, 3]}, "levels": [1, 4],
+                "tpot_ms": {"spec": spec, "base": base}}
+               for c, (spec, base) in rows.items()]  # fmt: skip
+    top = ((1, 5.0, 10.0), (4, 8.0, 12.0))  # the short bucket's, as calibration writes it
+    levels = [{"concurrency": c, "spec": {"tpot_ms": {"median": s}},
+               "base": {"tpot_ms": {"median": b}}} for c, s, b in top]  # fmt: skip
+    path = tmp_path / "profile.json"
+    path.write_text(
+        json.dumps(V2 | {"levels": levels, "context": V2["context"] | {"buckets": buckets}})
+    )
+    fast = ("--time-scale", "0.05")
+    for context, pools in (("auto", ["spec", "base"]), ("off", ["spec", "spec"])):
+        async with (
+            running_emulator("--mode", "spec", *fast) as spec,
+            running_emulator("--mode", "base", *fast) as base,
+            running_router(
+                spec=[spec], base=[base], profile=path, policy="expected-latency", context=context
+            ) as (url, state),  # fmt: skip
+        ):
+            served = []
+            for prompt in (SHORT, LONG):
+                raw = await client(url).chat.completions.with_raw_response.create(
+                    model="m", messages=[{"role": "user", "content": prompt}], max_tokens=4
+                )
+                served.append(raw.headers["x-specroute-backend"].split(":")[0])
+            assert served == pools, context
+            assert [d["reason"] for d in state.recent] == ["expected_latency"] * 2
+            described = state.policy.describe()["curve_contexts"]
+            assert described == (None if context == "off" else [1000.0, 16000.0])
+
+
 # 5. Offline: the same view in virtual time
 
 
