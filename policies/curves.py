@@ -74,18 +74,11 @@ def curves(profile: Profile) -> Curves:
         raise ProfileError("this policy needs a profile with measured 'levels'")
     try:
         rows = sorted(levels, key=lambda r: r["concurrency"])
-        tpot = {
-            pool: Curve(tuple(float(r["concurrency"]) for r in rows),
-                        tuple(r[pool]["tpot_ms"]["median"] / 1000.0 for r in rows))
-            for pool in POOLS
-        }  # fmt: skip
+        times = {pool: [r[pool]["tpot_ms"]["median"] for r in rows] for pool in POOLS}
+        concurrency = [r["concurrency"] for r in rows]
     except (KeyError, TypeError) as exc:
         raise ProfileError(f"a profile level lacks {exc}: expected tpot_ms.median") from None
-    concurrency = tpot["spec"].levels
-    if concurrency[0] <= 0 or any(b <= a for a, b in pairwise(concurrency)):
-        raise ProfileError(f"profile levels must be distinct and positive, got {concurrency}")
-    if any(v <= 0 for curve in tpot.values() for v in curve.values):
-        raise ProfileError("a profile level's tpot_ms.median must be positive")
+    tpot = _checked(concurrency, times, "profile levels")
     servers: dict[str, Any] = profile.raw.get("servers") or {}
     return Curves(
         tpot,
@@ -128,26 +121,28 @@ def context_curves(profile: Profile) -> ContextCurves | None:
         return None
     tpot: list[dict[Pool, Curve]] = []
     for i, bucket in enumerate(buckets):
-        levels, times = bucket.get("levels"), bucket.get("tpot_ms")
         where = f"context.buckets[{i}]"
         try:
-            concurrency = tuple(float(c) for c in levels)
-            curves = {pool: Curve(concurrency, tuple(ms / 1000.0 for ms in times[pool]))
-                      for pool in POOLS}  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
+            times = {pool: list(bucket["tpot_ms"][pool]) for pool in POOLS}
+            concurrency = list(bucket["levels"])
+        except (KeyError, TypeError) as exc:
             raise ProfileError(
                 f"{where} needs levels and tpot_ms with spec and base lists: {exc}"
             ) from None
-        ordered = (
-            bool(concurrency)
-            and concurrency[0] > 0
-            and all(b > a for a, b in pairwise(concurrency))
-        )
-        sized = all(len(c.values) == len(concurrency) for c in curves.values())
-        if not ordered or not sized or any(min(c.values) <= 0 for c in curves.values()):
-            raise ProfileError(
-                f"{where}: levels must be ascending and positive, and tpot_ms.spec and "
-                "tpot_ms.base one positive time per level"
-            )
-        tpot.append(curves)
+        tpot.append(_checked(concurrency, times, where))
     return ContextCurves(tuple(b.context for b in profile.context.buckets), tuple(tpot))
+
+
+def _checked(concurrency: list[Any], times: dict[Pool, list[Any]], where: str) -> dict[Pool, Curve]:
+    """Each backend's curve over ``concurrency``, from its median milliseconds per output
+    token at each level: the levels ascending and positive, one positive time per level."""
+    try:
+        levels = tuple(float(c) for c in concurrency)
+        tpot = {pool: Curve(levels, tuple(ms / 1000.0 for ms in times[pool])) for pool in POOLS}
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{where}: levels and times must be numbers: {exc}") from None
+    if not levels or levels[0] <= 0 or any(b <= a for a, b in pairwise(levels)):
+        raise ProfileError(f"{where} must be distinct and positive, got {levels}")
+    if any(len(c.values) != len(levels) or min(c.values) <= 0 for c in tpot.values()):
+        raise ProfileError(f"{where}: tpot_ms must be one positive time per level")
+    return tpot
