@@ -28,7 +28,7 @@ from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
 from specroute.policies.profile import ContextAxis, Profile
-from specroute.policies.view import UNSAID_MAX_TOKENS, RequestInfo, Seat, View
+from specroute.policies.view import UNSAID_MAX_TOKENS, RequestInfo, Seat, View, joined_context
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,7 @@ class ContextCrossoverPolicy:
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
         seat = view.seat(self.params.topology)
-        kv_tokens, requests = self._there(view, seat)
-        mix = (kv_tokens + request.context(self.axis.tokens_per_byte)) / (requests + 1)
+        mix = joined_context(self._there(view, seat), request.context(self.axis.tokens_per_byte))
         bands = self.axis.bands_at(mix)
         self.mix, self._bands = mix, bands
         if self._edges.inside(seat.key, seat.load + 1, bands):

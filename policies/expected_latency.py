@@ -27,7 +27,7 @@ from specroute.policies.curves import ContextCurves, Curves, context_curves, cur
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.profile import Profile
-from specroute.policies.view import POOLS, TOKENS_PER_BYTE, BackendView, Pool, RequestInfo, View
+from specroute.policies.view import POOLS, TOKENS_PER_BYTE, Pool, RequestInfo, View, joined_context
 
 
 @dataclass(frozen=True)
@@ -76,28 +76,24 @@ class ExpectedLatencyPolicy:
         best: tuple[float, Decision] | None = None
         seat = view.seat("shared") if self.params.topology == "shared" else None
         own = None if self.by_context is None else request.context(self.tokens_per_byte)
+        # on a GPU group both servers' requests make one mix; else each server's its own
+        group_mix = None if own is None or seat is None else joined_context(
+            view.group_context(seat.key), own)  # fmt: skip
         for pool in POOLS:
             backend = view.least_loaded(pool) if seat is None else getattr(seat, pool)
             if backend is None:
                 continue
             load = (backend.load(view.source) if seat is None else seat.load) + 1
             capacity = backend.max_running_requests or self.curves.max_running[pool]
-            mix = None if own is None else self._mix(view, backend, seat is not None, own)
+            mix = group_mix
+            if own is not None and seat is None:
+                mix = joined_context((backend.kv_tokens, backend.inflight), own)
             tpot = self.predicted_tpot(pool, load, capacity, mix)
             if best is None or tpot < best[0]:
                 best = (tpot, Decision(pool, backend.name, "expected_latency"))
         if best is None:
             return Decision("base", None, "no_healthy_backend")
         return best[1]
-
-    @staticmethod
-    def _mix(view: View, backend: BackendView, shared: bool, own: int) -> float:
-        """The mean context where the request would run, itself included."""
-        if shared:
-            kv, n = view.group_context(backend.group)
-        else:
-            kv, n = backend.kv_tokens, backend.inflight
-        return (kv + own) / (n + 1)
 
     def crossover(self) -> float | None:
         return self._crossover

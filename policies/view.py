@@ -114,6 +114,13 @@ class View:
         return Seat(load, group, self.least_loaded("spec", group), self.least_loaded("base", group))
 
 
+def joined_context(there: tuple[int, int], own: int) -> float:
+    """The context mix a request would join: the KV tokens in flight where it would run and
+    its own, over those requests and it (``there`` is their KV tokens and their number)."""
+    kv_tokens, requests = there
+    return (kv_tokens + own) / (requests + 1)
+
+
 TOKENS_PER_BYTE = 0.25  # of prompt text, when no profile measured it: English under BPE
 UNSAID_MAX_TOKENS = 256  # a request that sets no limit: a typical answer, not the engine's cap
 # no model holds more; a client's max_tokens may be any integer, and the sums of estimates
