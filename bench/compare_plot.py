@@ -82,16 +82,22 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     tpot_ax.set_ylabel("median TPOT per phase, ms")
     tpot_ax.set_xlabel("seconds")
     tpot_ax.grid(True, alpha=0.3)
+    dots: list[tuple[float, float, float, str]] = []  # median, p99, tok/s, policy
     for policy, data in results["policies"].items():
         medians = [row["tpot_ms_p50"] for row in data["phases"] if row["tpot_ms_p50"] is not None]
         p99, tps = data["overall"]["tpot_ms_p99"], data["overall"]["output_tps"]
-        if not medians or p99 is None:
-            continue
-        median = sum(medians) / len(medians)
-        dot = style[policy] | {"linestyle": "none"}
-        whole_ax.plot([median], [p99], markersize=8, **dot)
+        if medians and p99 is not None:
+            dots.append((sum(medians) / len(medians), p99, tps, policy))
+    span = [max(1e-9, max(v) - min(v)) for v in ([d[0] for d in dots], [d[1] for d in dots]) if v]
+    labelled: list[tuple[float, float]] = []
+    for median, p99, tps, policy in dots:
+        whole_ax.plot([median], [p99], markersize=8, **(style[policy] | {"linestyle": "none"}))
+        # a label that would sit on an earlier one goes below its point instead
+        crowded = any(abs(median - x) < 0.08 * span[0] and abs(p99 - y) < 0.05 * span[1]
+                      for x, y in labelled)  # fmt: skip
         whole_ax.annotate(f"{tps:,.0f}", (median, p99), textcoords="offset points",
-                          xytext=(5, 4), fontsize=7)  # fmt: skip
+                          xytext=(5, -11 if crowded else 4), fontsize=7)  # fmt: skip
+        labelled.append((median, p99))
     whole_ax.set_xlabel("median TPOT, mean over the phases, ms")
     whole_ax.set_ylabel("p99 TPOT, ms")
     whole_ax.set_title("whole trace (labels: output tok/s)", fontsize=9)

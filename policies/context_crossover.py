@@ -11,9 +11,17 @@ plus half its ``max_tokens`` (``RequestInfo.context``). Where it would run (the 
 ``crossover`` finds it: the least-loaded GPU group with ``topology=shared``, the
 least-loaded speculative server with ``partitioned``), the context mix is the mean context
 of the requests in flight there with this one: (their KV tokens + its own) / (their number
-+ 1). It speculates while the load it would join lies inside the profile's bands at that
-mix, with ``hysteresis`` at every edge as ``crossover`` has it. Parameters: ``topology``
-(shared) and ``hysteresis`` (0).
++ 1). With ``topology=shared`` it speculates while the load it would join lies inside the
+profile's bands at that mix, with ``hysteresis`` at every edge as ``crossover`` has it.
+
+With ``topology=partitioned`` each server runs on GPUs of its own and has a load and a mix of
+its own, so the bands, measured with both servers at one load, do not say where a request
+is faster. When the profile's buckets carry their curves, the crossover is where the two
+servers' curves cross, each read at the load and the context mix the request would join
+there (as ``expected-latency`` reads them): it speculates while the speculative server,
+read so, is faster than the plain one (reason ``faster_at_context``). A profile without
+bucket curves keeps the band rule at the speculative server's load, spilling the rest to
+the plain pool. Parameters: ``topology`` (shared) and ``hysteresis`` (0; the band rule's).
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ from typing import Any, Literal
 
 from specroute.crossing import Band
 from specroute.policies.crossover import Hysteresis, first_top
+from specroute.policies.curves import context_curves
 from specroute.policies.decision import Decision, PolicyError
+from specroute.policies.expected_latency import ExpectedLatencyPolicy
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
 from specroute.policies.profile import ContextAxis, Profile
@@ -44,8 +54,14 @@ class ContextCrossoverParams:
 class ContextCrossoverPolicy:
     name = "context-crossover"
 
-    def __init__(self, params: ContextCrossoverParams, axis: ContextAxis) -> None:
+    def __init__(
+        self,
+        params: ContextCrossoverParams,
+        axis: ContextAxis,
+        curves: ExpectedLatencyPolicy | None = None,
+    ) -> None:
         self.params, self.axis = params, axis
+        self._curves = curves  # partitioned, with bucket curves: where they cross
         self._edges = Hysteresis(params.hysteresis)
         self.mix: float | None = None  # the context mix of the last decision
         self._bands: tuple[Band, ...] = ()  # the bands at that mix
@@ -59,7 +75,10 @@ class ContextCrossoverPolicy:
                 f"the {cls.name!r} policy needs a profile with a context axis "
                 f"(specroute.profile/v2, from calibration across contexts); {given}"
             )
-        return cls(params, profile.context)
+        curves = None
+        if params.topology == "partitioned" and context_curves(profile) is not None:
+            curves = ExpectedLatencyPolicy.build({"topology": "partitioned"}, profile)
+        return cls(params, profile.context, curves)
 
     @property
     def tokens_per_byte(self) -> float:
@@ -70,6 +89,11 @@ class ContextCrossoverPolicy:
         mix = joined_context(self._there(view, seat), request.context(self.axis.tokens_per_byte))
         bands = self.axis.bands_at(mix)
         self.mix, self._bands = mix, bands
+        if self._curves is not None:
+            decision = self._curves.choose(request, view)
+            if decision.backend is None:
+                return decision
+            return Decision(decision.pool, decision.backend, "faster_at_context")
         if self._edges.inside(seat.key, seat.load + 1, bands):
             return seated(view, seat.spec, "spec", "inside_band_at_context")
         return seated(view, seat.base, "base", "outside_band_at_context")
@@ -94,4 +118,5 @@ class ContextCrossoverPolicy:
             "unsaid_max_tokens": UNSAID_MAX_TOKENS,
             "context_mix": self.mix,
             "crossover": self.crossover(),
+            "rule": "bands" if self._curves is None else "curves",
         } | asdict(self.params)

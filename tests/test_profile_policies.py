@@ -304,3 +304,54 @@ def test_expected_latency_reads_context_only_where_the_profile_has_it() -> None:
         build_policy("expected-latency", {}, parse_profile(bad))
     with pytest.raises(PolicyError, match="context"):
         build_policy("expected-latency", {"context": "on"}, profile)
+
+
+def _without_curves() -> Profile:
+    """The same buckets as written before they carried curves: their crossovers only."""
+    raw = _with_curves().raw
+    buckets = [{"context": b["context"], "crossover": b["crossover"]}
+               for b in raw["context"]["buckets"]]  # fmt: skip
+    return parse_profile(raw | {"context": raw["context"] | {"buckets": buckets}})
+
+
+@pytest.mark.parametrize(
+    ("name", "request_", "snapshot", "pool"),
+    [(name, r, s, pool) for name, r, s, context, pool in CONTEXT_CASES if context == "auto"],
+    ids=[c[0] for c in CONTEXT_CASES if c[3] == "auto"],
+)  # fmt: skip
+def test_context_crossover_on_gpus_of_their_own_goes_where_the_curves_cross(
+    name: str, request_: RequestInfo, snapshot: View, pool: str
+) -> None:
+    """Partitioned, with bucket curves: each server read at its own load and context mix."""
+    policy = build_policy("context-crossover", {"topology": "partitioned"}, _with_curves())
+    decision = policy.choose(request_, snapshot)
+    assert (decision.pool, decision.reason) == (pool, "faster_at_context")
+
+
+def test_context_crossover_reads_curves_only_on_gpus_of_their_own() -> None:
+    """Four short requests on the speculative server, the plain one idle: five is inside the
+    band (up to 6) at their mix, so the band rule speculates; on GPUs of their own the idle
+    plain server is faster (10 ms a token at one against about 11.9 at five), so the curves
+    do not. Shared GPUs, or a profile without bucket curves, keep the band rule."""
+    snapshot = holding((4, 4000), (0, 0))
+    rules = {
+        (topology, name): build_policy("context-crossover", {"topology": topology}, profile)
+        for topology in ("shared", "partitioned")
+        for name, profile in (("curves", _with_curves()), ("bands", _without_curves()))
+    }
+    assert {key: p.describe()["rule"] for key, p in rules.items()} == {
+        ("shared", "curves"): "bands",
+        ("shared", "bands"): "bands",
+        ("partitioned", "curves"): "curves",
+        ("partitioned", "bands"): "bands",
+    }
+    decisions = {key: (d.pool, d.reason) for key, p in rules.items()
+                 for d in [p.choose(SHORT, snapshot)]}  # fmt: skip
+    banded = ("spec", "inside_band_at_context")
+    assert decisions == {("shared", "curves"): banded, ("shared", "bands"): banded,
+                         ("partitioned", "curves"): ("base", "faster_at_context"),
+                         ("partitioned", "bands"): banded}  # fmt: skip
+    curves_ = rules["partitioned", "curves"]
+    assert curves_.crossover() == 6.0  # the band's edge at the speculative server's mix, shown
+    none = View((BackendView("s1", "spec", False, 0), BackendView("b1", "base", False, 0)))
+    assert curves_.choose(SHORT, none).reason == "no_healthy_backend"
