@@ -84,10 +84,10 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     tpot_ax.grid(True, alpha=0.3)
     dots: list[tuple[float, float, float, str]] = []  # median, p99, tok/s, policy
     for policy, data in results["policies"].items():
-        medians = [row["tpot_ms_p50"] for row in data["phases"] if row["tpot_ms_p50"] is not None]
-        p99, tps = data["overall"]["tpot_ms_p99"], data["overall"]["output_tps"]
-        if medians and p99 is not None:
-            dots.append((sum(medians) / len(medians), p99, tps, policy))
+        row = data["overall"]
+        median, p99 = row.get("tpot_ms_p50_phases"), row["tpot_ms_p99"]
+        if median is not None and p99 is not None:
+            dots.append((median, p99, row["output_tps"], policy))
     span = [max(1e-9, max(v) - min(v)) for v in ([d[0] for d in dots], [d[1] for d in dots]) if v]
     labelled: list[tuple[float, float]] = []
     for median, p99, tps, policy in dots:

@@ -7,6 +7,7 @@ prompts goes into the profile so it can tell which workload it was measured on.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -123,6 +124,7 @@ class Dataset:
                 "fingerprint": self.fingerprint()}  # fmt: skip
 
 
+@functools.lru_cache(maxsize=8)  # each policy of a comparison draws the same ones
 def synthetic(input_len: int, output_len: int, count: int = 256, seed: int = 0) -> Dataset:
     """Random words, one word about one token, so prompts are about ``input_len`` tokens."""
     rng = random.Random(seed)

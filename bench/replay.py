@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from specroute.bench.client import PhaseBodies
-from specroute.bench.compare import phase_rows, prompt_rows, summarise
+from specroute.bench.compare import policy_summary
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord
 from specroute.bench.trace import Trace
@@ -292,11 +292,9 @@ def compare_offline(
         "policies": {}, "oracle": best.describe(),
     }  # fmt: skip
     for name, records in runs.items():
-        results["policies"][name] = {
-            "overall": summarise(records, 0.0, plan.trace.seconds, plan.slo),
-            "phases": phase_rows(plan.trace, records, 0.0, plan.slo, plan.settle),
-            "prompts": prompt_rows(plan.trace, records, 0.0, plan.trace.seconds, plan.slo),
-        }
+        results["policies"][name] = policy_summary(
+            plan.trace, records, 0.0, plan.trace.seconds, plan.slo, plan.settle
+        )
     ideal = results["policies"]["oracle"]
     results["gap"] = {name: gap(plan.trace, results["policies"][name], ideal) for name in runs
                       if name != "oracle"}  # fmt: skip

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from specroute.emulator.memo import by_text
+
 
 class AcceptanceError(ValueError):
     """An acceptance setting that cannot be used, with the reason."""
@@ -74,10 +76,8 @@ class Acceptance:
     rules: tuple[Rule, ...] = ()
 
     def rate_for(self, prompt: str) -> float:
-        for rule in self.rules:
-            if rule.pattern.search(prompt):
-                return rule.rate
-        return self.rate
+        """The first matching rule's rate, else the default."""
+        return _rate_for(prompt, self.rules, self.rate) if self.rules else self.rate
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -141,3 +141,8 @@ def parse_rules(rules: Any, steps: int) -> tuple[Rule, ...]:
         name = str(rule.get("name", f"rule{i}"))
         parsed.append(Rule(name, pattern, parse_rate(rule, steps, f"rules[{i}]")))
     return tuple(parsed)
+
+
+@by_text
+def _rate_for(prompt: str, rules: tuple[Rule, ...], default: float) -> float:
+    return next((rule.rate for rule in rules if rule.pattern.search(prompt)), default)

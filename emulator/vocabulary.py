@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from specroute.emulator.memo import by_text
+
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 WORDS: tuple[str, ...] = tuple(
@@ -102,6 +104,7 @@ TOKEN_ID_BASE = 1000
 EOS_TOKEN_ID = 2
 
 
+@by_text
 def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 

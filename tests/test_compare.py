@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specroute.bench.compare import PolicySpec
-from specroute.bench.trace import TraceError, load_trace, named_trace
+from specroute.bench.compare import PolicySpec, policy_summary, render_row
+from specroute.bench.record import RequestRecord
+from specroute.bench.trace import Phase, Trace, TraceError, load_trace, named_trace
 from specroute.cli import given_settings, parser
 from specroute.policies.registry import REGISTRY
 from specroute.router.settings import RouterSettings
@@ -86,6 +87,26 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
         assert data["overall"]["goodput_rps"] > 0
     assert "overall:" in stdout and "crossover" in stdout
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_overall_median_per_phase_weighs_phases_by_their_time() -> None:
+    """Five fast requests in a 1 s phase, one slow one in a 3 s phase: over all requests the
+    median is the fast one; phase by phase, over the trace's time, (1 x 1 + 3 x 4) / 4 ms."""
+
+    def record(phase: int, start: float, tpot: float) -> RequestRecord:
+        chunks = [(start + 0.01 + i * tpot, 1) for i in range(11)]
+        return RequestRecord("p", 4, phase, start, start + 0.01, chunks[-1][0], chunks)
+
+    trace = Trace("t", (Phase(1, 4), Phase(3, 4)))
+    records = [*(record(0, 0.1 * i, 0.001) for i in range(5)), record(1, 1.5, 0.004)]
+    summary = policy_summary(trace, records, 0.0, 4.0, {})
+    assert summary["overall"]["tpot_ms_p50"] == pytest.approx(1)
+    assert [row["tpot_ms_p50"] for row in summary["phases"]] == pytest.approx([1, 4])
+    assert summary["overall"]["tpot_ms_p50_phases"] == pytest.approx(3.25)
+    assert render_row("p", summary["overall"]).endswith(", TPOT p50 per phase 3.25 ms")
+    assert "per phase" not in render_row("p", summary["phases"][0])  # a phase has one median
+    empty = policy_summary(trace, [], 0.0, 4.0, {})["overall"]
+    assert empty["tpot_ms_p50_phases"] is None and empty["requests"] == 0
 
 
 async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
-"""``context-crossover`` head to head, live and offline, on traffic whose prompts change
-length from phase to phase at one load: an SDPA-style model (``llama3.1-8b-h200-sdpa``,
-accept length 2.0), where the load at which speculation stops paying falls from about 47
-concurrent requests at 512-token prompts to under 7 at 8,192. At 24 requests speculation
-pays on short prompts (by about 20%) and loses on long ones (by about 9%). The load is the
-same in both kinds of phase, so a policy that reads only the load routes them alike: every
-single crossover is one of the two static choices here (above 24, always speculate; at or
-below, never), and each is wrong in one kind of phase.
+"""``context-crossover`` head to head. Offline, on traffic whose prompts change length from
+phase to phase at one load: an SDPA-style model (``llama3.1-8b-h200-sdpa``, accept length
+2.0), where the load at which speculation stops paying falls from about 47 concurrent
+requests at 512-token prompts to under 7 at 8,192. At 24 requests speculation pays on short
+prompts (by about 20%) and loses on long ones (by about 9%). The load is the same in both
+kinds of phase, so a policy that reads only the load routes them alike: every single
+crossover is one of the two static choices here (above 24, always speculate; at or below,
+never), and each is wrong in one kind of phase.
 
 The long requests' p99 TPOT is not asserted: it is worse than either static choice's (10
 to 12 ms against 8 to 9), as the oracle's is. Switching pools at a long phase's start sends
@@ -128,10 +128,10 @@ def profile_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-# live: the policy and both static choices; offline (virtual time, cheap) the single
-# crossover too (the profile's top level, which ``crossover`` reads: the shortest context's,
-# about 47). At one load any single crossover routes as one of the static choices.
-LIVE = ["context-crossover", *_STATIC]
+# the policy, the single crossover (the profile's top level, which ``crossover`` reads: the
+# shortest context's, about 47) and both static choices. At one load any single crossover
+# routes as one of the static choices.
+ALTERNATING = [{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": n} for c, n in TRACE]
 OFFLINE = ["context-crossover", "crossover", *_STATIC]
 
 
@@ -160,36 +160,49 @@ def overall(results: dict[str, Any], key: str, prompts: int | None = None) -> di
     return {p: row[key] for p, row in rows.items()}
 
 
+async def compared(
+    tmp_path: Path,
+    name: str,
+    trace: list[dict[str, Any]],
+    config: Path,
+    policies: list[str],
+    *more: str,
+) -> tuple[dict[str, Any], str]:
+    """``bench compare`` of a trace (its phases) in ``tmp_path / name``: the results, and
+    what it printed."""
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(trace))
+    code, stdout, stderr = await run(
+        "bench", "compare", "--router-config", str(config), "--trace", str(path), *WORKLOAD,
+        "--policies", ",".join(policies), *more, "--out", str(tmp_path / name),
+    )  # fmt: skip
+    assert code == 0, stderr
+    return json.loads((tmp_path / name / "compare.json").read_text()), f"\n{stdout}"
+
+
+def unreachable(tmp_path: Path, profile: Path) -> Path:
+    """A router config for the offline replay, which models the servers itself."""
+    return router_config(tmp_path / "router.toml", "http://127.0.0.1:1", "http://127.0.0.1:2",
+                         profile)  # fmt: skip
+
+
 async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     tmp_path: Path, profile_path: Path
 ) -> None:
-    trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps([{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": n}
-                                 for c, n in TRACE]))  # fmt: skip
-    config = tmp_path / "router.toml"
-
-    async def compared(out: str, policies: list[str], *more: str) -> tuple[dict[str, Any], str]:
-        """``bench compare`` of the trace: its results and what it printed."""
-        code, stdout, stderr = await run(
-            "bench", "compare", "--router-config", str(config), "--trace", str(trace),
-            *WORKLOAD, "--policies", ",".join(policies), *more, "--out", str(tmp_path / out),
-        )  # fmt: skip
-        assert code == 0, stderr
-        return json.loads((tmp_path / out / "compare.json").read_text()), stdout
-
-    async with emulator_pair(*SERVER) as (spec, base):
-        router_config(config, spec, base, profile_path)
-        live, stdout = await compared("live", LIVE)
-    offline, offline_out = await compared("offline", OFFLINE, "--offline", *SERVER[:-2])
-    shared, shared_out = await compared("shared", LIVE, "--offline", *SERVER[:-2],
+    """Offline (virtual time); the README gives a live run of the same comparison."""
+    config = unreachable(tmp_path, profile_path)
+    replay = ("--offline", *SERVER[:-2])
+    results, stdout = await compared(tmp_path, "offline", ALTERNATING, config, OFFLINE, *replay)
+    shared, shared_out = await compared(tmp_path, "shared", ALTERNATING, config,
+                                        ["context-crossover", *_STATIC], *replay,
                                         "--share-gpus", "node")  # fmt: skip
-    report = f"\n{stdout}\n{offline_out}\n{shared_out}"
+    report = f"{stdout}{shared_out}"
 
     # every phase: within noise of the better static choice, whichever it is there
-    mine = phases(live, "context-crossover", "tpot_ms_p50")
-    shares = phases(live, "context-crossover", "spec_share")
-    always = [phases(live, p, "tpot_ms_p50") for p in _STATIC]
-    for i, noise in enumerate(phase_noise(live)):
+    mine = phases(results, "context-crossover", "tpot_ms_p50")
+    shares = phases(results, "context-crossover", "spec_share")
+    always = [phases(results, p, "tpot_ms_p50") for p in _STATIC]
+    for i, noise in enumerate(phase_noise(results)):
         spec, base = always[0][i], always[1][i]
         if routed_as_the_faster(shares[i], spec, base):
             continue
@@ -198,41 +211,36 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     assert all(shares[i] > 0.8 if n == SHORT else shares[i] < 0.2
                for i, (_, n) in enumerate(TRACE)), (shares, report)  # fmt: skip
 
-    single = phases(offline, "crossover", "spec_share")
+    single = phases(results, "crossover", "spec_share")
     assert all(share == single[0] for share in single), (single, report)  # one choice throughout
 
-    for results, names in ((live, LIVE), (offline, OFFLINE)):
-        others = names[1:]
-        # over the trace: closest to the better static choice phase by phase
-        slower = {p: slower_than_best_static(results, p) for p in names}
-        assert all(slower["context-crossover"] < slower[p] for p in others), (slower, report)
-        # each kind of request apart: as fast as the fastest at the median, and every other
-        # policy slower than it for one kind (the kind it sends to the wrong pool); offline,
-        # where nothing is noise, by more than the sampling error (always-spec's long
-        # requests are about 7% slower: live, one run's noise can take up most of that)
-        p50 = {n: overall(results, "tpot_ms_p50", n) for n in (SHORT, LONG)}
-        for n in (SHORT, LONG):
-            fastest = min(p50[n][p] for p in others)
-            assert p50[n]["context-crossover"] <= fastest * (1 + _SAMPLING), (n, report)
-        margin = 0.0 if results is live else _SAMPLING
-        for p in others:
-            assert any(p50[n]["context-crossover"] < p50[n][p] * (1 - margin)
-                       for n in (SHORT, LONG)), (p, p50, report)  # fmt: skip
-        # short requests never share a server with long prefills, so their tail is short
-        p99 = overall(results, "tpot_ms_p99", SHORT)
-        assert all(p99["context-crossover"] < p99[p] * (1 - 2 * _SAMPLING) for p in others), report
-        # overall, the median request is a short one (they are six times as many)
-        p50_all = overall(results, "tpot_ms_p50")
-        assert p50_all["context-crossover"] <= min(p50_all[p] for p in others) * (1 + _SAMPLING)
-        assert p50_all["context-crossover"] < p50_all["always-base"] * (1 - 2 * _SAMPLING)
-        tps = overall(results, "output_tps")
-        assert tps["context-crossover"] > tps["always-base"] * (1 + 2 * _SAMPLING), report
-    # its edge in tokens over always-spec (2 to 3%, the long phases' share) shows in virtual
-    # time; live it is inside the noise of one run on a shared machine
-    tps = overall(offline, "output_tps")
-    assert all(tps["context-crossover"] > tps[p] for p in OFFLINE[1:]), (tps, report)
-    assert abs(offline["gap"]["context-crossover"]["tpot"]) < 0.03, report  # knowing the load
-    assert offline["gap"]["context-crossover"]["output_tps"] > -0.03, report
+    others = OFFLINE[1:]
+    # over the trace: closest to the better static choice phase by phase
+    slower = {p: slower_than_best_static(results, p) for p in OFFLINE}
+    assert all(slower["context-crossover"] < slower[p] for p in others), (slower, report)
+    # each kind of request apart: as fast as the fastest at the median, and every other
+    # policy slower than it by more than the sampling error for one kind (the kind it sends
+    # to the wrong pool)
+    p50 = {n: overall(results, "tpot_ms_p50", n) for n in (SHORT, LONG)}
+    for n in (SHORT, LONG):
+        fastest = min(p50[n][p] for p in others)
+        assert p50[n]["context-crossover"] <= fastest * (1 + _SAMPLING), (n, report)
+    for p in others:
+        assert any(p50[n]["context-crossover"] < p50[n][p] * (1 - _SAMPLING)
+                   for n in (SHORT, LONG)), (p, p50, report)  # fmt: skip
+    # short requests never share a server with long prefills, so their tail is short
+    p99 = overall(results, "tpot_ms_p99", SHORT)
+    assert all(p99["context-crossover"] < p99[p] * (1 - 2 * _SAMPLING) for p in others), report
+    # overall, the median request is a short one (they are six times as many)
+    p50_all = overall(results, "tpot_ms_p50")
+    assert p50_all["context-crossover"] <= min(p50_all[p] for p in others) * (1 + _SAMPLING)
+    assert p50_all["context-crossover"] < p50_all["always-base"] * (1 - 2 * _SAMPLING)
+    # the most tokens: over always-spec by the long phases' share (2 to 3%)
+    tps = overall(results, "output_tps")
+    assert all(tps["context-crossover"] > tps[p] for p in others), (tps, report)
+    assert tps["context-crossover"] > tps["always-base"] * (1 + 2 * _SAMPLING), report
+    assert abs(results["gap"]["context-crossover"]["tpot"]) < 0.03, report  # knowing the load
+    assert results["gap"]["context-crossover"]["output_tps"] > -0.03, report
     # both servers on one set of GPUs (the shared topology): while the pool that a phase
     # left drains, each step of the other waits for its steps, so a switch costs tokens and
     # always-spec ties it; it still routes each phase as the oracle does
@@ -259,25 +267,12 @@ CONTEXT_BLIND = [
 ]
 
 
-async def compare_mixed(
-    tmp_path: Path, config: Path, policies: list[str], *more: str
-) -> tuple[dict[str, Any], dict[str, dict[str, float]], str]:
-    """``bench compare`` of the mixed trace: its results; each policy's mean of its phases'
-    median TPOT (``p50``; a closed loop's overall median weighs the phases by requests
-    served), its ``p99`` TPOT and output ``tps`` over the trace; and what it printed."""
-    trace = tmp_path / "mixed.json"
-    trace.write_text(json.dumps(MIXED_TRACE))
-    code, stdout, stderr = await run(
-        "bench", "compare", "--router-config", str(config), "--trace", str(trace), *WORKLOAD,
-        "--policies", ",".join(policies), *more, "--out", str(tmp_path / "out"),
-    )  # fmt: skip
-    assert code == 0, stderr
-    results = json.loads((tmp_path / "out" / "compare.json").read_text())
-    figures = {"p50": {p: sum(phases(results, p, "tpot_ms_p50")) / len(MIXED_TRACE)
-                       for p in policies},
-               "p99": overall(results, "tpot_ms_p99"),
-               "tps": overall(results, "output_tps")}  # fmt: skip
-    return results, figures, f"\n{stdout}\nmean of the phases' median TPOT: {figures['p50']}"
+def figures_of(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each policy's median TPOT per phase averaged over the trace (``p50``; the overall
+    median weighs a closed loop's phases by requests served), its ``p99`` TPOT and output
+    ``tps`` over the trace."""
+    return {"p50": overall(results, "tpot_ms_p50_phases"), "p99": overall(results, "tpot_ms_p99"),
+            "tps": overall(results, "output_tps")}  # fmt: skip
 
 
 def beaten(
@@ -299,12 +294,11 @@ async def test_context_crossover_on_gpus_of_their_own_beats_every_context_blind_
     most tokens, against every single threshold, the profile's, expected-latency blind to
     context and both static choices; ahead of the oracle (each phase to the faster static
     choice) on both; and routed exactly as expected-latency at the context mix."""
-    config = tmp_path / "router.toml"
-    router_config(config, "http://127.0.0.1:1", "http://127.0.0.1:2", profile_path)
+    config = unreachable(tmp_path, profile_path)
     policies = [BY_CONTEXT, "expected-latency", *CONTEXT_BLIND]
-    results, figures, report = await compare_mixed(
-        tmp_path, config, policies, "--offline", *SERVER[:-2]
-    )
+    results, report = await compared(tmp_path, "offline", MIXED_TRACE, config, policies,
+                                     "--offline", *SERVER[:-2])  # fmt: skip
+    figures = figures_of(results)
     beaten(figures, CONTEXT_BLIND, 0.0, report)
     gap = results["gap"][BY_CONTEXT]  # over the oracle: median TPOT per phase, and tokens
     assert gap["tpot"] < -0.1 and gap["output_tps"] > 0.1, report
@@ -319,12 +313,11 @@ async def test_context_crossover_on_gpus_of_their_own_live(
     a run's noise (they are a third behind). Ahead of the best single threshold in median
     and tokens; its p99 within noise of the threshold's: five live runs had it 0.3 to 12%
     lower, too close in one of them to assert more."""
-    config = tmp_path / "router.toml"
     async with emulator_pair(*SERVER) as (spec, base):
-        router_config(config, spec, base, profile_path)
-        _, figures, report = await compare_mixed(
-            tmp_path, config, [BY_CONTEXT, BEST_THRESHOLD, *_STATIC]
-        )
+        config = router_config(tmp_path / "router.toml", spec, base, profile_path)
+        policies = [BY_CONTEXT, BEST_THRESHOLD, *_STATIC]
+        results, report = await compared(tmp_path, "live", MIXED_TRACE, config, policies)
+    figures = figures_of(results)
     beaten(figures, list(_STATIC), 2 * _SAMPLING, report)
     p50, p99, tps = (figures[k] for k in ("p50", "p99", "tps"))
     assert p50[BY_CONTEXT] < p50[BEST_THRESHOLD], report
