@@ -311,7 +311,7 @@ async def test_context_crossover_on_gpus_of_their_own_live(
 ) -> None:
     """Live, the same traffic: ahead of both static choices on all three figures by more than
     a run's noise (they are a third behind). Ahead of the best single threshold in median
-    and tokens; its p99 within noise of the threshold's: five live runs had it 0.3 to 12%
+    and tokens; its p99 within noise of the threshold's: five live runs had it 0.3 to 13%
     lower, too close in one of them to assert more."""
     async with emulator_pair(*SERVER) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile_path)
