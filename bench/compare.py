@@ -172,15 +172,21 @@ def policy_summary(
     the overall median weighs each phase by the requests served in it, so in a closed loop
     the policy that serves the most at the peak reads slowest there."""
     phases = phase_rows(trace, records, start, slo, settle)
-    timed = [(phase.seconds, row["tpot_ms_p50"]) for phase, row in zip(trace.phases, phases,
-             strict=True) if row["tpot_ms_p50"] is not None]  # fmt: skip
-    seconds = sum(s for s, _ in timed)
-    by_phase = round(sum(s * t for s, t in timed) / seconds, 3) if seconds else None
+    by_phase = over_time(trace, [row["tpot_ms_p50"] for row in phases])
     return {
-        "overall": summarise(records, start, end, slo) | {"tpot_ms_p50_phases": by_phase},
+        "overall": summarise(records, start, end, slo)
+        | {"tpot_ms_p50_phases": None if by_phase is None else round(by_phase, 3)},
         "phases": phases,
         "prompts": prompt_rows(trace, records, start, end, slo),
     }
+
+
+def over_time(trace: Trace, values: list[float | None]) -> float | None:
+    """One value per phase, averaged over the trace's time; phases without one (None) are
+    left out, and None when none has one."""
+    timed = [(p.seconds, v) for p, v in zip(trace.phases, values, strict=True) if v is not None]
+    seconds = sum(s for s, _ in timed)
+    return sum(s * v for s, v in timed) / seconds if seconds else None
 
 
 def prompt_rows(

@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from specroute.bench.client import PhaseBodies
-from specroute.bench.compare import policy_summary
+from specroute.bench.compare import over_time, policy_summary
 from specroute.bench.dataset import Dataset
 from specroute.bench.record import RequestRecord
 from specroute.bench.trace import Trace
@@ -307,12 +307,11 @@ def gap(trace: Trace, mine: dict[str, Any], best: dict[str, Any]) -> dict[str, f
     """How far a policy is from the oracle: its median TPOT over the oracle's in each phase,
     averaged over the trace's time (above 0: slower), and its output tok/s over the
     oracle's overall (below 0: fewer)."""
-    slower = [(phase.seconds, a["tpot_ms_p50"] / b["tpot_ms_p50"] - 1)
-              for phase, a, b in zip(trace.phases, mine["phases"], best["phases"], strict=True)
-              if a["tpot_ms_p50"] and b["tpot_ms_p50"]]  # fmt: skip
-    seconds = sum(s for s, _ in slower)
+    ratios = [a["tpot_ms_p50"] / b["tpot_ms_p50"] - 1 if a["tpot_ms_p50"] and b["tpot_ms_p50"]
+              else None for a, b in zip(mine["phases"], best["phases"], strict=True)]  # fmt: skip
+    slower = over_time(trace, ratios)
     tps, best_tps = mine["overall"]["output_tps"], best["overall"]["output_tps"]
     return {
-        "tpot": round(sum(s * r for s, r in slower) / seconds, 4) if seconds else None,
+        "tpot": None if slower is None else round(slower, 4),
         "output_tps": round(tps / best_tps - 1, 4) if best_tps else None,
     }
