@@ -76,6 +76,8 @@ class NativeHandlers:
         except QueueFull as exc:
             error = {"message": str(exc), "type": "SERVICE_UNAVAILABLE", "code": 503}
             await response.write(sse_event({"error": error}))
+        except ConnectionResetError:  # the client left mid-answer: its request is aborted,
+            return response  # and aiohttp closes the stream quietly
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -230,6 +230,8 @@ class OpenAIHandlers:
                         )
         except QueueFull as exc:
             await response.write(stream_error_event(str(exc), 503))
+        except ConnectionResetError:  # the client left mid-answer: its request is aborted,
+            return response  # and aiohttp closes the stream quietly
         else:
             if c.include_usage:
                 usage = _usage(active)
