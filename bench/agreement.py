@@ -43,9 +43,10 @@ class RouterCounts:
             by("specroute_requests_total", "backend"),
             by("specroute_route_decisions_total", "reason"),
             by("specroute_upstream_errors_total", "kind"),
-            total("specroute_inflight"), total("specroute_router_errors_total"),
+            total("specroute_inflight"),
+            total("specroute_router_errors_total"),
             total("specroute_backend_ejections_total"),
-        )  # fmt: skip
+        )
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self) | {"decisions_total": sum(self.decisions.values())}
@@ -80,9 +81,15 @@ def races(tally: Tally, counts: RouterCounts) -> dict[str, Any]:
     labels = set(tally.labels) | set(counts.requests)
     diff = {s: counts.requests.get(s, 0) - tally.labels[s] for s in sorted(labels)}
     e, r = counts.upstream_errors, counts.requests
-    before_first_byte = (e.get("connect", 0) + e.get("unavailable", 0) + e.get("midstream", 0)
-                         + e.get("timeout", 0) - r.get("timeout", 0) - r.get("broken", 0)
-                         - r.get("truncated", 0))  # fmt: skip
+    before_first_byte = (
+        e.get("connect", 0)
+        + e.get("unavailable", 0)
+        + e.get("midstream", 0)
+        + e.get("timeout", 0)
+        - r.get("timeout", 0)
+        - r.get("broken", 0)
+        - r.get("truncated", 0)
+    )
     retries = counts.decisions.get("retry", 0)
     return {
         "by_status": {s: d for s, d in diff.items() if d != 0},
@@ -103,22 +110,25 @@ def agreement(tally: Tally, counts: RouterCounts) -> dict[str, str | None]:
     diff, undecided = raced["by_status"], raced["undecided"]
     wrong = {s: d for s, d in diff.items() if (d < 0 if s != "cancelled" else d > 0)}
     checks["statuses agree"] = (  # each decided request counted once, as the client saw it
-        None if not wrong and sum(diff.values()) == -undecided
+        None
+        if not wrong and sum(diff.values()) == -undecided
         else f"router minus client by status: {diff}, {undecided:g} never decided"
-    )  # fmt: skip
+    )
     cancels = tally.verdicts[Verdict.CANCELLED]
     retries = counts.decisions.get("retry", 0)
     checks["decisions = requests + retries"] = (
-        None if 0 <= undecided <= cancels
+        None
+        if 0 <= undecided <= cancels
         else f"{sum(counts.decisions.values()):g} decisions, {tally.count} requests, "
         f"{retries:g} retries"
-    )  # fmt: skip
+    )
     left = raced["failed_then_left"]
     checks["retries explained"] = (  # every failure before a first byte retried or refused
-        None if 0 <= left <= counts.requests.get("cancelled", 0)
+        None
+        if 0 <= left <= counts.requests.get("cancelled", 0)
         else f"{left:+g} failures before a first byte beyond {retries:g} retries and "
         f"{tally.refused['tried']} refusals"
-    )  # fmt: skip
+    )
     checks["in flight ends at 0"] = None if counts.inflight == 0 else f"{counts.inflight:g}"
     checks["no router errors"] = None if counts.router_errors == 0 else f"{counts.router_errors:g}"
     return checks
@@ -126,8 +136,9 @@ def agreement(tally: Tally, counts: RouterCounts) -> dict[str, str | None]:
 
 def describe_races(raced: dict[str, Any]) -> str:
     said = [f"router minus client {raced['by_status']}"] if raced["by_status"] else []
-    said += [f"{raced[k]:g} {k.replace('_', ' ')}" for k in ("undecided", "failed_then_left")
-             if raced[k]]  # fmt: skip
+    said += [
+        f"{raced[k]:g} {k.replace('_', ' ')}" for k in ("undecided", "failed_then_left") if raced[k]
+    ]
     return ", ".join(said) or "none"
 
 

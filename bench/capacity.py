@@ -38,12 +38,12 @@ from typing import Any, Literal
 import aiohttp
 
 from specroute import prometheus
-from specroute.bench.client import request_bodies, served_model
-from specroute.bench.closed_loop import LevelRun, run_level
-from specroute.bench.dataset import synthetic
 from specroute.bench.process_cpu import cpu_seconds
-from specroute.bench.spawn import Spawned, spawned
 from specroute.crossing import Crossing, crossing
+from specroute.loadgen.client import request_bodies, served_model
+from specroute.loadgen.closed_loop import LevelRun, run_level
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.spawn import Spawned, spawned
 
 LAG_LIMIT = 0.05
 INPUT_LEN = 32  # prompt tokens: the benchmark is about delivering, not prefilling
@@ -150,9 +150,17 @@ async def measure_capacity(
 ) -> list[LevelResult]:
     """Every level of ``plan`` against one emulator process, in order. ``on_level`` sees each
     result as its level ends, so a caller keeps them if a later level fails."""
-    flags = ("emulate", "--mode", plan.mode, "--hardware", plan.hardware,
-             "--time-scale", f"{plan.time_scale:g}",
-             "--max-running-requests", str(max(MIN_MAX_RUNNING, *plan.levels)))  # fmt: skip
+    flags = (
+        "emulate",
+        "--mode",
+        plan.mode,
+        "--hardware",
+        plan.hardware,
+        "--time-scale",
+        f"{plan.time_scale:g}",
+        "--max-running-requests",
+        str(max(MIN_MAX_RUNNING, *plan.levels)),
+    )
     results: list[LevelResult] = []
     async with (
         spawned(*flags) as emulator,
@@ -167,10 +175,18 @@ async def measure_capacity(
             watch = _Watch(session, emulator)
             try:
                 run = await run_level(
-                    session, emulator.url, bodies, backend=plan.mode, level=level, repeat=0,
-                    duration=plan.seconds, give_up_after=plan.warmup + plan.seconds,
-                    ramp="at-once", cut_off=True, at_window=watch,
-                )  # fmt: skip
+                    session,
+                    emulator.url,
+                    bodies,
+                    backend=plan.mode,
+                    level=level,
+                    repeat=0,
+                    duration=plan.seconds,
+                    give_up_after=plan.warmup + plan.seconds,
+                    ramp="at-once",
+                    cut_off=True,
+                    at_window=watch,
+                )
             finally:
                 await watch.stop()
             result = _result(run, watch)
@@ -201,17 +217,24 @@ def _result(run: LevelRun, watch: _Watch) -> LevelResult:
     if before.emulator_cpu is not None and after.emulator_cpu is not None:
         cpu = (after.emulator_cpu - before.emulator_cpu) / wall
     return LevelResult(
-        level=level, errors=run.failures, seconds=window,
+        level=level,
+        errors=run.failures,
+        seconds=window,
         streams=statistics.fmean(watch.running) if watch.running else 0.0,
-        tokens=sum(chunks), chunks=len(chunks),
-        tokens_per_s=sum(chunks) / window, chunks_per_s=len(chunks) / window,
+        tokens=sum(chunks),
+        chunks=len(chunks),
+        tokens_per_s=sum(chunks) / window,
+        chunks_per_s=len(chunks) / window,
         completed=sum(1 for r in records if r.ok and r.end is not None and t0 <= r.end <= t1),
-        steps=steps, step_ms=1000 * intended / steps if steps else None,
-        intended_s=intended, actual_s=actual,
+        steps=steps,
+        step_ms=1000 * intended / steps if steps else None,
+        intended_s=intended,
+        actual_s=actual,
         lag=actual / intended - 1.0 if intended > 0 else None,
         lag_gauge=after.counters.get(LAG_GAUGE),
-        emulator_cpu=cpu, client_cpu=(after.client_cpu - before.client_cpu) / wall,
-    )  # fmt: skip
+        emulator_cpu=cpu,
+        client_cpu=(after.client_cpu - before.client_cpu) / wall,
+    )
 
 
 async def _loads(session: aiohttp.ClientSession, url: str) -> tuple[int, int]:
@@ -264,8 +287,10 @@ def verdict(results: Sequence[LevelResult], limit: float = LAG_LIMIT) -> str:
     if cross.bound == "below" or best is None:
         return f"lag reaches {pct} already at the lowest level ({first.level})"
     if cross.at is not None:
-        return (f"sustained: {best} streams within {pct} lag; lag passes {pct} near "
-                f"{cross.at:.0f} streams")  # fmt: skip
+        return (
+            f"sustained: {best} streams within {pct} lag; lag passes {pct} near "
+            f"{cross.at:.0f} streams"
+        )
     after = [r for r in results if r.level > best]
     if not after:
         return f"sustained: all levels up to {best} streams within {pct} lag (no crossing)"
@@ -294,27 +319,35 @@ def _lag(x: float | None) -> str:
 def header(plan: CapacityPlan) -> str:
     cpus = os.cpu_count() or 0
     shared = "; on so few cores the client competes for CPU" if cpus <= 4 else ""
-    return (f"emulator capacity: {plan.hardware}, {plan.mode}, time scale {plan.time_scale:g}, "
-            f"{plan.max_tokens} tokens per stream, {plan.seconds:g} s per level\n"
-            f"machine: {cpus} CPUs shared by the emulator and this load generator "
-            f"(separate processes, separate event loops{shared})")  # fmt: skip
+    return (
+        f"emulator capacity: {plan.hardware}, {plan.mode}, time scale {plan.time_scale:g}, "
+        f"{plan.max_tokens} tokens per stream, {plan.seconds:g} s per level\n"
+        f"machine: {cpus} CPUs shared by the emulator and this load generator "
+        f"(separate processes, separate event loops{shared})"
+    )
 
 
 def progress_line(r: LevelResult) -> str:
-    return (f"level {r.level:5d}: {r.streams:7.1f} streams, {r.tokens_per_s:8.0f} tok/s, "
-            f"lag {_lag(r.lag):>7} over {r.steps} steps of {_ms(r.step_ms)} ms "
-            f"(gauge {_lag(r.lag_gauge)}), emulator cpu {_pct(r.emulator_cpu)}, "
-            f"client cpu {_pct(r.client_cpu)}, {r.completed} done, {r.errors} errors")  # fmt: skip
+    return (
+        f"level {r.level:5d}: {r.streams:7.1f} streams, {r.tokens_per_s:8.0f} tok/s, "
+        f"lag {_lag(r.lag):>7} over {r.steps} steps of {_ms(r.step_ms)} ms "
+        f"(gauge {_lag(r.lag_gauge)}), emulator cpu {_pct(r.emulator_cpu)}, "
+        f"client cpu {_pct(r.client_cpu)}, {r.completed} done, {r.errors} errors"
+    )
 
 
 def render(results: Sequence[LevelResult], limit: float = LAG_LIMIT) -> str:
     """The table of every level, then the verdict."""
-    rows = [f"{'level':>6} {'streams':>8} {'tok/s':>9} {'chunks/s':>9} {'step ms':>8} "
-            f"{'lag':>8} {'emu cpu':>8} {'gen cpu':>8}"]  # fmt: skip
+    rows = [
+        f"{'level':>6} {'streams':>8} {'tok/s':>9} {'chunks/s':>9} {'step ms':>8} "
+        f"{'lag':>8} {'emu cpu':>8} {'gen cpu':>8}"
+    ]
     for r in results:
-        rows.append(f"{r.level:>6} {r.streams:>8.1f} {r.tokens_per_s:>9.0f} "
-                    f"{r.chunks_per_s:>9.0f} {_ms(r.step_ms):>8} {_lag(r.lag):>8} "
-                    f"{_pct(r.emulator_cpu):>8} {_pct(r.client_cpu):>8}")  # fmt: skip
+        rows.append(
+            f"{r.level:>6} {r.streams:>8.1f} {r.tokens_per_s:>9.0f} "
+            f"{r.chunks_per_s:>9.0f} {_ms(r.step_ms):>8} {_lag(r.lag):>8} "
+            f"{_pct(r.emulator_cpu):>8} {_pct(r.client_cpu):>8}"
+        )
     return "\n".join([*rows, verdict(results, limit)])
 
 
@@ -322,13 +355,19 @@ def as_json(plan: CapacityPlan, results: Sequence[LevelResult]) -> dict[str, Any
     cross = lag_crossing(results)
     return {
         "benchmark": "emulator_capacity",
-        "hardware": plan.hardware, "mode": plan.mode, "time_scale": plan.time_scale,
-        "max_tokens": plan.max_tokens, "input_len": INPUT_LEN,
-        "seconds_per_level": plan.seconds, "warmup_seconds": plan.warmup,
-        "lag_limit": LAG_LIMIT, "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+        "hardware": plan.hardware,
+        "mode": plan.mode,
+        "time_scale": plan.time_scale,
+        "max_tokens": plan.max_tokens,
+        "input_len": INPUT_LEN,
+        "seconds_per_level": plan.seconds,
+        "warmup_seconds": plan.warmup,
+        "lag_limit": LAG_LIMIT,
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
         "results": [asdict(r) for r in results],
         "sustained_streams": sustained(results),
         "crossing_streams": None if cross is None else cross.at,
         "crossing": None if cross is None else asdict(cross),
         "verdict": verdict(results),
-    }  # fmt: skip
+    }

@@ -30,7 +30,7 @@ import aiohttp
 
 from specroute.bench.agreement import agreement, check_lines, describe_races, races, settle
 from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
-from specroute.bench.spawn import Spawned, free_port, spawned
+from specroute.loadgen.spawn import Spawned, free_port, spawned
 
 Action = Literal["kill", "faults"]
 _RESTART_SECONDS = 0.3  # after a crash, before the backend is started again
@@ -40,15 +40,28 @@ _START_TRIES = 5  # a start that fails (its port not yet free) is tried again
 # What a "faults" event may set on a backend, each worn off after ``count`` requests: the
 # router retries the first three kinds, times out or breaks on long stalls, relays the rest.
 FAULT_MENU: tuple[str, ...] = (
-    "refuse", "status:503", "cut_mid:0", "status:500", "status:429", "stall_first:2",
-    "stall_first:6", "stall_mid:2,seconds=1.5", "stall_mid:1,seconds=0.3", "cut_mid:3",
-    "cut_mid:2,mid_event=true", "crash:2", "crash", "compress",
-)  # fmt: skip
+    "refuse",
+    "status:503",
+    "cut_mid:0",
+    "status:500",
+    "status:429",
+    "stall_first:2",
+    "stall_first:6",
+    "stall_mid:2,seconds=1.5",
+    "stall_mid:1,seconds=0.3",
+    "cut_mid:3",
+    "cut_mid:2,mid_event=true",
+    "crash:2",
+    "crash",
+    "compress",
+)
 # Each backend's ``--fault``, again after every start until an event replaces it.
 FLAG_FAULTS: tuple[str, ...] = (
-    "cut_mid:4,probability=0.01", "stall_first:0.2,probability=0.02",
-    "compress,probability=0.05", "status:500,probability=0.005",
-)  # fmt: skip
+    "cut_mid:4,probability=0.01",
+    "stall_first:0.2,probability=0.02",
+    "compress,probability=0.05",
+    "status:500,probability=0.005",
+)
 
 
 @dataclass(frozen=True)
@@ -194,8 +207,12 @@ async def _apply(
 ) -> dict[str, Any]:
     """Do what ``event`` says, unless a kill would leave more than one backend down."""
     backend = backends[event.backend]
-    done: dict[str, Any] = {"at_request": event.at, "seconds": round(time.monotonic() - t0, 2),
-                            "backend": backend.name, "action": event.action}  # fmt: skip
+    done: dict[str, Any] = {
+        "at_request": event.at,
+        "seconds": round(time.monotonic() - t0, 2),
+        "backend": backend.name,
+        "action": event.action,
+    }
     if event.action == "kill":
         if any(b.server is None for b in backends):
             return done | {"down": event.down, "done": False, "why": "another backend is down"}
@@ -209,8 +226,17 @@ async def _apply(
 
 
 def _emulator_flags(plan: ChaosPlan, index: int, pool: str) -> tuple[str, ...]:
-    flags = ("emulate", "--mode", pool, "--hardware", plan.hardware,
-             "--time-scale", f"{plan.time_scale:g}", "--seed", str(plan.seed + index))  # fmt: skip
+    flags = (
+        "emulate",
+        "--mode",
+        pool,
+        "--hardware",
+        plan.hardware,
+        "--time-scale",
+        f"{plan.time_scale:g}",
+        "--seed",
+        str(plan.seed + index),
+    )
     if not plan.flag_faults:
         return flags
     return (*flags, "--fault", plan.flag_faults[index % len(plan.flag_faults)])
@@ -218,18 +244,26 @@ def _emulator_flags(plan: ChaosPlan, index: int, pool: str) -> tuple[str, ...]:
 
 async def run_chaos(plan: ChaosPlan, say: Callable[[str], None] = lambda _: None) -> ChaosResult:
     """The whole run; ``say`` gets a progress line every twentieth of it, and the events."""
-    backends = [_Backend(f"{pool}{i}", pool, _emulator_flags(plan, i, pool))
-                for i, pool in enumerate(plan.pools)]  # fmt: skip
+    backends = [
+        _Backend(f"{pool}{i}", pool, _emulator_flags(plan, i, pool))
+        for i, pool in enumerate(plan.pools)
+    ]
     stopping = asyncio.Event()
     keepers = [asyncio.create_task(b.keep(stopping)) for b in backends]
     try:
         await _all_up(backends, keepers)
         urls = [arg for b in backends for arg in (f"--{b.pool}", b.url)]
         async with serving(
-            plan.limits, urls, crossover=plan.concurrency / 2, topology="partitioned",
-            health_interval=0.25, poll_interval=0.25, health_timeout=1.0,
-            eject_seconds=0.5, eject_max_seconds=2.0,
-        ) as router:  # fmt: skip
+            plan.limits,
+            urls,
+            crossover=plan.concurrency / 2,
+            topology="partitioned",
+            health_interval=0.25,
+            poll_interval=0.25,
+            health_timeout=1.0,
+            eject_seconds=0.5,
+            eject_max_seconds=2.0,
+        ) as router:
             return await _drive(plan, backends, router, say)
     finally:
         stopping.set()
@@ -263,8 +297,10 @@ async def _drive(
         async def apply(event: Event) -> dict[str, Any]:
             done = await _apply(event, backends, session, t0)
             undone = "" if done["done"] else f" (not done: {done['why']})"
-            say(f"  at request {event.at}: {event.action} {done['backend']}"
-                f"{''.join(' ' + f for f in event.faults)}{undone}")  # fmt: skip
+            say(
+                f"  at request {event.at}: {event.action} {done['backend']}"
+                f"{''.join(' ' + f for f in event.faults)}{undone}"
+            )
             return done
 
         async def client() -> None:
@@ -290,18 +326,25 @@ async def _drive(
         checks["finished"] = f"only {tally.count} of {plan.requests} requests in {seconds:.0f} s"
     described = asdict(plan) | {"schedule": [asdict(e) for e in plan.drawn_schedule()]}
     return ChaosResult(
-        plan=described, seconds=round(seconds, 2), tally=tally.as_json(),
-        router=counts.as_json(), races=races(tally, counts), checks=checks,
-        events=events, restarts={b.name: b.restarts for b in backends},
+        plan=described,
+        seconds=round(seconds, 2),
+        tally=tally.as_json(),
+        router=counts.as_json(),
+        races=races(tally, counts),
+        checks=checks,
+        events=events,
+        restarts={b.name: b.restarts for b in backends},
         downtimes={b.name: b.downtimes for b in backends},
-    )  # fmt: skip
+    )
 
 
 def _progress(tally: Tally, total: int, seconds: float, backends: Sequence[_Backend]) -> str:
     down = [b.name for b in backends if b.server is None]
-    return (f"chaos: {tally.count}/{total} requests, {tally.line()}; "
-            f"{tally.count / seconds:.0f} req/s, {seconds:.0f} s"
-            f"{'; down: ' + ', '.join(down) if down else ''}")  # fmt: skip
+    return (
+        f"chaos: {tally.count}/{total} requests, {tally.line()}; "
+        f"{tally.count / seconds:.0f} req/s, {seconds:.0f} s"
+        f"{'; down: ' + ', '.join(down) if down else ''}"
+    )
 
 
 def render(result: ChaosResult) -> str:

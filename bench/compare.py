@@ -21,12 +21,12 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from specroute.bench.client import PhaseBodies, served_model
-from specroute.bench.dataset import Dataset
-from specroute.bench.record import RequestRecord, tokens_between
-from specroute.bench.spawn import spawned
-from specroute.bench.trace import Trace, prompt_label
-from specroute.bench.trace_loop import play
+from specroute.loadgen.client import PhaseBodies, served_model
+from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.record import RequestRecord, tokens_between
+from specroute.loadgen.spawn import spawned
+from specroute.loadgen.trace import Trace, prompt_label
+from specroute.loadgen.trace_loop import play
 from specroute.policies.decision import PolicyError
 from specroute.policies.registry import entry
 
@@ -100,19 +100,26 @@ def summarise(
     tpot = [t for r in done if (t := r.tpot()) is not None]
     ttft = [t for r in done if (t := r.ttft()) is not None]
     tokens = tokens_between(records, start, end)
-    good = [r for r in done if (r.ttft() or 0) <= slo.get("ttft", float("inf"))
-            and (r.tpot() or 0) <= slo.get("tpot", float("inf"))]  # fmt: skip
+    good = [
+        r
+        for r in done
+        if (r.ttft() or 0) <= slo.get("ttft", float("inf"))
+        and (r.tpot() or 0) <= slo.get("tpot", float("inf"))
+    ]
     served = [r.served_by or "" for r in done]
     return {
         "requests": len(done),
         "failed": sum(1 for r in records if r.error and not r.error.startswith("cancelled")),
-        "tpot_ms_p50": _ms(_pct(tpot, 50)), "tpot_ms_p99": _ms(_pct(tpot, 99)),
-        "ttft_ms_p50": _ms(_pct(ttft, 50)), "ttft_ms_p99": _ms(_pct(ttft, 99)),
+        "tpot_ms_p50": _ms(_pct(tpot, 50)),
+        "tpot_ms_p99": _ms(_pct(tpot, 99)),
+        "ttft_ms_p50": _ms(_pct(ttft, 50)),
+        "ttft_ms_p99": _ms(_pct(ttft, 99)),
         "output_tps": round(tokens / (end - start), 2) if end > start else 0.0,
         "goodput_rps": round(len(good) / (end - start), 3) if end > start else 0.0,
         "spec_share": round(sum(s.startswith("spec") for s in served) / len(served), 3)
-        if served else None,
-    }  # fmt: skip
+        if served
+        else None,
+    }
 
 
 class Ticker:
@@ -134,9 +141,12 @@ class Ticker:
         load = "-" if phase is None else self.trace.phases[phase].load
         spec = sum((r.served_by or "").startswith("spec") for r in done)
         tpot = _ms(_pct([t for r in done if (t := r.tpot()) is not None], 50))
-        print(f"  {self.policy:<20} {now - self.started:>6.1f} s  load {load:>6}  "
-              f"{len(done):>3} done, {spec:>3} on spec, median TPOT {tpot} ms",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"  {self.policy:<20} {now - self.started:>6.1f} s  load {load:>6}  "
+            f"{len(done):>3} done, {spec:>3} on spec, median TPOT {tpot} ms",
+            file=sys.stderr,
+            flush=True,
+        )
         self.recent, self.shown = [], now
 
 
@@ -151,8 +161,9 @@ def phase_rows(
     ``settle`` seconds (while the load changes, routing and batches are in transition;
     what is left is the phase's steady state), and the tokens that arrived meanwhile."""
     rows = []
-    for i, (phase, (_, steady, end)) in enumerate(zip(trace.phases, trace.spans(settle),
-                                                      strict=True)):  # fmt: skip
+    for i, (phase, (_, steady, end)) in enumerate(
+        zip(trace.phases, trace.spans(settle), strict=True)
+    ):
         mine = [r for r in records if r.repeat == i and r.start >= start + steady]
         load = {"load": phase.load, "concurrency": phase.concurrency, "rate": phase.rate}
         rows.append(load | summarise(mine, start + steady, start + end, slo))
@@ -221,16 +232,23 @@ def _fresh(out: Path) -> None:
 async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
     _fresh(out)
     results: dict[str, Any] = {
-        "trace": {"name": plan.trace.name,
-                  "phases": [vars(p) for p in plan.trace.phases]},
-        "slo": plan.slo, "settle_seconds": plan.settle, "dataset": plan.dataset.describe(),
+        "trace": {"name": plan.trace.name, "phases": [vars(p) for p in plan.trace.phases]},
+        "slo": plan.slo,
+        "settle_seconds": plan.settle,
+        "dataset": plan.dataset.describe(),
         "policies": {},
-    }  # fmt: skip
+    }
     timeline: dict[str, list[tuple[float, str]]] = {}
     for spec in map(PolicySpec.parse, plan.policies):
         policy = spec.label
-        router = ("serve", "--config", str(plan.router_config), *spec.serve_flags(),
-                  "--drain-grace", "0")  # no load balancer to wait for  # fmt: skip
+        router = (
+            "serve",
+            "--config",
+            str(plan.router_config),
+            *spec.serve_flags(),
+            "--drain-grace",
+            "0",
+        )  # no load balancer to wait for
         async with (
             spawned(*router, ready="/ready") as proxy,
             aiohttp.ClientSession(
@@ -238,14 +256,19 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=300),
             ) as session,
         ):
-            print(f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"{policy}: playing {plan.trace.name} ({plan.trace.seconds:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             model = await served_model(session, proxy.url)
-            bodies = PhaseBodies(plan.trace, plan.dataset, model, plan.ignore_eos,
-                                 plan.output_len, plan.seed)  # fmt: skip
+            bodies = PhaseBodies(
+                plan.trace, plan.dataset, model, plan.ignore_eos, plan.output_len, plan.seed
+            )
             ticker = Ticker(policy, plan.trace)
-            start, records = await play(session, proxy.url, bodies, plan.trace, policy, ticker,
-                                        plan.seed)  # fmt: skip
+            start, records = await play(
+                session, proxy.url, bodies, plan.trace, policy, ticker, plan.seed
+            )
         end = start + plan.trace.seconds
         results["policies"][policy] = policy_summary(
             plan.trace, records, start, end, plan.slo, plan.settle
@@ -269,9 +292,12 @@ def render_row(policy: str, s: dict[str, Any]) -> str:
         f"{policy:<22} TPOT p50 {fmt(s['tpot_ms_p50'])} ms p99 {fmt(s['tpot_ms_p99'])} ms, "
         f"TTFT p50 {fmt(s['ttft_ms_p50'])} ms, {fmt(s['output_tps'])} tok/s, "
         f"goodput {fmt(s['goodput_rps'])} req/s, spec share {fmt(s['spec_share'])}"
-        + (f", TPOT p50 per phase {fmt(s['tpot_ms_p50_phases'])} ms" if "tpot_ms_p50_phases" in s
-           else "")
-    )  # fmt: skip
+        + (
+            f", TPOT p50 per phase {fmt(s['tpot_ms_p50_phases'])} ms"
+            if "tpot_ms_p50_phases" in s
+            else ""
+        )
+    )
 
 
 def render(results: dict[str, Any]) -> str:

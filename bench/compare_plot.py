@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specroute.bench.trace import prompt_label
+from specroute.loadgen.trace import prompt_label
 
 _BIN_SECONDS = 1.0
 _DASHES = ("-", "--", "-.", ":")
@@ -42,9 +42,14 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     load_ax.set_ylabel("requests per second" if rates else "concurrent requests")
     for start, end, phase in zip(starts, ends, phases, strict=True):
         if phase.get("input_len"):
-            load_ax.annotate(f"{prompt_label(phase['input_len'])} tok", ((start + end) / 2, 1.0),
-                             ha="center", va="bottom", fontsize=8,
-                             xycoords=("data", "axes fraction"))  # fmt: skip
+            load_ax.annotate(
+                f"{prompt_label(phase['input_len'])} tok",
+                ((start + end) / 2, 1.0),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xycoords=("data", "axes fraction"),
+            )
     load_ax.set_ylim(0, max(load) * 1.15)  # the load from zero, the prompt labels above
     share_ax = load_ax.twinx()
     bins = np.arange(0, ends[-1] + _BIN_SECONDS, _BIN_SECONDS)
@@ -52,10 +57,13 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     # still show, and more than ten apart
     names = list(dict.fromkeys([*results["timeline"], *results["policies"]]))
     style: dict[str, dict[str, Any]] = {
-        name: {"color": f"C{i % 10}", "linestyle": _DASHES[i % len(_DASHES)],
-               "marker": _MARKERS[i % len(_MARKERS)]}
+        name: {
+            "color": f"C{i % 10}",
+            "linestyle": _DASHES[i % len(_DASHES)],
+            "marker": _MARKERS[i % len(_MARKERS)],
+        }
         for i, name in enumerate(names)
-    }  # fmt: skip
+    }
     for policy, points in results["timeline"].items():
         if not points:
             continue
@@ -71,8 +79,10 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     mids = (starts + ends) / 2
     drawn: list[float] = []
     for policy, data in results["policies"].items():
-        tpot = [row["tpot_ms_p50"] if row["tpot_ms_p50"] is not None else np.nan
-                for row in data["phases"]]  # fmt: skip
+        tpot = [
+            row["tpot_ms_p50"] if row["tpot_ms_p50"] is not None else np.nan
+            for row in data["phases"]
+        ]
         tpot_ax.plot(mids, tpot, label=policy, **style[policy])
         drawn += [t for t in tpot if not np.isnan(t)]
     if drawn and min(drawn) > 0 and max(drawn) / min(drawn) > 4:
@@ -93,10 +103,16 @@ def plot_compare(results: dict[str, Any], path: Path) -> None:
     for median, p99, tps, policy in dots:
         whole_ax.plot([median], [p99], markersize=8, **(style[policy] | {"linestyle": "none"}))
         # a label that would sit on an earlier one goes below its point instead
-        crowded = any(abs(median - x) < 0.08 * span[0] and abs(p99 - y) < 0.05 * span[1]
-                      for x, y in labelled)  # fmt: skip
-        whole_ax.annotate(f"{tps:,.0f}", (median, p99), textcoords="offset points",
-                          xytext=(5, -11 if crowded else 4), fontsize=7)  # fmt: skip
+        crowded = any(
+            abs(median - x) < 0.08 * span[0] and abs(p99 - y) < 0.05 * span[1] for x, y in labelled
+        )
+        whole_ax.annotate(
+            f"{tps:,.0f}",
+            (median, p99),
+            textcoords="offset points",
+            xytext=(5, -11 if crowded else 4),
+            fontsize=7,
+        )
         labelled.append((median, p99))
     whole_ax.set_xlabel("median TPOT, mean over the phases, ms")
     whole_ax.set_ylabel("p99 TPOT, ms")

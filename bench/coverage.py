@@ -22,14 +22,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from specroute.bench.dataset import Dataset
-from specroute.bench.sweep import SweepPlan
-from specroute.bench.virtual_sweep import VirtualSweep
 from specroute.crossing import crossing, log_margin
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.noise import Noise
 from specroute.emulator.predict import Speed, simulate
 from specroute.event_loop import run as run_loop
+from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.sweep import SweepPlan
+from specroute.loadgen.virtual_sweep import VirtualSweep
 from specroute.profiler.analysis import analyse
 from specroute.profiler.calibration import CalibrationPlan, calibrate
 from specroute.profiler.stats import Crossing
@@ -72,8 +72,12 @@ class Outcome:
         return self.high - self.low
 
     def as_json(self) -> dict[str, Any]:
-        return {"value": self.value, "ci": [self.low, self.high], "backend_seconds": self.seconds,
-                "levels": self.levels}  # fmt: skip
+        return {
+            "value": self.value,
+            "ci": [self.low, self.high],
+            "backend_seconds": self.seconds,
+            "levels": self.levels,
+        }
 
 
 @dataclass
@@ -87,10 +91,15 @@ class Trial:
     wall_seconds: float
 
     def as_json(self) -> dict[str, Any]:
-        return {"hardware": self.hardware, "seed": self.seed, "truth": self.truth,
-                "truth_at_levels": self.truth_at_levels,
-                "adaptive": self.adaptive.as_json(), "grid": self.grid.as_json(),
-                "wall_seconds": round(self.wall_seconds, 1)}  # fmt: skip
+        return {
+            "hardware": self.hardware,
+            "seed": self.seed,
+            "truth": self.truth,
+            "truth_at_levels": self.truth_at_levels,
+            "adaptive": self.adaptive.as_json(),
+            "grid": self.grid.as_json(),
+            "wall_seconds": round(self.wall_seconds, 1),
+        }
 
 
 @dataclass
@@ -150,24 +159,39 @@ def run_trial(
     """One calibration, and beside it the fixed grid when ``with_grid``."""
     started = time.monotonic()
     sweep_plan = SweepPlan("virtual", "virtual", plan.dataset, repeats=plan.repeats)
-    calibration_plan = CalibrationPlan(sweep_plan, budget_seconds=math.inf,
-                                       precision=plan.precision)  # fmt: skip
+    calibration_plan = CalibrationPlan(
+        sweep_plan, budget_seconds=math.inf, precision=plan.precision
+    )
     highest = min(replace(config, mode=m).effective_max_running for m in ("spec", "base"))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "calibration"
-        sweep = VirtualSweep(sweep_plan, out, config, input_len=plan.input_len,
-                             output_len=plan.output_len, seed=seed)  # fmt: skip
+        sweep = VirtualSweep(
+            sweep_plan, out, config, input_len=plan.input_len, output_len=plan.output_len, seed=seed
+        )
         result = run_loop(calibrate(calibration_plan, out, sweep))
-        adaptive = _outcome(result.analysis.tpot_crossover, result.backend_seconds,
-                            sorted(result.runs))  # fmt: skip
+        adaptive = _outcome(
+            result.analysis.tpot_crossover, result.backend_seconds, sorted(result.runs)
+        )
         if not with_grid:
-            return Trial(config.hardware.name, seed, truth.fine(highest),
-                         truth.at(adaptive.levels), adaptive, Outcome(None, None, None, 0.0, []),
-                         time.monotonic() - started)  # fmt: skip
+            return Trial(
+                config.hardware.name,
+                seed,
+                truth.fine(highest),
+                truth.at(adaptive.levels),
+                adaptive,
+                Outcome(None, None, None, 0.0, []),
+                time.monotonic() - started,
+            )
         out = Path(folder) / "grid"
         grid_plan = replace(sweep_plan, repeats=plan.grid_repeats)
-        grid = VirtualSweep(grid_plan, out, config, input_len=plan.input_len,
-                            output_len=plan.output_len, seed=seed + 1_000_000)  # fmt: skip
+        grid = VirtualSweep(
+            grid_plan,
+            out,
+            config,
+            input_len=plan.input_len,
+            output_len=plan.output_len,
+            seed=seed + 1_000_000,
+        )
 
         async def sweep_grid() -> None:
             async with grid:
@@ -177,8 +201,15 @@ def run_trial(
         run_loop(sweep_grid())
         analysis = analyse(load_sweep(out))
         fixed = _outcome(analysis.tpot_crossover, grid.backend_seconds, _grid(highest))
-    return Trial(config.hardware.name, seed, truth.fine(highest), truth.at(adaptive.levels),
-                 adaptive, fixed, time.monotonic() - started)  # fmt: skip
+    return Trial(
+        config.hardware.name,
+        seed,
+        truth.fine(highest),
+        truth.at(adaptive.levels),
+        adaptive,
+        fixed,
+        time.monotonic() - started,
+    )
 
 
 def summary(trials: list[Trial]) -> dict[str, Any]:
@@ -206,17 +237,22 @@ def summary(trials: list[Trial]) -> dict[str, Any]:
         return {
             "calibrations": len(group),
             "truth": statistics.median(t.truth for t in group),
-            "adaptive": of(lambda t: t.adaptive) | {
+            "adaptive": of(lambda t: t.adaptive)
+            | {
                 "coverage_of_truth_at_its_levels": sum(
-                    t.adaptive.covers(t.truth_at_levels) for t in at_levels  # type: ignore[arg-type]
-                ) / max(1, len(at_levels)),
+                    t.adaptive.covers(truth)
+                    for t in at_levels
+                    if (truth := t.truth_at_levels) is not None
+                )
+                / max(1, len(at_levels)),
             },
             "grid": of(lambda t: t.grid),
-        }  # fmt: skip
+        }
 
     hardware = sorted({t.hardware for t in trials})
-    return {"overall": row(trials)} | {h: row([t for t in trials if t.hardware == h])
-                                       for h in hardware}  # fmt: skip
+    return {"overall": row(trials)} | {
+        h: row([t for t in trials if t.hardware == h]) for h in hardware
+    }
 
 
 def render(result: dict[str, Any]) -> str:
@@ -228,8 +264,12 @@ def render(result: dict[str, Any]) -> str:
     for name, r in result["summary"].items():
         a, g = r["adaptive"], r["grid"]
         if not g["runs"]:
-            g = {"coverage": math.nan, "median_width": math.nan,
-                 "median_backend_seconds": math.nan, "runs": 0}  # fmt: skip
+            g = {
+                "coverage": math.nan,
+                "median_width": math.nan,
+                "median_backend_seconds": math.nan,
+                "runs": 0,
+            }
         lines.append(
             f"| {name} | {r['calibrations']} | {r['truth']:.1f} | {a['coverage']:.0%} "
             f"| {g['coverage']:.0%} ({g['runs']}) | {a['median_width']:.2f} "
@@ -263,17 +303,21 @@ def coverage(plan: CoveragePlan, stream: TextIO = sys.stderr) -> dict[str, Any]:
     noise = plan.configs[0].noise.describe()
     return {
         "settings": {
-            "hardware": [c.hardware.name for c in plan.configs], "noise": noise,
-            "calibrations": plan.calibrations, "input_len": plan.input_len,
-            "output_len": plan.output_len, "repeats_near_crossover": plan.repeats,
-            "grid_repeats": plan.grid_repeats, "grid_every": plan.grid_every,
+            "hardware": [c.hardware.name for c in plan.configs],
+            "noise": noise,
+            "calibrations": plan.calibrations,
+            "input_len": plan.input_len,
+            "output_len": plan.output_len,
+            "repeats_near_crossover": plan.repeats,
+            "grid_repeats": plan.grid_repeats,
+            "grid_every": plan.grid_every,
             "precision": plan.precision,
             "time": "virtual: the emulator's engine in modelled seconds, no server",
         },
         "summary": summary(trials),
         "trials": [t.as_json() for t in trials],
         "wall_seconds": round(time.monotonic() - started, 1),
-    }  # fmt: skip
+    }
 
 
 def _interval(o: Outcome) -> str:

@@ -28,9 +28,14 @@ def plot_coverage(result: dict[str, Any], path: Path) -> None:
                     continue
                 low, high = outcome["ci"]
                 top = ax.get_ylim()[1] if high is None else high
-                ax.plot([i + shift] * 2, [low if low is not None else 0, top],
-                        color=COLORS[method], linewidth=2, alpha=0.7,
-                        label=method if i == 0 else None)  # fmt: skip
+                ax.plot(
+                    [i + shift] * 2,
+                    [low if low is not None else 0, top],
+                    color=COLORS[method],
+                    linewidth=2,
+                    alpha=0.7,
+                    label=method if i == 0 else None,
+                )
                 ax.plot(i + shift, outcome["value"], "o", color=COLORS[method], markersize=3)
         ax.axhline(mine[0]["truth"], color="black", linestyle="--", linewidth=1, label="truth")
         ax.set_title(f"{name}: 95% intervals, calibration by calibration", fontsize=10)
@@ -45,8 +50,11 @@ def plot_coverage(result: dict[str, Any], path: Path) -> None:
         ax.set_xlabel("modelled seconds of both servers")
         ax.legend(fontsize=8)
     settings = result["settings"]
-    fig.suptitle(f"coverage of the crossover's interval: noise {settings['noise']}, "
-                 f"{settings['calibrations']} calibrations", fontsize=11)  # fmt: skip
+    fig.suptitle(
+        f"coverage of the crossover's interval: noise {settings['noise']}, "
+        f"{settings['calibrations']} calibrations",
+        fontsize=11,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -27,12 +27,14 @@ from typing import Any, Literal
 
 import aiohttp
 
-from specroute.bench.spawn import Spawned, spawned
+from specroute.loadgen.spawn import Spawned, spawned
 
 Api = Literal["chat", "completions", "generate"]
 PATHS: dict[Api, str] = {
-    "chat": "/v1/chat/completions", "completions": "/v1/completions", "generate": "/generate",
-}  # fmt: skip
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "generate": "/generate",
+}
 _WORDS = ("route", "draft", "verify", "token", "batch", "queue", "stream", "cache", "model")
 
 
@@ -66,9 +68,11 @@ class Limits:
 def router_config(limits: Limits, **more: float | str) -> str:
     """The router's TOML settings: the limits, no drain grace, and ``more``."""
     settings: dict[str, float | str] = {
-        "idle_timeout": limits.idle, "request_timeout": limits.deadline,
-        "connect_timeout": 1.0, "drain_grace": 0.0,
-    }  # fmt: skip
+        "idle_timeout": limits.idle,
+        "request_timeout": limits.deadline,
+        "connect_timeout": 1.0,
+        "drain_grace": 0.0,
+    }
     settings.update(more)
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
 
@@ -98,11 +102,19 @@ class Ask:
         prompt = f"request {self.rid}: " + " ".join(_WORDS[ord(c) % len(_WORDS)] for c in self.rid)
         if self.api == "generate":
             params = {"max_new_tokens": self.max_tokens, "ignore_eos": True}
-            return {"text": prompt, "sampling_params": params, "stream": self.stream,
-                    "rid": self.rid}  # fmt: skip
-        body: dict[str, Any] = {"model": "chaos", "max_tokens": self.max_tokens,
-                                "ignore_eos": True, "stream": self.stream,
-                                "rid": self.rid}  # fmt: skip
+            return {
+                "text": prompt,
+                "sampling_params": params,
+                "stream": self.stream,
+                "rid": self.rid,
+            }
+        body: dict[str, Any] = {
+            "model": "chaos",
+            "max_tokens": self.max_tokens,
+            "ignore_eos": True,
+            "stream": self.stream,
+            "rid": self.rid,
+        }
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         if self.api == "chat":
@@ -138,9 +150,14 @@ class Verdict(StrEnum):
 
 
 # The router's ``status`` label for each verdict; a refusal is in no backend's count.
-_LABELS = {Verdict.ANSWERED: "200", Verdict.TIMEOUT: "timeout", Verdict.BROKEN: "broken",
-           Verdict.GARBLED: "broken", Verdict.TRUNCATED: "truncated",
-           Verdict.CANCELLED: "cancelled"}  # fmt: skip
+_LABELS = {
+    Verdict.ANSWERED: "200",
+    Verdict.TIMEOUT: "timeout",
+    Verdict.BROKEN: "broken",
+    Verdict.GARBLED: "broken",
+    Verdict.TRUNCATED: "truncated",
+    Verdict.CANCELLED: "cancelled",
+}
 _UNTRIED = "No healthy backend"  # the router's refusal before trying any backend
 
 
@@ -292,21 +309,34 @@ class Tally:
         if ending.verdict is Verdict.REFUSED:
             self.refused[ending.detail] += 1
         if ending.verdict in (Verdict.LOST, Verdict.GARBLED) and len(self.lost) < 100:
-            self.lost.append({"verdict": str(ending.verdict), "rid": one.rid, "api": one.api,
-                              "stream": one.stream, "detail": ending.detail})  # fmt: skip
+            self.lost.append(
+                {
+                    "verdict": str(ending.verdict),
+                    "rid": one.rid,
+                    "api": one.api,
+                    "stream": one.stream,
+                    "detail": ending.detail,
+                }
+            )
 
     def line(self) -> str:
         failed = sum(n for v, n in self.verdicts.items() if v not in _QUIET)
         garbled = self.verdicts[Verdict.GARBLED]
-        return (f"answered {self.verdicts[Verdict.ANSWERED]}, failed clearly {failed}, "
-                f"cancelled {self.verdicts[Verdict.CANCELLED]}, "
-                f"{f'garbled {garbled}, ' if garbled else ''}"
-                f"lost {self.verdicts[Verdict.LOST]}")  # fmt: skip
+        return (
+            f"answered {self.verdicts[Verdict.ANSWERED]}, failed clearly {failed}, "
+            f"cancelled {self.verdicts[Verdict.CANCELLED]}, "
+            f"{f'garbled {garbled}, ' if garbled else ''}"
+            f"lost {self.verdicts[Verdict.LOST]}"
+        )
 
     def as_json(self) -> dict[str, Any]:
-        return {"count": self.count, "verdicts": dict(self.verdicts),
-                "router_statuses": dict(self.labels), "refused": dict(self.refused),
-                "lost": self.lost}  # fmt: skip
+        return {
+            "count": self.count,
+            "verdicts": dict(self.verdicts),
+            "router_statuses": dict(self.labels),
+            "refused": dict(self.refused),
+            "lost": self.lost,
+        }
 
 
 _QUIET = (Verdict.ANSWERED, Verdict.CANCELLED, Verdict.GARBLED, Verdict.LOST)

@@ -2,7 +2,7 @@
 measured on loopback in one run, side by side with no router, a bare Python pass-through
 and SGLang's own router.
 
-Two stub backends (``bench/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
+Two stub backends (``bench/servers/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
 in CPU) stand behind every target (``bench/overhead_targets.py``). For each repeat, level
 and mode (streamed or whole answers) every target gets one window of closed-loop load
 (``bench/overhead_load.py``), the targets' order rotated from one level to the next so
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from specroute.bench.overhead_load import Address, Load, Sampled, run_window
 from specroute.bench.overhead_targets import Target, start_backends, start_targets
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
-from specroute.bench.progress import Progress
+from specroute.loadgen.progress import Progress
 
 MODES = ("stream", "whole")
 PIN_MIN_CORES = 4
@@ -101,8 +101,9 @@ class _Readings:
 
     def take(self) -> None:
         routed = tree_cpu_seconds(self.router) if self.router is not None else 0.0
-        self.at.append((routed or 0.0, *(cpu_seconds(p) or 0.0 for p in self.backends),
-                        time.process_time()))  # fmt: skip
+        self.at.append(
+            (routed or 0.0, *(cpu_seconds(p) or 0.0 for p in self.backends), time.process_time())
+        )
 
     def used(self) -> tuple[float, ...]:
         before, after = self.at
@@ -129,28 +130,44 @@ def figures(
     router, *backends, client = cpu
     counted = len(ended)
     return Window(
-        target=target.name, mode=mode, level=level, repeat=repeat, seconds=wall,
-        requests=counted, errors=sum(1 for r in sampled.replies if not r.ok) + sampled.cut,
-        ttfc_p50=_percentile(ttfc, 0.5), ttfc_p99=_percentile(ttfc, 0.99),
+        target=target.name,
+        mode=mode,
+        level=level,
+        repeat=repeat,
+        seconds=wall,
+        requests=counted,
+        errors=sum(1 for r in sampled.replies if not r.ok) + sampled.cut,
+        ttfc_p50=_percentile(ttfc, 0.5),
+        ttfc_p99=_percentile(ttfc, 0.99),
         gap_p50=statistics.median(gaps) if gaps else None,
         requests_per_s=counted / wall,
-        chunks_per_s=(sum(1 for e in chunks for t in e if t0 <= t <= t1) / wall
-                      if mode == "stream" else None),
+        chunks_per_s=(
+            sum(1 for e in chunks for t in e if t0 <= t <= t1) / wall if mode == "stream" else None
+        ),
         router_cpu_ms_per_request=(
             None if target.pid is None else 1000 * router / counted if counted else None
         ),
         router_cores=None if target.pid is None else router / wall,
-        backend_cores=tuple(b / wall for b in backends), client_cores=client / wall,
-    )  # fmt: skip
+        backend_cores=tuple(b / wall for b in backends),
+        client_cores=client / wall,
+    )
 
 
 def _request(url: str, stream: bool, chunks: int) -> Address:
     where = urlsplit(url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
-    body = json.dumps({"model": "stub", "messages": [{"role": "user", "content": "Say hi."}],
-                       "max_tokens": chunks, "stream": stream}).encode()  # fmt: skip
-    head = (f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    body = json.dumps(
+        {
+            "model": "stub",
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": chunks,
+            "stream": stream,
+        }
+    ).encode()
+    head = (
+        f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
     return Address(host, port, head.encode() + body)
 
 
@@ -161,14 +178,19 @@ def pinning(cores: Sequence[int], workers: int) -> dict[str, set[int]] | None:
     if len(cores) < PIN_MIN_CORES:
         return None
     routers = max(1, min(workers, len(cores) - 3))
-    return {"router": set(cores[:routers]), "backends": {cores[routers]},
-            "load": set(cores[routers + 1 :])}  # fmt: skip
+    return {
+        "router": set(cores[:routers]),
+        "backends": {cores[routers]},
+        "load": set(cores[routers + 1 :]),
+    }
 
 
 def machine_note(cores: Sequence[int], pinned: dict[str, set[int]] | None) -> str:
     if pinned is None:
-        return (f"not pinned: {len(cores)} cores (the router, the backends and the load "
-                "generator share them)")  # fmt: skip
+        return (
+            f"not pinned: {len(cores)} cores (the router, the backends and the load "
+            "generator share them)"
+        )
     return "pinned: " + ", ".join(f"{k} on cores {sorted(v)}" for k, v in pinned.items())
 
 
@@ -206,20 +228,31 @@ async def measure_overhead(
             os.sched_setaffinity(0, pinned["load"])
         idle = await _idle_cores(targets, plan.idle)
         processes = {t.name: len(descendants(t.pid)) for t in targets if t.pid is not None}
-        note(f"routers idle for {plan.idle:g} s before any load (pollers, health checks): "
-             + ", ".join(f"{name} {busy:.3f} cores ({processes[name]} processes)"
-                         for name, busy in idle.items()))  # fmt: skip
+        note(
+            f"routers idle for {plan.idle:g} s before any load (pollers, health checks): "
+            + ", ".join(
+                f"{name} {busy:.3f} cores ({processes[name]} processes)"
+                for name, busy in idle.items()
+            )
+        )
         by_name = {t.name: t for t in targets}
         windows = schedule(plan, list(by_name))
         progress = Progress(len(windows))
-        note(f"each window: {plan.warmup:g} s of warm-up at its full concurrency (its "
-             f"connections are opened then), then {plan.seconds:g} s measured")  # fmt: skip
+        note(
+            f"each window: {plan.warmup:g} s of warm-up at its full concurrency (its "
+            f"connections are opened then), then {plan.seconds:g} s measured"
+        )
         for repeat, level, mode, name in windows:
             target = by_name[name]
             stream = mode == "stream"
             addresses = [_request(u, stream, plan.chunks) for u in target.urls]
-            load = Load(level, stream, plan.warmup, plan.seconds,
-                        spread=min(plan.answer_seconds, plan.warmup / 2))  # fmt: skip
+            load = Load(
+                level,
+                stream,
+                plan.warmup,
+                plan.seconds,
+                spread=min(plan.answer_seconds, plan.warmup / 2),
+            )
             readings = _Readings(target.pid, backend_pids)
             progress.begin(f"{name} {mode}", level, repeat)
             began = time.monotonic()
@@ -227,9 +260,13 @@ async def measure_overhead(
             window = figures(target, mode, level, repeat, sampled, readings.used())
             on_window(window)
             progress.finish(_line(window), time.monotonic() - began)
-    return {"targets": [t.name for t in targets], "cores": len(cores),
-            "machine": machine_note(cores, pinned), "idle_router_cores": idle,
-            "router_processes": processes}  # fmt: skip
+    return {
+        "targets": [t.name for t in targets],
+        "cores": len(cores),
+        "machine": machine_note(cores, pinned),
+        "idle_router_cores": idle,
+        "router_processes": processes,
+    }
 
 
 async def _idle_cores(targets: Sequence[Target], seconds: float) -> dict[str, float]:
@@ -240,8 +277,10 @@ async def _idle_cores(targets: Sequence[Target], seconds: float) -> dict[str, fl
     began = time.monotonic()
     await asyncio.sleep(seconds)
     wall = time.monotonic() - began
-    return {name: ((tree_cpu_seconds(pid) or 0.0) - before[name]) / wall
-            for name, pid in routers.items()}  # fmt: skip
+    return {
+        name: ((tree_cpu_seconds(pid) or 0.0) - before[name]) / wall
+        for name, pid in routers.items()
+    }
 
 
 def _line(w: Window) -> str:
@@ -249,6 +288,8 @@ def _line(w: Window) -> str:
         return "-" if x is None else f"{x:.1f}"
 
     router = "" if w.router_cores is None else f", router {w.router_cores:.2f} cores"
-    return (f"TTFC p50 {ms(w.ttfc_p50)} ms, {w.requests_per_s:.0f} req/s{router}, "
-            f"backends {max(w.backend_cores):.2f}, load {w.client_cores:.2f}, "
-            f"{w.errors} errors")  # fmt: skip
+    return (
+        f"TTFC p50 {ms(w.ttfc_p50)} ms, {w.requests_per_s:.0f} req/s{router}, "
+        f"backends {max(w.backend_cores):.2f}, load {w.client_cores:.2f}, "
+        f"{w.errors} errors"
+    )

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specroute.bench.connection import Connection, Reply
+from specroute.loadgen.connection import Connection, Reply
 
 DRAIN_SECONDS = 30.0
 _RETRY_SECONDS = 0.05  # after a connection failed to open

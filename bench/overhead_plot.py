@@ -27,9 +27,13 @@ def plot_overhead(document: dict[str, Any], path: Path) -> None:
                     continue
                 levels = [level for level, _ in points]
                 (line,) = ax.plot(levels, [s["median"] for _, s in points], "o-", label=target)
-                ax.fill_between(levels, [s["min"] for _, s in points],
-                                [s["max"] for _, s in points], color=line.get_color(),
-                                alpha=0.15)  # fmt: skip
+                ax.fill_between(
+                    levels,
+                    [s["min"] for _, s in points],
+                    [s["max"] for _, s in points],
+                    color=line.get_color(),
+                    alpha=0.15,
+                )
         what = "streamed" if mode == "stream" else "whole answers"
         added_ax.set_title(f"{what}: added time to first chunk (vs direct)")
         added_ax.set_ylabel("ms (symlog)")

@@ -44,14 +44,21 @@ def summarize(windows: Sequence[Window], targets: Sequence[str]) -> list[dict[st
     direct = {(w.mode, w.level, w.repeat): w for w in windows if w.target == "direct"}
     rows = []
     for (mode, level, target), group in groups.items():
-        row: dict[str, Any] = {"mode": mode, "level": level, "target": target,
-                               "repeats": len(group)}  # fmt: skip
+        row: dict[str, Any] = {
+            "mode": mode,
+            "level": level,
+            "target": target,
+            "repeats": len(group),
+        }
         for name, get in FIGURES.items():
             row[name] = spread([get(w) for w in group])
         for name in ADDED:
             get = FIGURES[name]
-            pairs = [(get(w), get(d)) for w in group
-                     if (d := direct.get((mode, level, w.repeat))) is not None]  # fmt: skip
+            pairs = [
+                (get(w), get(d))
+                for w in group
+                if (d := direct.get((mode, level, w.repeat))) is not None
+            ]
             diffs = [a - b for a, b in pairs if a is not None and b is not None]
             row[f"added_{name}"] = spread(diffs) if target != "direct" else None
         rows.append(row)
@@ -65,8 +72,9 @@ def _med(s: Spread | None, digits: int = 1) -> str:
 def _range(s: Spread | None, digits: int = 1, sign: str = "") -> str:
     if s is None:
         return "-"
-    return (f"{s['median']:{sign}.{digits}f} [{s['min']:{sign}.{digits}f}.."
-            f"{s['max']:{sign}.{digits}f}]")  # fmt: skip
+    return (
+        f"{s['median']:{sign}.{digits}f} [{s['min']:{sign}.{digits}f}..{s['max']:{sign}.{digits}f}]"
+    )
 
 
 def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[str]) -> str:
@@ -75,12 +83,17 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
         mine = [r for r in rows if r["mode"] == mode]
         if not mine:
             continue
-        what = (f"streamed answers, {plan.chunks} chunks {plan.gap_ms:g} ms apart"
-                if mode == "stream" else
-                f"whole answers after {1000 * plan.answer_seconds:.0f} ms "
-                "(the first chunk is the whole body)")  # fmt: skip
-        out += ["", f"== {what}; medians over {plan.repeats} repeat(s) [min..max]; "
-                "added = the target's less direct's in the same repeat =="]  # fmt: skip
+        what = (
+            f"streamed answers, {plan.chunks} chunks {plan.gap_ms:g} ms apart"
+            if mode == "stream"
+            else f"whole answers after {1000 * plan.answer_seconds:.0f} ms "
+            "(the first chunk is the whole body)"
+        )
+        out += [
+            "",
+            f"== {what}; medians over {plan.repeats} repeat(s) [min..max]; "
+            "added = the target's less direct's in the same repeat ==",
+        ]
         out.append(
             f"{'level':>5} {'target':<14} {'TTFC p50':>8} {'added p50':>22} "
             f"{'TTFC p99':>8} {'added p99':>22} {'gap p50':>7} {'added gap':>9}   (ms)"
@@ -93,9 +106,11 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
                 f"{_med(r['added_gap_p50'], 2):>9}"
             )
         out.append("")
-        out.append(f"{'level':>5} {'target':<14} {'req/s':>7} {'chunks/s':>8} "
-                   f"{'router CPU ms/request':>22} {'router':>6} {'backend':>7} "
-                   f"{'load':>5} {'errors':>6}   (CPU: cores busy)")  # fmt: skip
+        out.append(
+            f"{'level':>5} {'target':<14} {'req/s':>7} {'chunks/s':>8} "
+            f"{'router CPU ms/request':>22} {'router':>6} {'backend':>7} "
+            f"{'load':>5} {'errors':>6}   (CPU: cores busy)"
+        )
         for r in mine:
             out.append(
                 f"{r['level']:>5} {r['target']:<14} {_med(r['requests_per_s'], 0):>7} "
@@ -115,6 +130,10 @@ def as_json(
     notes: Sequence[str],
 ) -> dict[str, Any]:
     return {
-        "benchmark": "router_overhead", "plan": asdict(plan), **ran, "notes": list(notes),
-        "summary": list(rows), "windows": [asdict(w) for w in windows],
-    }  # fmt: skip
+        "benchmark": "router_overhead",
+        "plan": asdict(plan),
+        **ran,
+        "notes": list(notes),
+        "summary": list(rows),
+        "windows": [asdict(w) for w in windows],
+    }

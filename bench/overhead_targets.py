@@ -2,7 +2,7 @@
 started by the project's one spawner as a process of its own on loopback:
 
 - ``direct``: nothing; the clients talk to the backends (client ``i`` to backend ``i % 2``);
-- ``bare``: ``specroute.bench.bare_proxy``, a pass-through in Python that decides nothing;
+- ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
 - ``specroute-wN``: ``specroute serve`` with ``--crossover 1e9`` (every request goes to the
   speculative backend, through the whole routing path), with N worker processes;
 - ``sglang-router``: SGLang's router in Rust, round robin, when the optional extra is
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from specroute.bench.spawn import free_port, spawned
+from specroute.loadgen.spawn import free_port, spawned
 
-STUB = "specroute.bench.stub_backend"
-BARE = "specroute.bench.bare_proxy"
+STUB = "specroute.bench.servers.stub_backend"
+BARE = "specroute.bench.servers.bare_proxy"
 SGLANG_ROUTER = "sglang_router.launch_router"
 INSTALL_HINT = "pip install 'specroute[overhead]'"
 _WORKER_TRIES = 500
@@ -80,8 +80,19 @@ async def start_targets(
     )
     targets.append(Target("bare", (bare.url,), bare.process.pid))
     for n in workers:
-        flags = ("serve", "--spec", spec, "--base", base, "--crossover", "1e9",
-                 "--drain-grace", "0", "--drain-timeout", "1")  # fmt: skip
+        flags = (
+            "serve",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--crossover",
+            "1e9",
+            "--drain-grace",
+            "0",
+            "--drain-timeout",
+            "1",
+        )
         router = await stack.enter_async_context(
             spawned(*flags, "--workers", str(n), ready="/ready")
         )
@@ -92,9 +103,23 @@ async def start_targets(
     if not sglang_router_installed():
         note(f"sglang-router skipped: it is not installed ({INSTALL_HINT})")
         return targets
-    options = ("--worker-urls", spec, base, "--policy", "round_robin", "--host", "127.0.0.1",
-             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-             "--log-level", "warn", "--shutdown-grace-period-secs", "1")  # fmt: skip
+    options = (
+        "--worker-urls",
+        spec,
+        base,
+        "--policy",
+        "round_robin",
+        "--host",
+        "127.0.0.1",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+        "--log-level",
+        "warn",
+        "--shutdown-grace-period-secs",
+        "1",
+    )
     router = await stack.enter_async_context(
         spawned(*options, module=SGLANG_ROUTER, ready="/readiness")
     )

@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from specroute.bench.client import PhaseBodies
 from specroute.bench.compare import over_time, policy_summary
-from specroute.bench.dataset import Dataset
-from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Trace
-from specroute.bench.trace_loop import IDLE_POLL, TRACE_ENDED
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Emission, Step
 from specroute.emulator.openai_api import parse
+from specroute.loadgen.client import PhaseBodies
+from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Trace
+from specroute.loadgen.trace_loop import IDLE_POLL, TRACE_ENDED
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy, pick
 from specroute.policies.static import AlwaysPolicy
@@ -97,15 +97,26 @@ class _Server:
 
     def view(self) -> BackendView:
         """As the router sees it: no ``max_running_requests`` (a policy takes the profile's)."""
-        return BackendView(self.name, self.pool, True, self.inflight, self.running,
-                           self.queued, self.accept_length, kv_tokens=self.kv_tokens)  # fmt: skip
+        return BackendView(
+            self.name,
+            self.pool,
+            True,
+            self.inflight,
+            self.running,
+            self.queued,
+            self.accept_length,
+            kv_tokens=self.kv_tokens,
+        )
 
 
 class _Replay:
     def __init__(self, plan: ReplayPlan, policy: Policy, label: str) -> None:
         self.plan, self.policy, self.label = plan, policy, label
-        self.servers = [_Server(backend_name(url, pool), pool, plan.servers[pool])
-                        for pool in plan.backends for url in plan.backends[pool]]  # fmt: skip
+        self.servers = [
+            _Server(backend_name(url, pool), pool, plan.servers[pool])
+            for pool in plan.backends
+            for url in plan.backends[pool]
+        ]
         self.now = 0.0
         spans = plan.trace.spans(plan.settle)
         self.ends = [end for *_, end in spans]
@@ -115,8 +126,9 @@ class _Replay:
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
-        self.bodies = PhaseBodies(plan.trace, plan.dataset, "replay", plan.ignore_eos,
-                                  plan.output_len, plan.seed)  # fmt: skip
+        self.bodies = PhaseBodies(
+            plan.trace, plan.dataset, "replay", plan.ignore_eos, plan.output_len, plan.seed
+        )
         self.gpus_free: dict[str, float] = {}  # when GPUs servers share are next free
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
@@ -168,8 +180,14 @@ class _Replay:
         server = next(s for s in self.servers if s.name == decision.backend)
         config = server.config
         seq = parse(body, chat=True, context_length=config.context_length).seq
-        record = RequestRecord(self.label, self.plan.trace.phases[phase].concurrency, phase,
-                               self.now, served_by=server.name, measured=True)  # fmt: skip
+        record = RequestRecord(
+            self.label,
+            self.plan.trace.phases[phase].concurrency,
+            phase,
+            self.now,
+            served_by=server.name,
+            measured=True,
+        )
         self.records.append(record)
         context = info.context(self.tokens_per_byte)
         self.owners[seq.rid] = (record, client, context)
@@ -284,22 +302,34 @@ def compare_offline(
     results: dict[str, Any] = {
         "mode": "offline",
         "trace": {"name": plan.trace.name, "phases": [vars(p) for p in plan.trace.phases]},
-        "slo": plan.slo, "settle_seconds": plan.settle, "dataset": plan.dataset.describe(),
-        "backends": {pool: {"hardware": c.hardware.name, "time_scale": c.time_scale,
-                            "max_running_requests": c.effective_max_running,
-                            "accept_rate": c.acceptance.rate, "count": len(plan.backends[pool])}
-                     for pool, c in plan.servers.items()},
-        "policies": {}, "oracle": best.describe(),
-    }  # fmt: skip
+        "slo": plan.slo,
+        "settle_seconds": plan.settle,
+        "dataset": plan.dataset.describe(),
+        "backends": {
+            pool: {
+                "hardware": c.hardware.name,
+                "time_scale": c.time_scale,
+                "max_running_requests": c.effective_max_running,
+                "accept_rate": c.acceptance.rate,
+                "count": len(plan.backends[pool]),
+            }
+            for pool, c in plan.servers.items()
+        },
+        "policies": {},
+        "oracle": best.describe(),
+    }
     for name, records in runs.items():
         results["policies"][name] = policy_summary(
             plan.trace, records, 0.0, plan.trace.seconds, plan.slo, plan.settle
         )
     ideal = results["policies"]["oracle"]
-    results["gap"] = {name: gap(plan.trace, results["policies"][name], ideal) for name in runs
-                      if name != "oracle"}  # fmt: skip
-    results["timeline"] = {name: [(r.start, r.served_by or "") for r in records if r.ok]
-                           for name, records in runs.items()}  # fmt: skip
+    results["gap"] = {
+        name: gap(plan.trace, results["policies"][name], ideal) for name in runs if name != "oracle"
+    }
+    results["timeline"] = {
+        name: [(r.start, r.served_by or "") for r in records if r.ok]
+        for name, records in runs.items()
+    }
     return results
 
 
@@ -307,8 +337,10 @@ def gap(trace: Trace, mine: dict[str, Any], best: dict[str, Any]) -> dict[str, f
     """How far a policy is from the oracle: its median TPOT over the oracle's in each phase,
     averaged over the trace's time (above 0: slower), and its output tok/s over the
     oracle's overall (below 0: fewer)."""
-    ratios = [a["tpot_ms_p50"] / b["tpot_ms_p50"] - 1 if a["tpot_ms_p50"] and b["tpot_ms_p50"]
-              else None for a, b in zip(mine["phases"], best["phases"], strict=True)]  # fmt: skip
+    ratios = [
+        a["tpot_ms_p50"] / b["tpot_ms_p50"] - 1 if a["tpot_ms_p50"] and b["tpot_ms_p50"] else None
+        for a, b in zip(mine["phases"], best["phases"], strict=True)
+    ]
     slower = over_time(trace, ratios)
     tps, best_tps = mine["overall"]["output_tps"], best["overall"]["output_tps"]
     return {

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,15 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
         spawned("emulate", "--mode", "spec", *scale) as spec,
         spawned("emulate", "--mode", "base", *scale) as base,
     ):
-        common = ("serve", "--spec", spec.url, "--base", base.url,
-                  "--crossover", str(plan.crossover))  # fmt: skip
+        common = (
+            "serve",
+            "--spec",
+            spec.url,
+            "--base",
+            base.url,
+            "--crossover",
+            str(plan.crossover),
+        )
 
         async def run(replicas: int, source: str, poll: float) -> Ramp:
             note(f"{replicas} router(s), load source {source}, poll {poll:g} s")
@@ -107,8 +114,9 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
                     )
                     for _ in range(replicas)
                 ]
-                return await ramp([r.url for r in routers], plan.levels, plan.seconds,
-                                  plan.max_tokens)  # fmt: skip
+                return await ramp(
+                    [r.url for r in routers], plan.levels, plan.seconds, plan.max_tokens
+                )
 
         one = await run(1, "router", plan.polls[0])
         rows = [Row(1, "router", plan.polls[0], one, 0.0, 0.0)]

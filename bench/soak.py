@@ -31,7 +31,7 @@ import aiohttp
 
 from specroute.bench.agreement import agreement, check_lines, describe_races, races, scrape, settle
 from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
-from specroute.bench.spawn import Spawned, spawned
+from specroute.loadgen.spawn import Spawned, spawned
 
 _TASK_READS = 30  # 0.1 s apart: six rounds of the router's 0.5 s poll
 KEEPALIVE_SECONDS = 15.0  # aiohttp's: an idle upstream connection unused this long closes
@@ -89,9 +89,14 @@ def process_stats(pid: int, port: int, upstream_ports: Collection[int]) -> Proce
         clients += cells[3] != "0A" and local == port
         upstream += remote in upstream_ports
     return ProcessStats(
-        int(fields["VmRSS"].split()[0]), int(fields["Threads"]), len(inodes), len(sockets),
-        clients, upstream, listening,
-    )  # fmt: skip
+        int(fields["VmRSS"].split()[0]),
+        int(fields["Threads"]),
+        len(inodes),
+        len(sockets),
+        clients,
+        upstream,
+        listening,
+    )
 
 
 @dataclass(frozen=True)
@@ -132,8 +137,14 @@ class SoakResult:
 
 
 async def run_soak(plan: SoakPlan, say: Callable[[str], None] = lambda _: None) -> SoakResult:
-    flags = ("--hardware", plan.hardware, "--time-scale", f"{plan.time_scale:g}",
-             "--seed", str(plan.seed))  # fmt: skip
+    flags = (
+        "--hardware",
+        plan.hardware,
+        "--time-scale",
+        f"{plan.time_scale:g}",
+        "--seed",
+        str(plan.seed),
+    )
     spec_fault = ("--fault", plan.flag_faults[0]) if plan.flag_faults else ()
     base_fault = ("--fault", plan.flag_faults[1]) if plan.flag_faults else ()
     async with (
@@ -158,8 +169,14 @@ class _Watch:
         self.upstream = {_port(b.url) for b in backends}
         self.t0 = time.monotonic()
 
-    async def sample(self, probe: aiohttp.ClientSession, url: str, requests: int,
-                     since: Sample | None, tasks_at_most: float = math.inf) -> Sample:  # fmt: skip
+    async def sample(
+        self,
+        probe: aiohttp.ClientSession,
+        url: str,
+        requests: int,
+        since: Sample | None,
+        tasks_at_most: float = math.inf,
+    ) -> Sample:
         """``tasks_at_most``: read the task count again, for up to a few poll rounds, until
         it is no more than this: a health check or poll in progress holds a task per
         backend for a moment, a leaked task stays."""
@@ -209,10 +226,18 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         end = await watch.sample(probe, url, tally.count, None, tasks_at_most=start.tasks)
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
     checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
-    checks["no task left"] = (None if end.tasks <= start.tasks
-                              else f"{start.tasks} -> {end.tasks}")  # fmt: skip
-    return SoakResult(asdict(plan), round(seconds, 2), start, samples, end, tally.as_json(),
-                      counts.as_json(), races(tally, counts), checks)  # fmt: skip
+    checks["no task left"] = None if end.tasks <= start.tasks else f"{start.tasks} -> {end.tasks}"
+    return SoakResult(
+        asdict(plan),
+        round(seconds, 2),
+        start,
+        samples,
+        end,
+        tally.as_json(),
+        counts.as_json(),
+        races(tally, counts),
+        checks,
+    )
 
 
 def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str, str | None]:
@@ -223,24 +248,30 @@ def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str,
     backend within the 15 s keep-alive; never more than were in use at once."""
     others = (start.fds - start.upstream, end.fds - end.upstream)
     return {
-        "no client connection left": None if end.clients <= start.clients
+        "no client connection left": None
+        if end.clients <= start.clients
         else f"{start.clients} -> {end.clients}",
-        "no descriptor left but pooled upstream connections": None if others[1] <= others[0]
+        "no descriptor left but pooled upstream connections": None
+        if others[1] <= others[0]
         else f"{others[0]} -> {others[1]}",
         "pooled upstream connections no more than were in use": None
-        if end.upstream <= concurrency + 4 else f"{end.upstream} for {concurrency} clients",
-        "no thread left": None if end.threads <= start.threads
+        if end.upstream <= concurrency + 4
+        else f"{end.upstream} for {concurrency} clients",
+        "no thread left": None
+        if end.threads <= start.threads
         else f"{start.threads} -> {end.threads}",
-    }  # fmt: skip
+    }
 
 
 def _line(plan: SoakPlan, start: Sample, s: Sample, note: str = "") -> str:
     r, grown = s.router, (s.router.rss_kb - start.router.rss_kb) / 1024
-    return (f"soak: {s.requests:>7}/{plan.requests} requests{' ' + note if note else ''}, "
-            f"{s.rate:.0f} req/s, router RSS {r.rss_kb / 1024:.1f} MB ({grown:+.1f}), "
-            f"{r.fds} fds ({r.clients} client and {r.upstream} upstream connections), "
-            f"{r.threads} threads, {s.tasks} tasks, in flight {s.inflight:g}, "
-            f"{s.seconds:.0f} s")  # fmt: skip
+    return (
+        f"soak: {s.requests:>7}/{plan.requests} requests{' ' + note if note else ''}, "
+        f"{s.rate:.0f} req/s, router RSS {r.rss_kb / 1024:.1f} MB ({grown:+.1f}), "
+        f"{r.fds} fds ({r.clients} client and {r.upstream} upstream connections), "
+        f"{r.threads} threads, {s.tasks} tasks, in flight {s.inflight:g}, "
+        f"{s.seconds:.0f} s"
+    )
 
 
 def render(result: SoakResult) -> str:

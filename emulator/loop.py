@@ -214,9 +214,11 @@ def _every(interval: int, listener: Listener) -> Listener:
         nonlocal pending, started
         if pending is not None:
             emission = Emission(
-                emission.seq, pending.ids + emission.ids, pending.text + emission.text,
+                emission.seq,
+                pending.ids + emission.ids,
+                pending.text + emission.text,
                 emission.finish,
-            )  # fmt: skip
+            )
         if (emission.ids and not started) or emission.finish or len(emission.ids) >= interval:
             started, pending = True, None
             listener(emission)

@@ -7,9 +7,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS = (*TTFT_BUCKETS, 600, 1200, 1800, 2400)
 ITL_BUCKETS = (
-    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
-    0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
-)  # fmt: skip
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+)
 
 
 class EngineMetrics:
@@ -17,8 +38,12 @@ class EngineMetrics:
 
     def __init__(self, model_name: str) -> None:
         self.registry = CollectorRegistry()
-        scheduler = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0",
-                     "pp_rank": "0"}  # fmt: skip
+        scheduler = {
+            "model_name": model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+        }
         self.scheduler_labels = scheduler
         self.model_name = model_name
         names = list(scheduler)

@@ -88,10 +88,13 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
     if not isinstance(model, str):
         raise BadRequest("Field 'model' must be a string.")
     return Completion(
-        chat, model, seq, stream,
+        chat,
+        model,
+        seq,
+        stream,
         include_usage=stream and bool(options.get("include_usage")),
         continuous_usage=stream and bool(options.get("continuous_usage_stats")),
-    )  # fmt: skip
+    )
 
 
 def _completion_prompt(prompt: Any) -> tuple[str, int]:
@@ -194,8 +197,12 @@ class OpenAIHandlers:
         await response.prepare(request)
         created = int(time.time())
         seq = c.seq
-        head = {"id": seq.rid, "object": "chat.completion.chunk" if c.chat else "text_completion",
-                "created": created, "model": c.model}  # fmt: skip
+        head = {
+            "id": seq.rid,
+            "object": "chat.completion.chunk" if c.chat else "text_completion",
+            "created": created,
+            "model": c.model,
+        }
         try:
             async with active:
                 first = True
@@ -220,10 +227,15 @@ class OpenAIHandlers:
                                 chunk({"reasoning_content": None}, emission.finish)
                             )
                     elif emission.text or emission.finish is not None:
-                        choice = {"index": 0, "text": emission.text, "logprobs": None,
-                                  "finish_reason": _finish_reason(emission.finish),
-                                  "matched_stop": None if emission.finish is None
-                                  else emission.finish.matched}  # fmt: skip
+                        choice = {
+                            "index": 0,
+                            "text": emission.text,
+                            "logprobs": None,
+                            "finish_reason": _finish_reason(emission.finish),
+                            "matched_stop": None
+                            if emission.finish is None
+                            else emission.finish.matched,
+                        }
                         usage = _usage(active) if c.continuous_usage else None
                         await response.write(
                             sse_event(head | {"choices": [choice], "usage": usage})

@@ -231,8 +231,11 @@ def render_contexts(predictions: Sequence[Prediction], title: str) -> str:
 
 def as_json(prediction: Prediction) -> dict[str, object]:
     def speed(s: Speed) -> dict[str, object]:
-        return {"per_request_tok_s": s.per_request, "total_tok_s": s.total,
-                "accept_length": s.accept_length}  # fmt: skip
+        return {
+            "per_request_tok_s": s.per_request,
+            "total_tok_s": s.total,
+            "accept_length": s.accept_length,
+        }
 
     return {
         "input_len": prediction.input_len,
@@ -277,8 +280,7 @@ def as_profile(prediction: Prediction, config: EmulatorConfig) -> dict[str, obje
     accepts = [a for lv in levels if (a := lv.spec.accept_length) is not None]
 
     def cell(s: Speed) -> dict[str, object]:
-        return {"tpot_ms": {"median": 1000.0 / s.per_request},
-                "output_tps": {"median": s.total}}  # fmt: skip
+        return {"tpot_ms": {"median": 1000.0 / s.per_request}, "output_tps": {"median": s.total}}
 
     return {
         "schema": "specroute.profile/v1",
@@ -308,14 +310,20 @@ def as_context_profile(
     first (shortest) one's ``v1`` document, and the crossover and curves per context
     bucket."""
     buckets = [
-        {"context": p.context, "input_len": p.input_len, "output_len": p.output_len,
-         "crossover": _crossover(p.per_request) | {"metric": "tpot"},
-         "throughput_crossover": _crossover(p.total) | {"metric": "output_tps"},
-         "levels": [lv.concurrency for lv in p.levels],
-         "tpot_ms": {"spec": [1000.0 / lv.spec.per_request for lv in p.levels],
-                     "base": [1000.0 / lv.base.per_request for lv in p.levels]}}
+        {
+            "context": p.context,
+            "input_len": p.input_len,
+            "output_len": p.output_len,
+            "crossover": _crossover(p.per_request) | {"metric": "tpot"},
+            "throughput_crossover": _crossover(p.total) | {"metric": "output_tps"},
+            "levels": [lv.concurrency for lv in p.levels],
+            "tpot_ms": {
+                "spec": [1000.0 / lv.spec.per_request for lv in p.levels],
+                "base": [1000.0 / lv.base.per_request for lv in p.levels],
+            },
+        }
         for p in predictions
-    ]  # fmt: skip
+    ]
     return as_profile(predictions[0], config) | {
         "schema": "specroute.profile/v2",
         "context": {"tokens_per_byte": tokens_per_byte, "buckets": buckets},

@@ -153,8 +153,12 @@ async def _model(request: web.Request) -> web.Response:
     config = request.app[CONFIG]
     name = request.match_info["model"]
     if name != config.model_path:
-        error = {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
-                 "param": "model", "code": "model_not_found"}  # fmt: skip
+        error = {
+            "message": f"The model '{name}' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
         return web.json_response({"error": error}, status=404)
     return web.json_response(_model_card(config))
 
@@ -210,16 +214,18 @@ async def _server_info(request: web.Request) -> web.Response:
 
 async def _model_info(request: web.Request) -> web.Response:
     config = request.app[CONFIG]
-    return web.json_response({
-        "model_path": config.model_path,
-        "tokenizer_path": config.model_path,
-        "is_generation": True,
-        "served_model_name": config.model_path,
-        "weight_version": "default",
-        "has_image_understanding": False,
-        "has_audio_understanding": False,
-        "model_type": str(config.hardware.raw.get("model_type", "")),
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "model_path": config.model_path,
+            "tokenizer_path": config.model_path,
+            "is_generation": True,
+            "served_model_name": config.model_path,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": str(config.hardware.raw.get("model_type", "")),
+        }
+    )
 
 
 async def _loads(request: web.Request) -> web.Response:
@@ -240,13 +246,15 @@ async def _loads(request: web.Request) -> web.Response:
     if loop.avg_spec_accept_length is not None:
         length = loop.avg_spec_accept_length
         load["speculative"] = {"accept_length": length, "accept_rate": (length - 1) / engine.steps}
-    return web.json_response({
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "version": VERSION,
-        "accelerator": None,
-        "num_accelerators": 0,
-        "loads": [load],
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "version": VERSION,
+            "accelerator": None,
+            "num_accelerators": 0,
+            "loads": [load],
+        }
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -90,9 +90,10 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
     def choose(self, request: RequestInfo, view: View) -> Decision:
         max_age = self.live_params.accept_max_age
         live = [
-            b.accept_length for b in view.healthy("spec")
+            b.accept_length
+            for b in view.healthy("spec")
             if b.accept_length is not None and (b.accept_length_age or 0.0) <= max_age
-        ]  # fmt: skip
+        ]
         self.live = sum(live) / len(live) if live else None
         self.threshold, self.bands = self.routing_at(self.live or self.measured)
         decision = super().choose(request, view)
@@ -113,10 +114,12 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         return within(view.seat(self.params.topology).load + 1, self._profiled)
 
     def describe(self) -> dict[str, Any]:
-        return super().describe() | {"measured_accept_length": self.measured,
-                                     "live_accept_length": self.live,
-                                     "accept_max_age": self.live_params.accept_max_age,
-                                     "probe_share": self.live_params.probe_share}  # fmt: skip
+        return super().describe() | {
+            "measured_accept_length": self.measured,
+            "live_accept_length": self.live,
+            "accept_max_age": self.live_params.accept_max_age,
+            "probe_share": self.live_params.probe_share,
+        }
 
 
 def _routing(curves: Curves, accept_scale: float) -> tuple[float, tuple[Band, ...] | None]:

@@ -110,8 +110,10 @@ class ContextCrossoverPolicy:
         return None if self.mix is None else first_top(self._bands)
 
     def describe(self) -> dict[str, Any]:
-        buckets = [{"context": b.context, "bands": [list(band) for band in b.crossover.bands]}
-                   for b in self.axis.buckets]  # fmt: skip
+        buckets = [
+            {"context": b.context, "bands": [list(band) for band in b.crossover.bands]}
+            for b in self.axis.buckets
+        ]
         return {
             "tokens_per_byte": self.axis.tokens_per_byte,
             "buckets": buckets,

@@ -77,8 +77,11 @@ class ExpectedLatencyPolicy:
         seat = view.seat("shared") if self.params.topology == "shared" else None
         own = None if self.by_context is None else request.context(self.tokens_per_byte)
         # on a GPU group both servers' requests make one mix; else each server's its own
-        group_mix = None if own is None or seat is None else joined_context(
-            view.group_context(seat.key), own)  # fmt: skip
+        group_mix = (
+            None
+            if own is None or seat is None
+            else joined_context(view.group_context(seat.key), own)
+        )
         for pool in POOLS:
             backend = view.least_loaded(pool) if seat is None else getattr(seat, pool)
             if backend is None:

@@ -77,13 +77,17 @@ class Crossover:
         if self.value is not None or (self.given_bands and self.given_bands[0][0] is not None):
             return None
         if self.bound == "below":
-            return ("speculation paid at no level measured: the router does not speculate "
-                    f"(the first level measured was {self.limit})")  # fmt: skip
+            return (
+                "speculation paid at no level measured: the router does not speculate "
+                f"(the first level measured was {self.limit})"
+            )
         if self.limit is None:
             return "speculation paid at every level measured, and the profile says no limit"
-        return (f"speculation paid at every level measured, up to {self.limit:g}: the router "
-                f"speculates up to {self.limit:g} and not past it, where nothing was measured "
-                "(calibrate with a higher --max-concurrency to know more)")  # fmt: skip
+        return (
+            f"speculation paid at every level measured, up to {self.limit:g}: the router "
+            f"speculates up to {self.limit:g} and not past it, where nothing was measured "
+            "(calibrate with a higher --max-concurrency to know more)"
+        )
 
 
 @dataclass(frozen=True)
@@ -244,9 +248,11 @@ def parse_profile(data: Any) -> Profile:
     created = data.get("created")
     context = _context(data.get("context")) if schema == SCHEMA_V2 else None
     return Profile(
-        _crossover(data["crossover"], "crossover"), str(created) if created else None, data,
+        _crossover(data["crossover"], "crossover"),
+        str(created) if created else None,
+        data,
         context,
-    )  # fmt: skip
+    )
 
 
 def _context(data: Any) -> ContextAxis:

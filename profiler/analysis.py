@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from specroute.bench.record import RequestRecord
 from specroute.crossing import log_margin
+from specroute.loadgen.record import RequestRecord
 from specroute.policies.profile import SCHEMA, SCHEMA_V2
 from specroute.profiler.stats import (
     Array,
@@ -36,11 +36,24 @@ from specroute.profiler.stats import (
 from specroute.profiler.sweep_data import Cell, SweepData, SweepError
 
 BOOTSTRAP = 2000
-_SERVER_KEYS = ("model_path", "version", "tp_size", "dp_size", "max_running_requests",
-                "cuda_graph_max_bs", "context_length", "stream_interval", "speculative_algorithm",
-                "speculative_draft_model_path", "speculative_num_steps",
-                "speculative_eagle_topk", "speculative_num_draft_tokens", "async_scheduling",
-                "engine", "emulator")  # fmt: skip
+_SERVER_KEYS = (
+    "model_path",
+    "version",
+    "tp_size",
+    "dp_size",
+    "max_running_requests",
+    "cuda_graph_max_bs",
+    "context_length",
+    "stream_interval",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "async_scheduling",
+    "engine",
+    "emulator",
+)
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,18 @@ class CellStats:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "requests": self.n, "runs": self.runs,
+            "requests": self.n,
+            "runs": self.runs,
             "tpot_ms": self.tpot.as_json(1000, 3, exact=True),
-            "decode_tps": self.decode_tps.as_json(1, 2), "ttft_ms": self.ttft.as_json(1000, 2),
+            "decode_tps": self.decode_tps.as_json(1, 2),
+            "ttft_ms": self.ttft.as_json(1000, 2),
             "output_tps": self.output_tps.as_json(1, 2, exact=True),
             "accept_length": self.accept_length,
-            "slo_met": self.slo_met, "goodput_rps": self.goodput_rps,
-            "failures": self.failures, "invalid_runs": self.invalid_runs,
-        }  # fmt: skip
+            "slo_met": self.slo_met,
+            "goodput_rps": self.goodput_rps,
+            "failures": self.failures,
+            "invalid_runs": self.invalid_runs,
+        }
 
 
 @dataclass(frozen=True)
@@ -99,8 +116,12 @@ def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generato
         return resampled(samples, draws, np.median) * between_runs(run_medians, t)
 
     run_output = np.array([tokens[r].mean() / e2e[r].mean() for r in per_run])
-    output_reps = (level * resampled(tokens, draws, np.mean) / resampled(e2e, draws, np.mean)
-                   * between_runs(run_output, t))  # fmt: skip
+    output_reps = (
+        level
+        * resampled(tokens, draws, np.mean)
+        / resampled(e2e, draws, np.mean)
+        * between_runs(run_output, t)
+    )
     tpot_reps = median_replicates(tpot)
 
     met = goodput = None
@@ -114,16 +135,20 @@ def _cell(level: int, cell: Cell, slo: dict[str, float], rng: np.random.Generato
         goodput = round(met * level / float(e2e.mean()), 4)
     accepts = cell.accept_lengths
     return CellStats(
-        n=len(records), runs=len(runs),
+        n=len(records),
+        runs=len(runs),
         tpot=estimate(float(np.median(tpot)), tpot_reps),
         decode_tps=estimate(float(np.median(1 / tpot)), median_replicates(1 / tpot)),
         ttft=estimate(float(np.median(ttft)), median_replicates(ttft)),
         output_tps=estimate(level * float(tokens.mean() / e2e.mean()), output_reps),
         accept_length=round(float(np.mean(accepts)), 3) if accepts else None,
-        slo_met=met, goodput_rps=goodput,
-        failures=cell.failures, invalid_runs=cell.invalid_runs,
-        tpot_replicates=tpot_reps, output_replicates=output_reps,
-    )  # fmt: skip
+        slo_met=met,
+        goodput_rps=goodput,
+        failures=cell.failures,
+        invalid_runs=cell.invalid_runs,
+        tpot_replicates=tpot_reps,
+        output_replicates=output_reps,
+    )
 
 
 def analyse(data: SweepData, slo: dict[str, float] | None = None, seed: int = 0) -> Analysis:
@@ -168,10 +193,12 @@ def _margins(
     return log_margin(ours[0], theirs[0]), replicates
 
 
-RULE = ("the router speculates inside the bands, the spans of load where the margin was "
-        "positive, each edge a crossing; value is the first crossing going up in load where "
-        "speculation stops paying (its margin falls from positive to zero or below), so a "
-        "single crossover is the one band up to it")  # fmt: skip
+RULE = (
+    "the router speculates inside the bands, the spans of load where the margin was "
+    "positive, each edge a crossing; value is the first crossing going up in load where "
+    "speculation stops paying (its margin falls from positive to zero or below), so a "
+    "single crossover is the one band up to it"
+)
 
 
 def _crossover_json(c: Crossing, metric: str) -> dict[str, Any]:
@@ -179,14 +206,23 @@ def _crossover_json(c: Crossing, metric: str) -> dict[str, Any]:
     reader computing it again from them (a policy's threshold) finds the same number.
     An open end of the interval is null, and ``ci_open`` says which."""
     turns = [
-        {"at": round(t.at, 3), "direction": t.direction, "ci": [round(t.low, 3), round(t.high, 3)],
-         "support": round(t.support, 4)}
+        {
+            "at": round(t.at, 3),
+            "direction": t.direction,
+            "ci": [round(t.low, 3), round(t.high, 3)],
+            "support": round(t.support, 4),
+        }
         for t in c.turns
-    ]  # fmt: skip
+    ]
     paying = [list(band) for band in c.bands]  # unrounded, as the value
     beyond = {"below": round(c.beyond[0], 4), "above": round(c.beyond[1], 4)}
-    common = {"metric": metric, "crossings": turns, "bands": paying, "rule": RULE,
-              "replicates_without_crossing": beyond}  # fmt: skip
+    common = {
+        "metric": metric,
+        "crossings": turns,
+        "bands": paying,
+        "rule": RULE,
+        "replicates_without_crossing": beyond,
+    }
     if c.value is None:
         return {"value": None, "ci": None, "bound": c.bound, "limit": c.limit} | common
     ci = [None if c.low is None else round(c.low, 3), None if c.high is None else round(c.high, 3)]
@@ -229,8 +265,12 @@ def _records(data: SweepData) -> list[RequestRecord]:
 def tokens_per_byte(sweeps: Sequence[SweepData]) -> float:
     """Prompt tokens the servers counted per UTF-8 byte of the prompts' text, over every
     measured request that has both."""
-    pairs = [(r.prompt_tokens, r.prompt_bytes) for d in sweeps for r in _records(d)
-             if r.prompt_tokens and r.prompt_bytes]  # fmt: skip
+    pairs = [
+        (r.prompt_tokens, r.prompt_bytes)
+        for d in sweeps
+        for r in _records(d)
+        if r.prompt_tokens and r.prompt_bytes
+    ]
     if not pairs:
         raise SweepError(
             "no request recorded both its prompt tokens and bytes: the sweep predates the "
@@ -254,13 +294,20 @@ def _bucket(analysis: Analysis) -> dict[str, Any]:
         "crossover": _crossover_json(analysis.tpot_crossover, "tpot"),
         "throughput_crossover": _crossover_json(analysis.throughput_crossover, "output_tps"),
         "levels": analysis.levels,
-        "tpot_ms": {backend: [analysis.cells[(backend, lvl)].as_json()["tpot_ms"]["median"]
-                              for lvl in analysis.levels] for backend in ("spec", "base")},
-        "workload": {"mean_prompt_tokens": round(prompt, 1),
-                     "mean_output_tokens": round(output, 1)},
+        "tpot_ms": {
+            backend: [
+                analysis.cells[(backend, lvl)].as_json()["tpot_ms"]["median"]
+                for lvl in analysis.levels
+            ]
+            for backend in ("spec", "base")
+        },
+        "workload": {
+            "mean_prompt_tokens": round(prompt, 1),
+            "mean_output_tokens": round(output, 1),
+        },
         "sweep": str(analysis.data.path),
         "backend_seconds": analysis.data.meta.get("backend_seconds"),
-    }  # fmt: skip
+    }
 
 
 def _document(analysis: Analysis) -> dict[str, Any]:
@@ -275,8 +322,11 @@ def _document(analysis: Analysis) -> dict[str, Any]:
         "crossover": _crossover_json(analysis.tpot_crossover, "tpot"),
         "throughput_crossover": _crossover_json(analysis.throughput_crossover, "output_tps"),
         "levels": [
-            {"concurrency": lvl, "spec": cells[("spec", lvl)].as_json(),
-             "base": cells[("base", lvl)].as_json()}
+            {
+                "concurrency": lvl,
+                "spec": cells[("spec", lvl)].as_json(),
+                "base": cells[("base", lvl)].as_json(),
+            }
             for lvl in analysis.levels
         ],
         "acceptance": {
@@ -288,16 +338,20 @@ def _document(analysis: Analysis) -> dict[str, Any]:
             "draft tokens)",
         },
         "servers": {"spec": _server(meta, "spec"), "base": _server(meta, "base")},
-        "workload": (meta.get("dataset") or {}) | {
+        "workload": (meta.get("dataset") or {})
+        | {
             "mean_prompt_tokens": round(float(np.mean(prompt)), 1) if prompt else None,
             "mean_output_tokens": round(float(np.mean([r.tokens for r in records])), 1),
             "ignore_eos": meta.get("settings", {}).get("ignore_eos"),
         },
         "measurement": {
-            "sweep": str(data.path), "model": meta.get("model"),
-            "started": meta.get("started"), "ended": meta.get("ended"),
+            "sweep": str(data.path),
+            "model": meta.get("model"),
+            "started": meta.get("started"),
+            "ended": meta.get("ended"),
             "backend_seconds": meta.get("backend_seconds"),
-            "bootstrap_replicates": BOOTSTRAP, "slo": analysis.slo or None,
+            "bootstrap_replicates": BOOTSTRAP,
+            "slo": analysis.slo or None,
             "fairness_warnings": meta.get("fairness_warnings", []),
         },
-    }  # fmt: skip
+    }

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from specroute.bench.progress import Progress
-from specroute.bench.sweep import BACKENDS, Sweep, SweepPlan
+from specroute.loadgen.progress import Progress
+from specroute.loadgen.sweep import BACKENDS, Sweep, SweepPlan
 from specroute.profiler.analysis import Analysis, analyse
 from specroute.profiler.stats import Edge
 from specroute.profiler.sweep_data import SweepData, load_sweep
@@ -257,11 +257,15 @@ class _Search:
             higher = top * 2 if self.ceiling is None else min(top * 2, self.ceiling)
             await self.measure(higher, 1)
         if not crossover.bands:
-            return (f"speculation paid at no level from {min(self.runs)} to {top} "
-                    f"({self.runs[top]} runs at {top})")  # fmt: skip
+            return (
+                f"speculation paid at no level from {min(self.runs)} to {top} "
+                f"({self.runs[top]} runs at {top})"
+            )
         if not crossover.turns:
-            return (f"speculation still paid at {top}, the ceiling (--max-concurrency, or "
-                    "the servers' max running requests)")  # fmt: skip
+            return (
+                f"speculation still paid at {top}, the ceiling (--max-concurrency, or "
+                "the servers' max running requests)"
+            )
         if at_ceiling and crossover.value is not None and crossover.high is None:
             return f"the interval stays open above {top}, the ceiling"
         return None
@@ -313,8 +317,9 @@ class _Search:
 def _stop_reason(edges: tuple[Edge, ...], done: dict[int, str]) -> str:
     """Why refining ended, per crossing; where it was not precision, the runs' spread sets
     the width (more runs per level would narrow it)."""
-    said = "; ".join(f"{e.direction} at {e.at:.1f}: {done.get(i, 'settled')}"
-                     for i, e in enumerate(edges))  # fmt: skip
+    said = "; ".join(
+        f"{e.direction} at {e.at:.1f}: {done.get(i, 'settled')}" for i, e in enumerate(edges)
+    )
     if all(why.startswith("interval within") for why in done.values()):
         return said
     return said + " (the runs' spread sets the width: more runs per level would narrow it)"
@@ -337,18 +342,25 @@ async def calibrate(
         except _BudgetSpent:
             highest = max(search.runs)
             found = search.analysis.tpot_crossover if search.analysis else None
-            stopped = (f"the budget is spent (highest level measured {highest})"
-                       + ("" if found is not None and found.value is not None
-                          else ", before speculation stopped paying"))  # fmt: skip
+            stopped = f"the budget is spent (highest level measured {highest})" + (
+                ""
+                if found is not None and found.value is not None
+                else ", before speculation stopped paying"
+            )
     data = load_sweep(out)  # again: closing the sweep wrote its end time and cost
     analysis = analyse(data)
     measured = search.order
     spacing = _final_spacing(analysis, measured)
     grid_levels, grid_seconds = _grid_cost(data, measured, spacing, max(measured))
     return Calibration(
-        analysis, measured, search.runs, sweep.backend_seconds, grid_levels, grid_seconds,
+        analysis,
+        measured,
+        search.runs,
+        sweep.backend_seconds,
+        grid_levels,
+        grid_seconds,
         stopped,
-    )  # fmt: skip
+    )
 
 
 def _final_spacing(analysis: Analysis, measured: list[int]) -> int:

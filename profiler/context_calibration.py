@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specroute.bench.sweep import Sweep
+from specroute.loadgen.sweep import Sweep
 from specroute.profiler.analysis import Analysis
 from specroute.profiler.calibration import Calibration, CalibrationPlan, calibrate
 

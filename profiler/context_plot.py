@@ -28,8 +28,9 @@ def plot_contexts(profile: dict[str, Any], path: Path) -> None:
     panels = [("crossover", "per-request speed (TPOT)")]
     if all(b.get("throughput_crossover") for b in buckets):
         panels.append(("throughput_crossover", "total throughput"))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.6 * len(panels) + 1), sharex=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(8, 3.6 * len(panels) + 1), sharex=True, squeeze=False
+    )
     for ax, (key, label) in zip(axes[:, 0], panels, strict=True):
         _panel(ax, [b[key] for b in buckets], x, bottom, top)
         ax.set_title(label, fontsize=10, loc="left")
@@ -46,8 +47,11 @@ def plot_contexts(profile: dict[str, Any], path: Path) -> None:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 0.93))
     meta = profile["measurement"]
-    fig.suptitle(f"{meta.get('model') or meta.get('hardware')}: where speculation pays, by "
-                 f"context\n{measured_when(meta)}", fontsize=11)  # fmt: skip
+    fig.suptitle(
+        f"{meta.get('model') or meta.get('hardware')}: where speculation pays, by "
+        f"context\n{measured_when(meta)}",
+        fontsize=11,
+    )
     fig.subplots_adjust(left=0.11, right=0.96, bottom=0.08, top=0.84, hspace=0.22)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -57,8 +61,9 @@ def _ends(buckets: list[dict[str, Any]]) -> list[float]:
     return [e for b in buckets for band in b["crossover"]["bands"] for e in band if e] or [1.0]
 
 
-def _panel(ax: Any, crossovers: list[dict[str, Any]], x: list[float], bottom: float,
-           top: float) -> None:  # fmt: skip
+def _panel(
+    ax: Any, crossovers: list[dict[str, Any]], x: list[float], bottom: float, top: float
+) -> None:
     """Each bucket's paying load as a green bar, its crossover (or, with bands, each edge)
     as a point with its interval (an open end drawn to the axis' edge), the one-crossover
     buckets joined as the profile is read between them."""
@@ -72,8 +77,9 @@ def _panel(ax: Any, crossovers: list[dict[str, Any]], x: list[float], bottom: fl
     for c, at in zip(crossovers, x, strict=True):
         for start, end in c["bands"]:
             low, high = bottom if start is None else start, top if end is None else end
-            ax.vlines(at, low, high, colors=PAYS, linewidth=16, alpha=0.25,
-                      label=once("speculation pays"))  # fmt: skip
+            ax.vlines(
+                at, low, high, colors=PAYS, linewidth=16, alpha=0.25, label=once("speculation pays")
+            )
         if banded(c):
             marks = [(t["at"], t.get("ci")) for t in c.get("crossings", [])]
         elif c["value"] is not None:
@@ -86,17 +92,28 @@ def _panel(ax: Any, crossovers: list[dict[str, Any]], x: list[float], bottom: fl
         for value, ci in marks:
             low, high = ci or (None, None)
             low, high = bottom if low is None else low, top if high is None else high
-            ax.errorbar([at], [value], yerr=[[value - low], [high - value]], fmt="o",
-                        color=EDGE, capsize=4, markersize=5,
-                        label=once("crossover, 95% interval"))  # fmt: skip
+            ax.errorbar(
+                [at],
+                [value],
+                yerr=[[value - low], [high - value]],
+                fmt="o",
+                color=EDGE,
+                capsize=4,
+                markersize=5,
+                label=once("crossover, 95% interval"),
+            )
             _note(ax, at, value, f"{value:.1f}")
-    single = [(at, c["value"]) for c, at in zip(crossovers, x, strict=True)
-              if c["value"] is not None and not banded(c)]  # fmt: skip
+    single = [
+        (at, c["value"])
+        for c, at in zip(crossovers, x, strict=True)
+        if c["value"] is not None and not banded(c)
+    ]
     if len(single) > 1:
         xs, ys = zip(*single, strict=True)
         ax.plot(xs, ys, "--", color=EDGE, linewidth=1, alpha=0.6, label=once("between contexts"))
 
 
 def _note(ax: Any, at: float, value: float, text: str) -> None:
-    ax.annotate(text, (at, value), xytext=(9, 0), textcoords="offset points", va="center",
-                fontsize=8)  # fmt: skip
+    ax.annotate(
+        text, (at, value), xytext=(9, 0), textcoords="offset points", va="center", fontsize=8
+    )

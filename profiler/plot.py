@@ -27,14 +27,21 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
     levels = profile["levels"]
     x = [row["concurrency"] for row in levels]
     fig, axes = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True)
-    panels = (("decode_tps", "per-request decode tok/s", profile["crossover"]),
-              ("output_tps", "total output tok/s", profile["throughput_crossover"]))  # fmt: skip
+    panels = (
+        ("decode_tps", "per-request decode tok/s", profile["crossover"]),
+        ("output_tps", "total output tok/s", profile["throughput_crossover"]),
+    )
     ratio = any(banded(c) for _, _, c in panels)  # bands read best as a ratio against 1
     for ax, (key, label, crossover) in zip(axes, panels, strict=True):
         if ratio:
             ax.axhline(1.0, color=COLORS["base"], linewidth=1.5, label=_label(profile, "base"))
-            ax.plot(x, [row["spec"][key]["median"] / row["base"][key]["median"] for row in levels],
-                    "o-", color=COLORS["spec"], label=_label(profile, "spec"))  # fmt: skip
+            ax.plot(
+                x,
+                [row["spec"][key]["median"] / row["base"][key]["median"] for row in levels],
+                "o-",
+                color=COLORS["spec"],
+                label=_label(profile, "spec"),
+            )
             label = "speculative / plain, " + label.split(" tok/s")[0].removesuffix(" decode")
         for backend in () if ratio else ("spec", "base"):
             mid = [row[backend][key]["median"] for row in levels]
@@ -52,14 +59,24 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
             left = crossover["value"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
             ax.annotate(
                 f"crossover {crossover['value']:.1f}\n95% {interval_text(crossover['ci'])}",
-                (crossover["value"], 0.95), xycoords=("data", "axes fraction"),
-                xytext=(-6 if left else 6, 0), textcoords="offset points", va="top",
-                ha="right" if left else "left", fontsize=9,
-            )  # fmt: skip
+                (crossover["value"], 0.95),
+                xycoords=("data", "axes fraction"),
+                xytext=(-6 if left else 6, 0),
+                textcoords="offset points",
+                va="top",
+                ha="right" if left else "left",
+                fontsize=9,
+            )
         else:
             side = "wins" if crossover["bound"] == "above" else "loses"
-            ax.text(0.02, 0.95, f"speculation {side} at every level measured",
-                    transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
+            ax.text(
+                0.02,
+                0.95,
+                f"speculation {side} at every level measured",
+                transform=ax.transAxes,
+                va="top",
+                fontsize=9,
+            )
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -80,17 +97,29 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
 def _draw_bands(ax: Any, crossover: dict[str, Any], x: list[int]) -> None:
     """Where speculation pays shaded green, each edge dashed with its interval in grey."""
     for i, (start, end) in enumerate(crossover["bands"]):
-        ax.axvspan(x[0] if start is None else start, end, color="#16a34a", alpha=0.12,
-                   linewidth=0, label=None if i else "speculation pays")  # fmt: skip
+        ax.axvspan(
+            x[0] if start is None else start,
+            end,
+            color="#16a34a",
+            alpha=0.12,
+            linewidth=0,
+            label=None if i else "speculation pays",
+        )
     for i, turn in enumerate(crossover.get("crossings", [])):
         ax.axvline(turn["at"], color="black", linestyle="--", linewidth=1)
         if turn.get("ci"):
             ax.axvspan(*turn["ci"], color="grey", alpha=0.15, linewidth=0)
         left = turn["at"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
-        ax.annotate(f"{turn['direction']} {edge_text(crossover, turn['at'])}",
-                    (turn["at"], 0.96 - 0.1 * (i % 4)), xycoords=("data", "axes fraction"),
-                    xytext=(-4 if left else 4, 0), textcoords="offset points", va="top",
-                    ha="right" if left else "left", fontsize=8)  # fmt: skip
+        ax.annotate(
+            f"{turn['direction']} {edge_text(crossover, turn['at'])}",
+            (turn["at"], 0.96 - 0.1 * (i % 4)),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4 if left else 4, 0),
+            textcoords="offset points",
+            va="top",
+            ha="right" if left else "left",
+            fontsize=8,
+        )
 
 
 def _label(profile: dict[str, Any], backend: str) -> str:

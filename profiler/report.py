@@ -68,18 +68,29 @@ def context_lines(profile: dict[str, Any]) -> list[str]:
     ]
     for b in buckets:
         throughput = b.get("throughput_crossover")
-        lines.append(f"| {b['context']:g} | {crossover_text(b['crossover'])} | "
-                     f"{'-' if throughput is None else crossover_text(throughput)} |")  # fmt: skip
+        lines.append(
+            f"| {b['context']:g} | {crossover_text(b['crossover'])} | "
+            f"{'-' if throughput is None else crossover_text(throughput)} |"
+        )
     first, last = buckets[0], buckets[-1]
-    ends = [c["value"] for c in (first["crossover"], last["crossover"])
-            if not banded(c) and c["value"] is not None]  # fmt: skip
+    ends = [
+        c["value"]
+        for c in (first["crossover"], last["crossover"])
+        if not banded(c) and c["value"] is not None
+    ]
     if len(ends) == 2 and ends[0] != ends[1]:
         way = "falls" if ends[1] < ends[0] else "rises"
-        lines += ["", f"From {first['context']:g} to {last['context']:g} tokens of context the "
-                  f"per-request crossover {way} from {ends[0]:.1f} to {ends[1]:.1f}."]  # fmt: skip
-    lines += ["", f"A request's context: its prompt tokens and half its answer; estimated "
-              f"from its text at {axis['tokens_per_byte']:.4f} prompt tokens per byte, as "
-              "measured here."]  # fmt: skip
+        lines += [
+            "",
+            f"From {first['context']:g} to {last['context']:g} tokens of context the "
+            f"per-request crossover {way} from {ends[0]:.1f} to {ends[1]:.1f}.",
+        ]
+    lines += [
+        "",
+        f"A request's context: its prompt tokens and half its answer; estimated "
+        f"from its text at {axis['tokens_per_byte']:.4f} prompt tokens per byte, as "
+        "measured here.",
+    ]
     return lines
 
 
@@ -87,12 +98,13 @@ def _bands_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
     spans = []
     for start, end in c["bands"]:
         begin = "the lowest load" if start is None else edge_text(c, start)
-        finish = (f"{end:g}, the highest level measured" if end == levels[-1]
-                  else edge_text(c, end))  # fmt: skip
+        finish = f"{end:g}, the highest level measured" if end == levels[-1] else edge_text(c, end)
         spans.append(f"from {begin} to {finish}")
-    return (f"Speculation gives better {what} in {len(spans)} band(s) of load, "
-            f"{'; '.join(spans)} concurrent requests, and worse outside "
-            f"{'it' if len(spans) == 1 else 'them'}.")  # fmt: skip
+    return (
+        f"Speculation gives better {what} in {len(spans)} band(s) of load, "
+        f"{'; '.join(spans)} concurrent requests, and worse outside "
+        f"{'it' if len(spans) == 1 else 'them'}."
+    )
 
 
 def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
@@ -100,21 +112,31 @@ def _crossover_sentence(c: dict[str, Any], what: str, levels: list[int]) -> str:
         return _bands_sentence(c, what, levels)
     if c["value"] is None:
         if c["bound"] == "above":
-            return (f"Speculation gave better {what} at every level measured (up to "
-                    f"{c['limit']:g} concurrent requests): the crossover is above {c['limit']:g}, "
-                    "if there is one. Measure higher levels to find it.")  # fmt: skip
-        return (f"Speculation gave worse {what} at every level measured (from "
-                f"{c['limit']:g}): it does not pay here, even at the lowest load.")  # fmt: skip
+            return (
+                f"Speculation gave better {what} at every level measured (up to "
+                f"{c['limit']:g} concurrent requests): the crossover is above {c['limit']:g}, "
+                "if there is one. Measure higher levels to find it."
+            )
+        return (
+            f"Speculation gave worse {what} at every level measured (from "
+            f"{c['limit']:g}): it does not pay here, even at the lowest load."
+        )
     low, high = c["ci"]
     if low is None or high is None:
-        sure = ("open: the crossover may lie outside the levels measured; measure "
-                "further out")  # fmt: skip
+        sure = "open: the crossover may lie outside the levels measured; measure further out"
     else:
         width = (high - low) / c["value"]
-        sure = ("narrow" if width < 0.25 else "moderately wide" if width < 0.6 else "wide: "
-                "measure more requests per level or more levels around it")  # fmt: skip
-    return (f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
-            f"requests, worse above (95% interval {interval_text(c['ci'])}, {sure}).")  # fmt: skip
+        sure = (
+            "narrow"
+            if width < 0.25
+            else "moderately wide"
+            if width < 0.6
+            else "wide: measure more requests per level or more levels around it"
+        )
+    return (
+        f"Speculation gives better {what} below about **{c['value']:.1f}** concurrent "
+        f"requests, worse above (95% interval {interval_text(c['ci'])}, {sure})."
+    )
 
 
 def measured_when(meta: dict[str, Any]) -> str:
@@ -179,11 +201,19 @@ def render_report(profile: dict[str, Any]) -> str:
     if warnings:
         lines += ["", "## Warnings: the comparison may be unfair", ""]
         lines += [f"- {w}" for w in warnings]
-    invalid = [(row["concurrency"], b) for row in levels for b in ("spec", "base")
-               if row[b]["invalid_runs"]]  # fmt: skip
+    invalid = [
+        (row["concurrency"], b)
+        for row in levels
+        for b in ("spec", "base")
+        if row[b]["invalid_runs"]
+    ]
     if invalid:
-        lines += ["", "Runs with failed requests were left out: "
-                  + ", ".join(f"{b} at {c}" for c, b in invalid) + "."]  # fmt: skip
+        lines += [
+            "",
+            "Runs with failed requests were left out: "
+            + ", ".join(f"{b} at {c}" for c, b in invalid)
+            + ".",
+        ]
     lines += [
         "",
         "## Per level (medians, 95% bootstrap intervals)",

@@ -153,9 +153,10 @@ def between_runs(per_run: Array, t: Array) -> Array:
 
 
 def resampled(
-    samples: Array, draws: tuple[NDArray[np.intp], NDArray[np.bool_]],
+    samples: Array,
+    draws: tuple[NDArray[np.intp], NDArray[np.bool_]],
     stat: Callable[..., Array],
-) -> Array:  # fmt: skip
+) -> Array:
     """``stat`` (``np.median`` or ``np.mean``; its nan-ignoring twin when runs differ in
     size) of ``samples`` over each replicate's draws."""
     index, valid = draws
@@ -198,8 +199,10 @@ def _snapped(levels: Sequence[float], low: float, high: float) -> tuple[float | 
     between levels); an infinite end is open (None)."""
     low = max((lvl for lvl in levels if lvl <= low), default=low)
     high = min((lvl for lvl in levels if lvl >= high), default=high)
-    return (float(low) if math.isfinite(low) else None,
-            float(high) if math.isfinite(high) else None)  # fmt: skip
+    return (
+        float(low) if math.isfinite(low) else None,
+        float(high) if math.isfinite(high) else None,
+    )
 
 
 def _edges(
@@ -218,12 +221,18 @@ def _edges(
             min(near, key=lambda x: abs(math.log(x / turn.at)))
             for rep in replicates
             if (near := [t.at for t in rep if t.direction == turn.direction and lo < t.at <= hi])
-        ]  # fmt: skip
+        ]
         found = np.array(matched or [turn.at])
         low, high = _snapped(levels, *percentile_interval(found))
-        edges.append(Edge(turn.at, turn.direction, low if low is not None else levels[0],
-                          high if high is not None else levels[-1],
-                          len(matched) / max(1, len(replicates))))  # fmt: skip
+        edges.append(
+            Edge(
+                turn.at,
+                turn.direction,
+                low if low is not None else levels[0],
+                high if high is not None else levels[-1],
+                len(matched) / max(1, len(replicates)),
+            )
+        )
     return tuple(edges)
 
 

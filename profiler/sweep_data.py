@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specroute.bench.record import RequestRecord
+from specroute.loadgen.record import RequestRecord
 
 
 class SweepError(ValueError):

@@ -168,8 +168,12 @@ def _discovery(state: RouterState) -> Discovery:
     settings, failures = state.settings, state.metrics.watch_failures
     for source in ("dns", "backends_file"):
         failures.labels(source=source)  # 0 from the start
-    return Discovery(settings.servers(), settings.names(), settings.backends_file,
-                     lambda source: failures.labels(source=source).inc())  # fmt: skip
+    return Discovery(
+        settings.servers(),
+        settings.names(),
+        settings.backends_file,
+        lambda source: failures.labels(source=source).inc(),
+    )
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -214,35 +218,49 @@ async def _status(request: web.Request) -> web.Response:
     state = request.app[STATE]
     view = state.view()
     profile = state.profile
-    return web.json_response({
-        "policy": {"name": state.policy.name, "parameters": state.policy.describe()},
-        "worker": {"index": state.board.worker, "of": state.board.workers},
-        "concurrency_source": str(view.source),
-        "live_concurrency": {
-            "total": view.load(), "spec": view.load("spec"), "base": view.load("base"),
-        },
-        "profile": None if profile is None else {
-            "source": state.profile_source, "created": profile.created,
-            "age_seconds": profile.age_seconds(),
-            "loaded_seconds_ago": time.time() - state.profile_loaded_at,
-            "crossover": profile.raw.get("crossover"),
-            "contexts": list(profile.contexts),  # what it was measured at, KV tokens a request
-            "note": profile.crossover.note,
-        },
-        "backends": [
-            {"name": b.name, "url": _without_credentials(b.url), "pool": b.pool,
-             "group": b.group, "healthy": b.healthy,
-             "breaker": b.breaker.describe(),
-             "inflight": b.inflight, "kv_tokens_inflight": v.kv_tokens,
-             "running": v.running, "queued": v.queued,
-             "accept_length": v.accept_length,
-             "accept_length_age_seconds": v.accept_length_age}
-            for b, v in zip(state.backends, view.backends, strict=True)
-        ],
-        "recent_decisions": list(state.recent),
-        "tasks": len(asyncio.all_tasks()),  # a leak shows here first
-        "draining": state.draining,
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "policy": {"name": state.policy.name, "parameters": state.policy.describe()},
+            "worker": {"index": state.board.worker, "of": state.board.workers},
+            "concurrency_source": str(view.source),
+            "live_concurrency": {
+                "total": view.load(),
+                "spec": view.load("spec"),
+                "base": view.load("base"),
+            },
+            "profile": None
+            if profile is None
+            else {
+                "source": state.profile_source,
+                "created": profile.created,
+                "age_seconds": profile.age_seconds(),
+                "loaded_seconds_ago": time.time() - state.profile_loaded_at,
+                "crossover": profile.raw.get("crossover"),
+                "contexts": list(profile.contexts),  # what it was measured at, KV tokens a request
+                "note": profile.crossover.note,
+            },
+            "backends": [
+                {
+                    "name": b.name,
+                    "url": _without_credentials(b.url),
+                    "pool": b.pool,
+                    "group": b.group,
+                    "healthy": b.healthy,
+                    "breaker": b.breaker.describe(),
+                    "inflight": b.inflight,
+                    "kv_tokens_inflight": v.kv_tokens,
+                    "running": v.running,
+                    "queued": v.queued,
+                    "accept_length": v.accept_length,
+                    "accept_length_age_seconds": v.accept_length_age,
+                }
+                for b, v in zip(state.backends, view.backends, strict=True)
+            ],
+            "recent_decisions": list(state.recent),
+            "tasks": len(asyncio.all_tasks()),  # a leak shows here first
+            "draining": state.draining,
+        }
+    )
 
 
 async def _swap_profile(request: web.Request) -> web.Response:
@@ -257,9 +275,11 @@ async def _swap_profile(request: web.Request) -> web.Response:
     policy, profile = state.policy, state.profile
     assert profile is not None
     return web.json_response(
-        {"policy": {"name": policy.name, "parameters": policy.describe()},
-         "profile": {"created": profile.created, "crossover": profile.raw["crossover"]}}
-    )  # fmt: skip
+        {
+            "policy": {"name": policy.name, "parameters": policy.describe()},
+            "profile": {"created": profile.created, "crossover": profile.raw["crossover"]},
+        }
+    )
 
 
 def _without_credentials(url: str) -> str:

@@ -47,9 +47,11 @@ class Keys:
         admin_path = request.path in ADMIN_PATHS
         if admin_path and not self.admins:
             return error_response(
-                403, "Changing the router's routing needs its admin key, and none is configured "
-                "(SPECROUTE_ADMIN_KEY or --admin-key): refused.", "permission_error",
-            )  # fmt: skip
+                403,
+                "Changing the router's routing needs its admin key, and none is configured "
+                "(SPECROUTE_ADMIN_KEY or --admin-key): refused.",
+                "permission_error",
+            )
         clients, admins = self.clients, self.admins
         needed = admins if admin_path else [*clients, *admins] if clients else []
         if not needed:

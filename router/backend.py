@@ -109,9 +109,26 @@ class Backend:
     def view(self, stale_after: float, now: float) -> BackendView:
         r = self.reading(stale_after, now)
         if r is None:
-            return BackendView(self.name, self.pool, self.healthy, self.inflight,
-                               group=self.group, kv_tokens=self.kv_tokens)  # fmt: skip
+            return BackendView(
+                self.name,
+                self.pool,
+                self.healthy,
+                self.inflight,
+                group=self.group,
+                kv_tokens=self.kv_tokens,
+            )
         age = None if r.accept_length is None else now - r.accept_length_at
-        return BackendView(self.name, self.pool, self.healthy, self.inflight, r.running,
-                           r.queued, r.accept_length, age, r.max_running, r.inflight,
-                           self.group, self.kv_tokens)  # fmt: skip
+        return BackendView(
+            self.name,
+            self.pool,
+            self.healthy,
+            self.inflight,
+            r.running,
+            r.queued,
+            r.accept_length,
+            age,
+            r.max_running,
+            r.inflight,
+            self.group,
+            self.kv_tokens,
+        )

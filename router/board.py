@@ -71,8 +71,15 @@ class Board:
         sizes = (cells, cells, cells, backends, backends, workers, _GLOBAL_INTS)
         starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         parts = (whole[a:b] for a, b in itertools.pairwise(starts))
-        (self._inflight, self._kv, self._levels, self._health_seq, self._health_ok,
-         self._posted, self._servers) = parts  # fmt: skip
+        (
+            self._inflight,
+            self._kv,
+            self._levels,
+            self._health_seq,
+            self._health_ok,
+            self._posted,
+            self._servers,
+        ) = parts
         self._floats = every[counts * 8 : (counts + _FLOATS * backends) * 8].cast("d")
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE

@@ -101,8 +101,11 @@ class Discovery:
                 self._resolved[url] = answer
         self._read_file(at_start)
         named: dict[str, Server] = {}
-        for server in (*self.static, *(s for a in self._resolved.values() for s in a),
-                       *self._from_file):  # fmt: skip
+        for server in (
+            *self.static,
+            *(s for a in self._resolved.values() for s in a),
+            *self._from_file,
+        ):
             named.setdefault(server.name, server)
         return list(named.values())
 
@@ -128,5 +131,4 @@ class Discovery:
             if at_start:
                 raise DiscoveryError(f"cannot use the backends file: {exc}") from None
             self._failed("backends_file")
-            _log.warning("The backends file was not read (%s); its servers stay as they were.",
-                         exc)  # fmt: skip
+            _log.warning("The backends file was not read (%s); its servers stay as they were.", exc)

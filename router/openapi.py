@@ -38,8 +38,10 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {
-        "type": "object", "properties": properties, "additionalProperties": True,
-    }  # fmt: skip
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": True,
+    }
     if required:
         schema["required"] = required
     return schema
@@ -50,32 +52,42 @@ _READ = {  # what the router reads from any proxied body; everything else passes
     "rid": {"type": "string", "description": "Aborted by name if the client leaves."},
 }
 _MAX_TOKENS = {
-    "type": "integer", "minimum": 0,
+    "type": "integer",
+    "minimum": 0,
     "description": "Read by policies that weigh a request's length.",
-}  # fmt: skip
+}
 
 
 def _proxied(summary: str, schema: str) -> dict[str, Any]:
-    return {"post": {
-        "summary": summary,
-        "security": _CLIENT,
-        "requestBody": {"required": True, "content": {_JSON: {"schema": {
-            "$ref": f"#/components/schemas/{schema}"}}}},
-        "responses": {
-            "200": {
-                "description": "The backend's answer, relayed as it comes: JSON, or with "
-                "`stream` an SSE stream that a backend failing mid-way ends with an "
-                "`data: {\"error\": ...}` event.",
-                "headers": {"x-specroute-backend": {
-                    "description": "The pool and backend that served.",
-                    "schema": {"type": "string", "examples": ["spec:127.0.0.1:30001"]}}},
-                "content": {_JSON: {"schema": {"type": "object"}},
-                            "text/event-stream": {"schema": {"type": "string"}}},
+    return {
+        "post": {
+            "summary": summary,
+            "security": _CLIENT,
+            "requestBody": {
+                "required": True,
+                "content": {_JSON: {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
             },
-            "4XX": {"description": "The backend's refusal, relayed with its status."},
-            **_errors(400, 401, 404, 405, 408, 413, 502, 503, 504),
-        },
-    }}  # fmt: skip
+            "responses": {
+                "200": {
+                    "description": "The backend's answer, relayed as it comes: JSON, or with "
+                    "`stream` an SSE stream that a backend failing mid-way ends with an "
+                    '`data: {"error": ...}` event.',
+                    "headers": {
+                        "x-specroute-backend": {
+                            "description": "The pool and backend that served.",
+                            "schema": {"type": "string", "examples": ["spec:127.0.0.1:30001"]},
+                        }
+                    },
+                    "content": {
+                        _JSON: {"schema": {"type": "object"}},
+                        "text/event-stream": {"schema": {"type": "string"}},
+                    },
+                },
+                "4XX": {"description": "The backend's refusal, relayed with its status."},
+                **_errors(400, 401, 404, 405, 408, 413, 502, 503, 504),
+            },
+        }
+    }
 
 
 def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False) -> Any:
@@ -90,37 +102,65 @@ def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False
 def _schemas() -> dict[str, Any]:
     message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
     return {
-        "Error": _object({"error": {
-            "type": "object", "required": ["message", "type", "code"],
-            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                           "param": {"type": ["string", "null"]},
-                           "code": {"type": ["integer", "string"]}}}}, ["error"]),
-        "ChatCompletionRequest": _object({
-            "model": {"type": "string"},
-            "messages": {"type": "array", "items": message},
-            "max_tokens": _MAX_TOKENS, "max_completion_tokens": _MAX_TOKENS, **_READ,
-        }, ["messages"]),
-        "CompletionRequest": _object({
-            "model": {"type": "string"},
-            "prompt": {"type": ["string", "array"]},
-            "max_tokens": _MAX_TOKENS, **_READ,
-        }, ["prompt"]),
-        "GenerateRequest": _object({
-            "text": {"type": ["string", "array"]},
-            "input_ids": {"type": "array"},
-            "sampling_params": _object({"max_new_tokens": _MAX_TOKENS}), **_READ,
-        }),
-        "Profile": _object({
-            "schema": {"const": "specroute.profile/v1"},
-            "created": {"type": "string", "format": "date-time"},
-            "crossover": _object({
-                "value": {"type": ["number", "null"], "minimum": 0},
-                "ci": {"type": ["array", "null"], "items": {"type": "number"}},
-                "bound": {"enum": ["above", "below"]},
-                "limit": {"type": ["number", "null"]},
-            }, ["value"]),
-        }, ["schema", "crossover"]),
-    }  # fmt: skip
+        "Error": _object(
+            {
+                "error": {
+                    "type": "object",
+                    "required": ["message", "type", "code"],
+                    "properties": {
+                        "message": {"type": "string"},
+                        "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": ["integer", "string"]},
+                    },
+                }
+            },
+            ["error"],
+        ),
+        "ChatCompletionRequest": _object(
+            {
+                "model": {"type": "string"},
+                "messages": {"type": "array", "items": message},
+                "max_tokens": _MAX_TOKENS,
+                "max_completion_tokens": _MAX_TOKENS,
+                **_READ,
+            },
+            ["messages"],
+        ),
+        "CompletionRequest": _object(
+            {
+                "model": {"type": "string"},
+                "prompt": {"type": ["string", "array"]},
+                "max_tokens": _MAX_TOKENS,
+                **_READ,
+            },
+            ["prompt"],
+        ),
+        "GenerateRequest": _object(
+            {
+                "text": {"type": ["string", "array"]},
+                "input_ids": {"type": "array"},
+                "sampling_params": _object({"max_new_tokens": _MAX_TOKENS}),
+                **_READ,
+            }
+        ),
+        "Profile": _object(
+            {
+                "schema": {"const": "specroute.profile/v1"},
+                "created": {"type": "string", "format": "date-time"},
+                "crossover": _object(
+                    {
+                        "value": {"type": ["number", "null"], "minimum": 0},
+                        "ci": {"type": ["array", "null"], "items": {"type": "number"}},
+                        "bound": {"enum": ["above", "below"]},
+                        "limit": {"type": ["number", "null"]},
+                    },
+                    ["value"],
+                ),
+            },
+            ["schema", "crossover"],
+        ),
+    }
 
 
 def _version() -> str:
@@ -135,7 +175,8 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
-            "title": "specroute router", "version": _version(),
+            "title": "specroute router",
+            "version": _version(),
             "description": "An OpenAI-compatible router in front of a speculative and a "
             "plain SGLang pool. Keys are bearer tokens: client keys (`SPECROUTE_API_KEYS`) "
             "for serving, needed only when some are configured; the admin key "
@@ -145,36 +186,61 @@ def document() -> dict[str, Any]:
             "/v1/chat/completions": _proxied("OpenAI chat completions", "ChatCompletionRequest"),
             "/v1/completions": _proxied("OpenAI completions", "CompletionRequest"),
             "/generate": _proxied("SGLang's native generation", "GenerateRequest"),
-            "/v1/models": _get("The healthy backends' models", {_JSON: {"schema": _object(
-                {"object": {"const": "list"}, "data": {"type": "array"}})}}, 401),
-            "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
-            "/ready": _get("Ready: a backend is healthy and no shutdown began",
-                           {_JSON: {"schema": {"type": "object"}}}, 503, open_=True),
-            "/metrics": _get("Prometheus metrics", {"text/plain": {"schema": {
-                "type": "string"}}}, open_=True),
-            "/openapi.json": _get("This document", {_JSON: {"schema": {"type": "object"}}},
-                                  open_=True),
-            "/router/status": _get(status, {_JSON: {"schema": {"type": "object"}}}, 401),
-            "/router/profile": {"post": {
-                "summary": "Route by this profile from the next request on; none in flight "
-                "is dropped. Refused (403) when no admin key is configured.",
-                "security": [{"adminKey": []}],
-                "requestBody": {"required": True, "content": {_JSON: {"schema": {
-                    "$ref": "#/components/schemas/Profile"}}}},
-                "responses": {
-                    "200": {"description": "The policy and profile now in force.",
-                            "content": {_JSON: {"schema": {"type": "object"}}}},
-                    **_errors(400, 401, 403, 408, 413),
+            "/v1/models": _get(
+                "The healthy backends' models",
+                {
+                    _JSON: {
+                        "schema": _object({"object": {"const": "list"}, "data": {"type": "array"}})
+                    }
                 },
-            }},
+                401,
+            ),
+            "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
+            "/ready": _get(
+                "Ready: a backend is healthy and no shutdown began",
+                {_JSON: {"schema": {"type": "object"}}},
+                503,
+                open_=True,
+            ),
+            "/metrics": _get(
+                "Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}, open_=True
+            ),
+            "/openapi.json": _get(
+                "This document", {_JSON: {"schema": {"type": "object"}}}, open_=True
+            ),
+            "/router/status": _get(status, {_JSON: {"schema": {"type": "object"}}}, 401),
+            "/router/profile": {
+                "post": {
+                    "summary": "Route by this profile from the next request on; none in flight "
+                    "is dropped. Refused (403) when no admin key is configured.",
+                    "security": [{"adminKey": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Profile"}}},
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "The policy and profile now in force.",
+                            "content": {_JSON: {"schema": {"type": "object"}}},
+                        },
+                        **_errors(400, 401, 403, 408, 413),
+                    },
+                }
+            },
         },
         "components": {
             "securitySchemes": {
-                "clientKey": {"type": "http", "scheme": "bearer",
-                              "description": "One of `SPECROUTE_API_KEYS`."},
-                "adminKey": {"type": "http", "scheme": "bearer",
-                             "description": "`SPECROUTE_ADMIN_KEY`."},
+                "clientKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "One of `SPECROUTE_API_KEYS`.",
+                },
+                "adminKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "`SPECROUTE_ADMIN_KEY`.",
+                },
             },
             "schemas": _schemas(),
         },
-    }  # fmt: skip
+    }

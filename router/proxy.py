@@ -50,9 +50,11 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
                 return _gave_up(failure)
             state.record(decision, state.view().load())
     return error_response(
-        503, "No healthy backend can serve this request.", "service_unavailable",
+        503,
+        "No healthy backend can serve this request.",
+        "service_unavailable",
         retry_after=state.settings.health_interval,
-    )  # fmt: skip
+    )
 
 
 def _gave_up(failure: Failure) -> web.Response:

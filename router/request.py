@@ -55,8 +55,13 @@ def _content(content: Any) -> int:
         return _utf8(content)
     if not isinstance(content, list):
         return 0
-    return sum([_utf8(p["text"]) for p in content
-                if isinstance(p, dict) and isinstance(p.get("text"), str)])  # fmt: skip
+    return sum(
+        [
+            _utf8(p["text"])
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    )
 
 
 def _utf8(text: str) -> int:

@@ -89,13 +89,17 @@ async def drain(state: RouterState, grace: float, seconds: float, again: asyncio
     left, each stream ending with an event saying why."""
     state.stopping = True
     if grace > 0:
-        print(f"specroute router: not ready; serving {grace:g} s more while load balancers "
-              "take it out", flush=True)  # fmt: skip
+        print(
+            f"specroute router: not ready; serving {grace:g} s more while load balancers "
+            "take it out",
+            flush=True,
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(again.wait(), grace)
     state.draining = True
-    print(f"specroute router: draining {state.inflight()} request(s), up to {seconds:g} s",
-          flush=True)  # fmt: skip
+    print(
+        f"specroute router: draining {state.inflight()} request(s), up to {seconds:g} s", flush=True
+    )
     await _until_idle(state, seconds, again)
     left = list(state.upstreams)
     for upstream in left:

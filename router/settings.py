@@ -30,23 +30,24 @@ class RouterSettings(BaseSettings):
         default_factory=list,
         description="speculative backends' base URLs; dns+http://NAME:PORT: every address "
         "NAME resolves to (a headless Kubernetes Service), resolved again as it changes",
-    )  # fmt: skip
+    )
     base: list[str] = Field(default_factory=list, description="plain backends, likewise")
     backends_file: Path | None = Field(
         None,
         description="more backends, from a file watched for changes, in Prometheus' file_sd "
         'form: [{"targets": ["HOST:PORT"], "labels": {"pool": "spec|base", "group": G}}]',
-    )  # fmt: skip
+    )
     groups: list[list[str]] = Field(
         default_factory=list,
         description="GPU groups of the shared topology: each the URLs of the servers that "
         "share GPUs (a speculative and a plain one); servers in no group form one group",
-    )  # fmt: skip
+    )
     watch_interval: float = Field(
-        5.0, gt=0,
+        5.0,
+        gt=0,
         description="seconds between readings of the DNS names, the backends file and the "
         "profile file",
-    )  # fmt: skip
+    )
     max_backends: int = Field(64, ge=1, le=4096, description="most backends known at once")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -64,20 +65,23 @@ class RouterSettings(BaseSettings):
     health_interval: float = Field(2.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
     eject_after_failures: int = Field(
-        _EJECTION.after_failures, ge=1,
+        _EJECTION.after_failures,
+        ge=1,
         description="a backend's failures in a row (requests or health checks) that eject it",
-    )  # fmt: skip
+    )
     eject_seconds: float = Field(
-        _EJECTION.seconds, gt=0,
+        _EJECTION.seconds,
+        gt=0,
         description="an ejection's first cool-down; each ejection in a row adds as much",
-    )  # fmt: skip
+    )
     eject_max_seconds: float = Field(
         _EJECTION.max_seconds, gt=0, description="the longest cool-down of an ejection"
     )
     readmit_after_successes: int = Field(
-        _EJECTION.readmit_after_successes, ge=1,
+        _EJECTION.readmit_after_successes,
+        ge=1,
         description="after the cool-down, successful trials in a row that readmit a backend",
-    )  # fmt: skip
+    )
     connect_timeout: float = Field(5.0, gt=0)
     idle_timeout: float = Field(300.0, gt=0, description="longest silence within a stream")
     request_timeout: float = Field(
@@ -88,11 +92,12 @@ class RouterSettings(BaseSettings):
         60.0, gt=0, description="longest time a client may take to send a whole request body"
     )
     client_idle_timeout: float = Field(
-        75.0, gt=0,
+        75.0,
+        gt=0,
         description="a client connection that has not sent a whole request head this long "
         "after it opened or after its last answer is closed: idle keep-alive and slowloris "
         "alike (longer than a load balancer's usual 60 s, so the balancer closes first)",
-    )  # fmt: skip
+    )
     max_header_bytes: int = Field(
         8190, ge=1024, description="longest target in a request line, longest header name or value"
     )
@@ -104,9 +109,11 @@ class RouterSettings(BaseSettings):
     drain_timeout: float = Field(30.0, ge=0)
     recent_decisions: int = Field(50, ge=0)
     workers: int = Field(
-        1, ge=1, le=256,
+        1,
+        ge=1,
+        le=256,
         description="router processes on one port (SO_REUSEPORT) that share one view of load",
-    )  # fmt: skip
+    )
     config: Path | None = Field(None, exclude=True)
 
     @field_validator("spec", "base")
@@ -185,8 +192,9 @@ class RouterSettings(BaseSettings):
         """For a stream and for a whole answer. A stream may run for hours as long as it
         keeps talking; a non-streamed answer comes whole at its end, so it gets a deadline
         instead of an idle limit."""
-        stream = aiohttp.ClientTimeout(sock_connect=self.connect_timeout,
-                                       sock_read=self.idle_timeout)  # fmt: skip
+        stream = aiohttp.ClientTimeout(
+            sock_connect=self.connect_timeout, sock_read=self.idle_timeout
+        )
         whole = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
         return stream, whole
 

@@ -90,8 +90,11 @@ class RouterState:
             if backend is None:
                 column = self._free_column(taken)
                 if column is None:
-                    _log.warning("No room for backend %s: max_backends (%d) are known.",
-                                 server.name, self.board.backends)  # fmt: skip
+                    _log.warning(
+                        "No room for backend %s: max_backends (%d) are known.",
+                        server.name,
+                        self.board.backends,
+                    )
                     continue
                 taken.add(column)
                 self.board.clear(column)
@@ -105,10 +108,12 @@ class RouterState:
         """Never used first; then one a server left long enough ago, with nothing in flight."""
         now, board = time.monotonic(), self.board
         free = [
-            c for c in range(board.backends)
-            if c not in taken and board.inflight(c) == 0
+            c
+            for c in range(board.backends)
+            if c not in taken
+            and board.inflight(c) == 0
             and now - self._gone.get(c, -_REUSE_AFTER) >= _REUSE_AFTER
-        ]  # fmt: skip
+        ]
         never = [c for c in free if c not in self._gone]
         return min(never or free, default=None)
 
@@ -120,15 +125,20 @@ class RouterState:
         for gone in self.backends:
             if gone.index not in kept:
                 self._gone[gone.index] = now
-                _log.warning("Backend %s left (%d requests in flight there finish).",
-                             gone.name, gone.inflight)  # fmt: skip
+                _log.warning(
+                    "Backend %s left (%d requests in flight there finish).",
+                    gone.name,
+                    gone.inflight,
+                )
         for b in backends:
             if b.name not in self._by_name:
                 _log.warning("Backend %s joined.", b.name)
         self._route_between(backends)
         if self.shared is not None:
-            listed = [{"column": b.index, "url": b.url, "pool": b.pool, "group": b.group}
-                      for b in backends]  # fmt: skip
+            listed = [
+                {"column": b.index, "url": b.url, "pool": b.pool, "group": b.group}
+                for b in backends
+            ]
             _write_whole(self.shared / SERVERS_FILE, json.dumps(listed), self.board.worker)
             self.board.publish_servers()
             self._servers_seen = self.board.servers_published()
@@ -192,8 +202,9 @@ class RouterState:
         try:
             policy, profile = self._policy_for(json.loads(data))
         except ValueError as exc:  # bad JSON, ProfileError and PolicyError alike
-            _log.warning("The changed profile file was refused (%s); the profile in force "
-                         "stays.", exc)  # fmt: skip
+            _log.warning(
+                "The changed profile file was refused (%s); the profile in force stays.", exc
+            )
             return True
         self.adopt(policy, profile, str(path))
         _log.warning("Profile file %s changed: crossover %g.", path, profile.crossover.threshold)
@@ -248,15 +259,26 @@ class RouterState:
         if moved is BreakerState.OPEN:
             if self.board.leader or what != "health check":  # one verdict, every worker
                 self.metrics.child(self.metrics.ejections, backend.name).inc()
-            _log.warning("Backend %s ejected for %g s (the last failure: %s).",
-                        backend.name, backend.breaker.cool_down, what)  # fmt: skip
+            _log.warning(
+                "Backend %s ejected for %g s (the last failure: %s).",
+                backend.name,
+                backend.breaker.cool_down,
+                what,
+            )
         elif moved is BreakerState.CLOSED:
             _log.warning("Backend %s readmitted (%s).", backend.name, what)
 
     def record(self, decision: Decision, load: int) -> None:
         self.metrics.child(self.metrics.decisions, decision.pool, decision.reason).inc()
-        self.recent.append({"at": time.time(), "pool": decision.pool, "backend": decision.backend,
-                            "reason": decision.reason, "live_concurrency": load})  # fmt: skip
+        self.recent.append(
+            {
+                "at": time.time(),
+                "pool": decision.pool,
+                "backend": decision.backend,
+                "reason": decision.reason,
+                "live_concurrency": load,
+            }
+        )
 
 
 def _write_whole(path: Path, text: str, worker: int) -> None:

@@ -39,9 +39,12 @@ async def open_upstream(
     assert state.session is not None  # set at startup, before any request is served
     try:
         upstream = await state.session.post(
-            backend.url + request.path, data=raw, headers=_forwarded(request, stream),
-            timeout=state.timeouts[0 if stream else 1], auto_decompress=False,
-        )  # fmt: skip
+            backend.url + request.path,
+            data=raw,
+            headers=_forwarded(request, stream),
+            timeout=state.timeouts[0 if stream else 1],
+            auto_decompress=False,
+        )
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _unanswered(state, backend, exc) from None
     try:
@@ -86,8 +89,10 @@ def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Fai
     or dropped the request, or answered what is not HTTP (nothing of it runs there:
     retryable), or it went silent."""
     if out_of_fds(exc):
-        message = ("The router has run out of file descriptors (its open-files limit): "
-                   "its own failure, not the backend's.")  # fmt: skip
+        message = (
+            "The router has run out of file descriptors (its open-files limit): "
+            "its own failure, not the backend's."
+        )
         return Failure(Outcome.OUT_OF_FDS, message, exc)
     if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
         return _silent(state, backend, exc)
@@ -98,10 +103,13 @@ def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Fai
 
 def _silent(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
     return upstream_failed(
-        state, backend, Outcome.TIMEOUT, exc,
+        state,
+        backend,
+        Outcome.TIMEOUT,
+        exc,
         f"The backend {backend.name} did not answer in time; not retried, since it may still "
         "be working on this request.",
-    )  # fmt: skip
+    )
 
 
 def upstream_failed(

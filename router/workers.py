@@ -73,13 +73,19 @@ def supervise(settings: RouterSettings, serve: Serve) -> int:
                 failed = failed or (code not in (0, -signal.SIGTERM, -signal.SIGINT))
                 continue
             if time.monotonic() - started < _AT_START:
-                print(f"specroute router: worker {worker} exited at start ({code}); stopping",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"specroute router: worker {worker} exited at start ({code}); stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 forward(signal.SIGINT, None)  # the others drain with no grace
                 failed = 1
                 continue
-            print(f"specroute router: worker {worker} exited ({code}); starting it again",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"specroute router: worker {worker} exited ({code}); starting it again",
+                file=sys.stderr,
+                flush=True,
+            )
             workers.board.forget(worker)
             children[_fork(worker, settings, workers, serve)] = (worker, time.monotonic())
     finally:

@@ -18,171 +18,287 @@ from specroute.measure import draw
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 if TYPE_CHECKING:
-    from specroute.bench.trace import Trace
     from specroute.flags import Subcommands
+    from specroute.loadgen.trace import Trace
 
 
 def add_bench(sub: Subcommands) -> None:
     bench = sub.add_parser(
-        "bench", help="measure backends and the router: sweep, compare, capacity, overhead",
+        "bench",
+        help="measure backends and the router: sweep, compare, capacity, overhead",
         description="Benchmarks, each a command of its own.",
-    )  # fmt: skip
+    )
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     sweep = bench_sub.add_parser(
-        "sweep", help="both backends across concurrency levels, kept raw in a folder",
+        "sweep",
+        help="both backends across concurrency levels, kept raw in a folder",
         description="Closed-loop load at each level, both backends interleaved.",
-    )  # fmt: skip
+    )
     add_workload_flags(sweep)
     sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
     sweep.add_argument("--out", required=True, metavar="DIR")
     sweep.set_defaults(handler=_sweep)
     compare = bench_sub.add_parser(
-        "compare", help="the same time-varying load through the router, one policy at a time",
+        "compare",
+        help="the same time-varying load through the router, one policy at a time",
         description="Each policy in turn through router processes from one config, per phase; "
         "with --offline, the trace replayed in virtual time, with an oracle's gap.",
-    )  # fmt: skip
-    compare.add_argument("--router-config", metavar="FILE.toml",
-                         help="the router's settings: spec, base, profile, ...")  # fmt: skip
-    compare.add_argument("--profile", metavar="FILE",
-                         help="--offline: the profile to route by, over the config's")  # fmt: skip
-    compare.add_argument("--trace", default="ramp",
-                         help="ramp, steps, poisson-day or a JSON file of phases (each may "
-                         "name its prompts' input_len)")  # fmt: skip
-    compare.add_argument("--peak", type=int, default=16,
-                         help="ramp and steps: top concurrency; poisson-day: the busiest "
-                         "hour's requests per second unless --peak-rate")  # fmt: skip
-    compare.add_argument("--peak-rate", type=float, metavar="REQ_PER_S",
-                         help="poisson-day: the busiest hour's requests per second")  # fmt: skip
+    )
+    compare.add_argument(
+        "--router-config",
+        metavar="FILE.toml",
+        help="the router's settings: spec, base, profile, ...",
+    )
+    compare.add_argument(
+        "--profile", metavar="FILE", help="--offline: the profile to route by, over the config's"
+    )
+    compare.add_argument(
+        "--trace",
+        default="ramp",
+        help="ramp, steps, poisson-day or a JSON file of phases (each may "
+        "name its prompts' input_len)",
+    )
+    compare.add_argument(
+        "--peak",
+        type=int,
+        default=16,
+        help="ramp and steps: top concurrency; poisson-day: the busiest "
+        "hour's requests per second unless --peak-rate",
+    )
+    compare.add_argument(
+        "--peak-rate",
+        type=float,
+        metavar="REQ_PER_S",
+        help="poisson-day: the busiest hour's requests per second",
+    )
     compare.add_argument("--phase-seconds", type=float, default=20.0)
     compare.add_argument(
-        "--settle", type=float, default=0.0, metavar="S",
+        "--settle",
+        type=float,
+        default=0.0,
+        metavar="S",
         help="leave each phase's first S seconds (the load changing) out of its figures",
-    )  # fmt: skip
+    )
     compare.add_argument(
-        "--offline", action="store_true",
+        "--offline",
+        action="store_true",
         help="no servers: replay the trace in virtual time through the emulator's engine "
         "model (the flags below) and report the gap to an oracle",
-    )  # fmt: skip
+    )
     add_model_flags(compare, seed=False)
-    compare.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F",
-                         help="--offline: the emulated servers' time scale")  # fmt: skip
-    compare.add_argument("--policies", default="crossover,always-spec,always-base",
-                         help="comma-separated, run in this order; NAME:KEY=VALUE[:...] "
-                         "sets a policy's parameters (crossover:crossover=21)")  # fmt: skip
+    compare.add_argument(
+        "--time-scale",
+        type=positive(float),
+        default=1.0,
+        metavar="F",
+        help="--offline: the emulated servers' time scale",
+    )
+    compare.add_argument(
+        "--policies",
+        default="crossover,always-spec,always-base",
+        help="comma-separated, run in this order; NAME:KEY=VALUE[:...] "
+        "sets a policy's parameters (crossover:crossover=21)",
+    )
     add_dataset_flags(compare)
     compare.add_argument("--out", required=True, metavar="DIR")
     compare.add_argument("--plot", metavar="compare.png")
     compare.set_defaults(handler=_compare)
     cap = bench_sub.add_parser(
-        "capacity", help="how many concurrent streams one emulator process serves in real time",
+        "capacity",
+        help="how many concurrent streams one emulator process serves in real time",
         description="Closed-loop streams at rising levels against one emulated server, and "
         "the level at which its lag (slept over modelled step time) passes 5%%.",
-    )  # fmt: skip
-    cap.add_argument("--hardware", default="kimi-k2.5-8x-pcie-fitted",
-                     help="a shipped hardware model or a JSON file")  # fmt: skip
+    )
+    cap.add_argument(
+        "--hardware",
+        default="kimi-k2.5-8x-pcie-fitted",
+        help="a shipped hardware model or a JSON file",
+    )
     cap.add_argument("--mode", choices=["spec", "base"], default="spec")
-    cap.add_argument("--levels", type=levels, default=[16, 32, 64, 128, 256, 512],
-                     metavar="N1,N2,...", help="concurrent streams per level")  # fmt: skip
-    cap.add_argument("--seconds-per-level", type=positive(float), default=8.0,
-                     metavar="S", help="the measured window per level")  # fmt: skip
-    cap.add_argument("--warmup", type=positive(float), default=20.0, metavar="S",
-                     help="at most this long for every stream's first token")  # fmt: skip
+    cap.add_argument(
+        "--levels",
+        type=levels,
+        default=[16, 32, 64, 128, 256, 512],
+        metavar="N1,N2,...",
+        help="concurrent streams per level",
+    )
+    cap.add_argument(
+        "--seconds-per-level",
+        type=positive(float),
+        default=8.0,
+        metavar="S",
+        help="the measured window per level",
+    )
+    cap.add_argument(
+        "--warmup",
+        type=positive(float),
+        default=20.0,
+        metavar="S",
+        help="at most this long for every stream's first token",
+    )
     cap.add_argument("--max-tokens", type=positive(int), default=256)
     cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
     cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
     cap.set_defaults(handler=_capacity)
     overhead = bench_sub.add_parser(
-        "overhead", help="what a router adds: direct, a bare proxy, specroute, sglang-router",
+        "overhead",
+        help="what a router adds: direct, a bare proxy, specroute, sglang-router",
         description="Two stub SGLang backends on loopback and, in front of them in turn: "
         "nothing, a bare Python pass-through, specroute serve (one target per --workers "
         "count) and sglang-router when installed (pip install 'specroute[overhead]'). "
         "Closed-loop load at each level, the targets interleaved and repeated; per level "
         "and target the time to first chunk, the gaps between chunks, throughput and the "
         "CPU the router used per request, and what each adds over direct.",
-    )  # fmt: skip
-    overhead.add_argument("--levels", type=levels, default=[1, 4, 16, 64, 256, 512],
-                          metavar="N1,N2,...", help="concurrent requests per level")  # fmt: skip
-    overhead.add_argument("--workers", type=levels, default=[1, 2], metavar="N1,N2,...",
-                          help="specroute serve --workers, one target each")  # fmt: skip
+    )
+    overhead.add_argument(
+        "--levels",
+        type=levels,
+        default=[1, 4, 16, 64, 256, 512],
+        metavar="N1,N2,...",
+        help="concurrent requests per level",
+    )
+    overhead.add_argument(
+        "--workers",
+        type=levels,
+        default=[1, 2],
+        metavar="N1,N2,...",
+        help="specroute serve --workers, one target each",
+    )
     overhead.add_argument("--repeats", type=positive(int), default=3)
-    overhead.add_argument("--modes", type=_modes, default=["stream", "whole"], metavar="M1,M2",
-                          help="stream, whole (unstreamed answers) or both")  # fmt: skip
-    overhead.add_argument("--warmup", type=positive(float), default=0.75, metavar="S",
-                          help="load before each window, at its concurrency")  # fmt: skip
-    overhead.add_argument("--seconds", type=positive(float), default=1.5, metavar="S",
-                          help="each measured window")  # fmt: skip
+    overhead.add_argument(
+        "--modes",
+        type=_modes,
+        default=["stream", "whole"],
+        metavar="M1,M2",
+        help="stream, whole (unstreamed answers) or both",
+    )
+    overhead.add_argument(
+        "--warmup",
+        type=positive(float),
+        default=0.75,
+        metavar="S",
+        help="load before each window, at its concurrency",
+    )
+    overhead.add_argument(
+        "--seconds", type=positive(float), default=1.5, metavar="S", help="each measured window"
+    )
     overhead.add_argument("--chunks", type=positive(int), default=16, help="chunks per answer")
-    overhead.add_argument("--gap-ms", type=positive(float), default=20.0, metavar="MS",
-                          help="the backends' pause between chunks")  # fmt: skip
-    overhead.add_argument("--no-sglang-router", dest="sglang_router", action="store_false",
-                          help="leave sglang-router out even when it is installed")  # fmt: skip
-    overhead.add_argument("--quick", action="store_true",
-                          help="a smoke test: levels 1,16, one repeat, short windows")  # fmt: skip
+    overhead.add_argument(
+        "--gap-ms",
+        type=positive(float),
+        default=20.0,
+        metavar="MS",
+        help="the backends' pause between chunks",
+    )
+    overhead.add_argument(
+        "--no-sglang-router",
+        dest="sglang_router",
+        action="store_false",
+        help="leave sglang-router out even when it is installed",
+    )
+    overhead.add_argument(
+        "--quick", action="store_true", help="a smoke test: levels 1,16, one repeat, short windows"
+    )
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
     overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
     overhead.set_defaults(handler=_overhead)
     replicas = bench_sub.add_parser(
-        "replicas", help="several router replicas against one router: the speculative share",
+        "replicas",
+        help="several router replicas against one router: the speculative share",
         description="Emulated servers, then one router and several replicas in front of them "
         "in turn under the same ramp; how far the replicas' share of speculative requests "
         "strays from one router's, by load source, replicas and poll interval.",
-    )  # fmt: skip
+    )
     replicas.add_argument("--replicas", type=levels, default=[2, 4], metavar="N1,N2,...")
-    replicas.add_argument("--polls", type=_seconds, default=[0.05, 0.25, 1.0], metavar="S1,S2",
-                          help="poll intervals of the replicas load source")  # fmt: skip
-    replicas.add_argument("--seconds", type=positive(float), default=2.0, metavar="S",
-                          help="at each level of the ramp")  # fmt: skip
+    replicas.add_argument(
+        "--polls",
+        type=_seconds,
+        default=[0.05, 0.25, 1.0],
+        metavar="S1,S2",
+        help="poll intervals of the replicas load source",
+    )
+    replicas.add_argument(
+        "--seconds",
+        type=positive(float),
+        default=2.0,
+        metavar="S",
+        help="at each level of the ramp",
+    )
     replicas.add_argument("--out", metavar="FILE.json")
     replicas.set_defaults(handler=_replicas)
     chaos = bench_sub.add_parser(
-        "chaos", help="mixed traffic through one router while backends are killed, stalled, cut",
+        "chaos",
+        help="mixed traffic through one router while backends are killed, stalled, cut",
         description="A router process in front of emulator processes that a schedule drawn "
         "from the seed kills, starts again and injects faults into, while clients send mixed "
         "requests and cancel some; every request must be accounted for, and the router's "
         "counters must agree with the clients'. Exits 1 when a check fails.",
-    )  # fmt: skip
+    )
     chaos.add_argument("--requests", type=positive(int), default=3000)
     chaos.add_argument("--concurrency", type=positive(int), default=16)
     chaos.add_argument("--seed", type=int, default=0, help="the requests and the schedule")
     chaos.add_argument("--spec-backends", type=positive(int), default=2)
     chaos.add_argument("--base-backends", type=positive(int), default=2)
-    chaos.add_argument("--events", type=int, metavar="N",
-                       help="kills and fault changes (default: one per 150 requests)")  # fmt: skip
+    chaos.add_argument(
+        "--events",
+        type=int,
+        metavar="N",
+        help="kills and fault changes (default: one per 150 requests)",
+    )
     chaos.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
     chaos.add_argument("--out", metavar="FILE.json", help="the tally, counters and events")
     chaos.set_defaults(handler=_chaos)
     soak = bench_sub.add_parser(
-        "soak", help="a long run through one router, watching its memory and descriptors",
+        "soak",
+        help="a long run through one router, watching its memory and descriptors",
         description="Mixed requests through a router process in front of two fast emulators; "
         "every --every requests the router's RSS, descriptors, connections, threads and "
         "in-flight gauges, and once more after the client left and --idle seconds passed. "
         "Exits 1 when a check fails.",
-    )  # fmt: skip
+    )
     soak.add_argument("--requests", type=positive(int), default=100_000)
     soak.add_argument("--concurrency", type=positive(int), default=32)
-    soak.add_argument("--every", type=positive(int), default=10_000, metavar="N",
-                      help="a sample and a progress line every N requests")  # fmt: skip
+    soak.add_argument(
+        "--every",
+        type=positive(int),
+        default=10_000,
+        metavar="N",
+        help="a sample and a progress line every N requests",
+    )
     soak.add_argument("--seed", type=int, default=0)
-    soak.add_argument("--idle", type=float, default=20.0, metavar="S",
-                      help="after the last request, before the last sample")  # fmt: skip
+    soak.add_argument(
+        "--idle",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="after the last request, before the last sample",
+    )
     soak.add_argument("--out", metavar="FILE.json", help="every sample and the tally")
     soak.set_defaults(handler=_soak)
     cov = bench_sub.add_parser(
-        "coverage", help="how often calibration's 95%% interval holds the true crossover",
+        "coverage",
+        help="how often calibration's 95%% interval holds the true crossover",
         description="Calibrations of noisy emulated servers in virtual time (no servers, "
         "modelled seconds), each against the noise-free engine's crossover and beside a "
         "fixed grid of powers of two with 3 runs each: coverage, median width, backend time.",
-    )  # fmt: skip
-    cov.add_argument("--hardware", default="kimi-k2.5-8x-pcie-fitted,llama3.1-8b-h200@2.0",
-                     help="hardware models, comma-separated, taken in turn; NAME@A: at "
-                     "accept length A")  # fmt: skip
+    )
+    cov.add_argument(
+        "--hardware",
+        default="kimi-k2.5-8x-pcie-fitted,llama3.1-8b-h200@2.0",
+        help="hardware models, comma-separated, taken in turn; NAME@A: at accept length A",
+    )
     cov.add_argument("--calibrations", type=positive(int), default=50)
     cov.add_argument("--noise", default="default", metavar="run=S,step=S")
     cov.add_argument("--input-len", type=positive(int), default=512)
     cov.add_argument("--output-len", type=positive(int), default=128)
     cov.add_argument("--max-running-requests", type=positive(int), default=256)
-    cov.add_argument("--grid-every", type=int, default=1, metavar="N",
-                     help="sweep the grid beside every N-th calibration (0: never)")  # fmt: skip
+    cov.add_argument(
+        "--grid-every",
+        type=int,
+        default=1,
+        metavar="N",
+        help="sweep the grid beside every N-th calibration (0: never)",
+    )
     cov.add_argument("--seed", type=int, default=0)
     cov.add_argument("--out", metavar="FILE.json")
     cov.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
@@ -190,7 +306,7 @@ def add_bench(sub: Subcommands) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from specroute.bench.sweep import sweep
+    from specroute.loadgen.sweep import sweep
 
     run_loop(sweep(sweep_plan(args), args.concurrency, Path(args.out)))
     print(f"sweep written to {args.out}; next: specroute profile {args.out} -o profile.json")
@@ -202,10 +318,14 @@ def _capacity(args: argparse.Namespace) -> int:
     from specroute.bench.capacity import CapacityPlan, LevelResult
 
     plan = CapacityPlan(
-        hardware=args.hardware, mode=args.mode, levels=tuple(args.levels),
-        seconds=args.seconds_per_level, warmup=args.warmup, max_tokens=args.max_tokens,
+        hardware=args.hardware,
+        mode=args.mode,
+        levels=tuple(args.levels),
+        seconds=args.seconds_per_level,
+        warmup=args.warmup,
+        max_tokens=args.max_tokens,
         time_scale=args.time_scale,
-    )  # fmt: skip
+    )
     load_hardware(plan.hardware)  # a bad name stops here, not in the emulator
     print(capacity.header(plan), flush=True)
     results: list[LevelResult] = []
@@ -240,12 +360,20 @@ def _overhead(args: argparse.Namespace) -> int:
     from specroute.bench.overhead import OverheadPlan, Window, measure_overhead
 
     quick = {"levels": (1, 16), "repeats": 1, "warmup": 0.4, "seconds": 1.0} if args.quick else {}
-    plan = OverheadPlan(**{
-        "levels": tuple(args.levels), "repeats": args.repeats, "workers": tuple(args.workers),
-        "modes": tuple(args.modes), "warmup": args.warmup, "seconds": args.seconds,
-        "chunks": args.chunks, "gap_ms": args.gap_ms, "sglang_router": args.sglang_router,
-        **quick,
-    })  # fmt: skip
+    plan = OverheadPlan(
+        **{
+            "levels": tuple(args.levels),
+            "repeats": args.repeats,
+            "workers": tuple(args.workers),
+            "modes": tuple(args.modes),
+            "warmup": args.warmup,
+            "seconds": args.seconds,
+            "chunks": args.chunks,
+            "gap_ms": args.gap_ms,
+            "sglang_router": args.sglang_router,
+            **quick,
+        }
+    )
     notes: list[str] = []
     windows: list[Window] = []
 
@@ -277,10 +405,14 @@ def _chaos(args: argparse.Namespace) -> int:
     from specroute.bench.chaos import ChaosPlan, render, run_chaos
 
     plan = ChaosPlan(
-        requests=args.requests, concurrency=args.concurrency, seed=args.seed,
-        spec_backends=args.spec_backends, base_backends=args.base_backends, events=args.events,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        spec_backends=args.spec_backends,
+        base_backends=args.base_backends,
+        events=args.events,
         time_scale=args.time_scale,
-    )  # fmt: skip
+    )
     result = run_loop(run_chaos(plan, lambda line: print(line, file=sys.stderr, flush=True)))
     print(render(result))
     _save(result.as_json(), args.out)
@@ -290,8 +422,13 @@ def _chaos(args: argparse.Namespace) -> int:
 def _soak(args: argparse.Namespace) -> int:
     from specroute.bench.soak import SoakPlan, render, run_soak
 
-    plan = SoakPlan(requests=args.requests, concurrency=args.concurrency, every=args.every,
-                    seed=args.seed, idle=args.idle)  # fmt: skip
+    plan = SoakPlan(
+        requests=args.requests,
+        concurrency=args.concurrency,
+        every=args.every,
+        seed=args.seed,
+        idle=args.idle,
+    )
     result = run_loop(run_soak(plan, lambda line: print(line, file=sys.stderr, flush=True)))
     print(render(result))
     _save(result.as_json(), args.out)
@@ -307,7 +444,7 @@ def _save(document: dict[str, Any], out: str | None) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     from specroute.bench.compare import ComparePlan, compare, policy_specs, render
-    from specroute.bench.trace import named_trace
+    from specroute.loadgen.trace import named_trace
 
     rate = args.peak_rate if args.peak_rate is not None else float(args.peak)
     trace = named_trace(args.trace, args.peak, args.phase_seconds, rate)
@@ -318,10 +455,16 @@ def _compare(args: argparse.Namespace) -> int:
         raise ValueError("compare needs --router-config FILE.toml (or --offline)")
     else:
         plan = ComparePlan(
-            router_config=Path(args.router_config), trace=trace, dataset=dataset(args),
-            policies=policies, slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle,
-            seed=args.seed, output_len=args.output_len,
-        )  # fmt: skip
+            router_config=Path(args.router_config),
+            trace=trace,
+            dataset=dataset(args),
+            policies=policies,
+            slo=args.slo,
+            ignore_eos=args.ignore_eos,
+            settle=args.settle,
+            seed=args.seed,
+            output_len=args.output_len,
+        )
         results = run_loop(compare(plan, Path(args.out)))
     print(render(results))
     if args.plot:
@@ -346,13 +489,18 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
     settings = RouterSettings(**{k: v for k, v in given.items() if v is not None})
     profile = load_profile(settings.profile) if settings.profile else None
     plan = ReplayPlan(
-        trace, dataset(args),
+        trace,
+        dataset(args),
         servers={pool: emulator_config(args, pool) for pool in ("spec", "base")},
         backends={"spec": tuple(settings.spec), "base": tuple(settings.base)},
-        source=settings.concurrency_source, poll_interval=settings.poll_interval,
-        slo=args.slo, ignore_eos=args.ignore_eos, settle=args.settle, seed=args.seed,
+        source=settings.concurrency_source,
+        poll_interval=settings.poll_interval,
+        slo=args.slo,
+        ignore_eos=args.ignore_eos,
+        settle=args.settle,
+        seed=args.seed,
         output_len=args.output_len,
-    )  # fmt: skip
+    )
 
     def build(spec: PolicySpec) -> Policy:
         """As its router process would be: its parameters over the config's, validated."""
@@ -378,8 +526,9 @@ def _seconds(text: str) -> list[float]:
 def _replicas(args: argparse.Namespace) -> int:
     from specroute.bench.replicas import ReplicasPlan, measure_replicas, render
 
-    plan = ReplicasPlan(replicas=tuple(args.replicas), polls=tuple(args.polls),
-                        seconds=args.seconds)  # fmt: skip
+    plan = ReplicasPlan(
+        replicas=tuple(args.replicas), polls=tuple(args.polls), seconds=args.seconds
+    )
     rows = run_loop(measure_replicas(plan, lambda text: print(text, file=sys.stderr, flush=True)))
     print(render(rows))
     if args.out:
@@ -391,23 +540,35 @@ def _replicas(args: argparse.Namespace) -> int:
 def _coverage(args: argparse.Namespace) -> int:
     from specroute.bench.coverage import CoveragePlan, coverage, render
     from specroute.bench.coverage_plot import plot_coverage
-    from specroute.bench.dataset import synthetic
     from specroute.emulator.noise import parse_noise
+    from specroute.loadgen.dataset import synthetic
 
     def config(given: str) -> Any:
         name, _, accept = given.strip().partition("@")
-        return emulator_config(argparse.Namespace(
-            hardware=name, accept_rate=None, accept_length=float(accept) if accept else None,
-            speculative_num_steps=None, time_scale=1.0, cuda_graph_max_bs=None,
-            max_running_requests=args.max_running_requests, seed=args.seed,
-            noise=parse_noise(args.noise),
-        ))  # fmt: skip
+        return emulator_config(
+            argparse.Namespace(
+                hardware=name,
+                accept_rate=None,
+                accept_length=float(accept) if accept else None,
+                speculative_num_steps=None,
+                time_scale=1.0,
+                cuda_graph_max_bs=None,
+                max_running_requests=args.max_running_requests,
+                seed=args.seed,
+                noise=parse_noise(args.noise),
+            )
+        )
 
     configs = tuple(config(name) for name in args.hardware.split(","))
-    plan = CoveragePlan(configs, synthetic(args.input_len, args.output_len),
-                        calibrations=args.calibrations, input_len=args.input_len,
-                        output_len=args.output_len, grid_every=args.grid_every,
-                        seed=args.seed)  # fmt: skip
+    plan = CoveragePlan(
+        configs,
+        synthetic(args.input_len, args.output_len),
+        calibrations=args.calibrations,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        grid_every=args.grid_every,
+        seed=args.seed,
+    )
     result = coverage(plan)
     print(render(result))
     if args.out:

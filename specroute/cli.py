@@ -47,39 +47,57 @@ def _version() -> str:
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
-        prog="specroute", description=_ABOUT, epilog=_EXAMPLES,
+        prog="specroute",
+        description=_ABOUT,
+        epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     root.add_argument("--version", action="version", version=f"specroute {_version()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_serve, measure.add_calibrate, measure.add_profile, bench_commands.add_bench,
-                _add_emulate, _add_demo):  # fmt: skip
+    for add in (
+        _add_serve,
+        measure.add_calibrate,
+        measure.add_profile,
+        bench_commands.add_bench,
+        _add_emulate,
+        _add_demo,
+    ):
         add(sub)
     return root
 
 
 def _add_serve(sub: Subcommands) -> None:
     serve = sub.add_parser(
-        "serve", help="run the router in front of speculative and plain backends",
+        "serve",
+        help="run the router in front of speculative and plain backends",
         description="An OpenAI-compatible proxy that routes by live concurrency.",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--spec", action="append", metavar="URL",
+        "--spec",
+        action="append",
+        metavar="URL",
         help="a speculative backend (repeatable); dns+http://NAME:PORT: each address of NAME",
-    )  # fmt: skip
+    )
     serve.add_argument("--base", action="append", metavar="URL", help="a plain backend, likewise")
     serve.add_argument(
-        "--backends-file", metavar="FILE",
+        "--backends-file",
+        metavar="FILE",
         help="backends from a watched file_sd JSON file (labels pool=spec|base, group)",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--group", dest="groups", action="append", metavar="URL,URL", type=_urls,
+        "--group",
+        dest="groups",
+        action="append",
+        metavar="URL,URL",
+        type=_urls,
         help="servers sharing GPUs (the shared topology), compared with the crossover together",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--watch-interval", type=float, metavar="S",
+        "--watch-interval",
+        type=float,
+        metavar="S",
         help="seconds between readings of names, the backends file and the profile (default 5)",
-    )  # fmt: skip
+    )
     serve.add_argument(
         "--policy",
         help=", ".join(f"{name} (default)" if name == "crossover" else name for name in REGISTRY),
@@ -88,46 +106,61 @@ def _add_serve(sub: Subcommands) -> None:
     serve.add_argument("--topology", choices=["shared", "partitioned"])
     serve.add_argument("--hysteresis", type=float)
     serve.add_argument(
-        "--accept-max-age", type=float, metavar="SECONDS",
+        "--accept-max-age",
+        type=float,
+        metavar="SECONDS",
         help="acceptance-crossover: a live accept length older than this is not believed",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--probe-share", type=float, metavar="SHARE",
+        "--probe-share",
+        type=float,
+        metavar="SHARE",
         help="acceptance-crossover: the share sent to speculate while acceptance keeps it idle",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--context", choices=["auto", "off"],
+        "--context",
+        choices=["auto", "off"],
         help="expected-latency: read the curves at the context mix a request would join, "
         "when the profile has curves per context (auto, the default), or not (off)",
-    )  # fmt: skip
+    )
     serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
     serve.add_argument(
-        "--concurrency-source", choices=["router", "backend", "max", "replicas"],
+        "--concurrency-source",
+        choices=["router", "backend", "max", "replicas"],
         help="replicas: for several routers in front of the same servers",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--poll-interval", type=float, metavar="S",
+        "--poll-interval",
+        type=float,
+        metavar="S",
         help="seconds between readings of each backend's load and metrics (default 0.5)",
-    )  # fmt: skip
+    )
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
     keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
     serve.add_argument(
-        "--api-key", dest="api_keys", action="append", metavar="KEY",
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        metavar="KEY",
         help=f"a client key (repeatable); {keys}",
-    )  # fmt: skip
+    )
     serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
     serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
     serve.add_argument(
-        "--drain-grace", type=float, metavar="S",
+        "--drain-grace",
+        type=float,
+        metavar="S",
         help="after SIGTERM, seconds of answering not-ready while still serving (default 5)",
-    )  # fmt: skip
+    )
     serve.add_argument("--drain-timeout", type=float, metavar="S")
     serve.add_argument(
-        "--workers", type=int, metavar="N",
+        "--workers",
+        type=int,
+        metavar="N",
         help="router processes sharing the port and one view of load (default 1)",
-    )  # fmt: skip
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -152,16 +185,21 @@ def _add_emulate(sub: Subcommands) -> None:
     emulate.add_argument("--decode-log-interval", type=positive(int), default=40)
     emulate.add_argument("--api-key", metavar="KEY", help="require this bearer key, as SGLang")
     emulate.add_argument(
-        "--stream-interval", type=positive(int), default=1, metavar="N",
+        "--stream-interval",
+        type=positive(int),
+        default=1,
+        metavar="N",
         help="stream a request's tokens N at a time, as SGLang's flag",
-    )  # fmt: skip
+    )
     emulate.add_argument(
-        "--fault", action="append", metavar="KIND[:VALUE][,KEY=VALUE...]",
+        "--fault",
+        action="append",
+        metavar="KIND[:VALUE][,KEY=VALUE...]",
         help="inject a fault into the generation endpoints (repeatable, or several joined by "
         "';'): refuse, status:CODE, stall_first:S, stall_mid:K, cut_mid:K, crash[:K], slow:F, "
         "compress; keys seconds, after, mid_event, probability, count. "
         "GET/POST/DELETE /emulator/faults changes them while serving",
-    )  # fmt: skip
+    )
     add_model_flags(emulate)
     emulate.add_argument(
         "--predict",
@@ -170,29 +208,37 @@ def _add_emulate(sub: Subcommands) -> None:
         help="print steady-state speeds of both modes at these concurrencies",
     )
     emulate.add_argument(
-        "--input-len", type=lengths, default=[512], metavar="N[,N...]",
+        "--input-len",
+        type=lengths,
+        default=[512],
+        metavar="N[,N...]",
         help="prompt tokens per request; several: the crossover per context (with --predict "
         "or --calibrate; the profile is then specroute.profile/v2)",
-    )  # fmt: skip
+    )
     emulate.add_argument("--output-len", type=positive(int), default=256)
     emulate.add_argument("--json", action="store_true", help="with --predict: print JSON")
     emulate.add_argument(
-        "--calibrate", action="store_true",
+        "--calibrate",
+        action="store_true",
         help="rehearse `specroute calibrate` on this model in virtual time (no servers; "
         "backend time is modelled seconds; add --noise to make runs differ as a real engine's "
         "do) and write its profile to --profile",
-    )  # fmt: skip
+    )
     emulate.add_argument(
-        "--profile", metavar="FILE",
+        "--profile",
+        metavar="FILE",
         help="with --predict: also write it as a profile (marked predicted), to rehearse "
         "routing; with --calibrate: the calibration's profile",
-    )  # fmt: skip
+    )
     emulate.add_argument("--report", metavar="report.md", help="with --calibrate: in words")
     emulate.add_argument("--plot", metavar="bands.png", help="with --calibrate: needs matplotlib")
     emulate.add_argument(
-        "--budget", type=float, default=math.inf, metavar="MINUTES",
+        "--budget",
+        type=float,
+        default=math.inf,
+        metavar="MINUTES",
         help="with --calibrate: modelled backend time to spend, at most (default: no limit)",
-    )  # fmt: skip
+    )
     emulate.add_argument(
         "--out", metavar="DIR", help="with --calibrate: keep the sweep here (default: not kept)"
     )
@@ -201,14 +247,16 @@ def _add_emulate(sub: Subcommands) -> None:
 
 def _add_demo(sub: Subcommands) -> None:
     demo = sub.add_parser(
-        "demo", help="the whole loop on emulated servers: calibrate, route, compare",
+        "demo",
+        help="the whole loop on emulated servers: calibrate, route, compare",
         description="Two emulated SGLang servers, a quick calibration, the router with its "
         "profile, and a load ramp through it against both static choices (about 2 minutes).",
-    )  # fmt: skip
+    )
     demo.add_argument(
-        "--hardware", default="kimi-k2.5-8x-pcie-fitted",
+        "--hardware",
+        default="kimi-k2.5-8x-pcie-fitted",
         help="a shipped hardware model or a JSON file (default: %(default)s)",
-    )  # fmt: skip
+    )
     demo.add_argument("--accept-length", type=positive(float), metavar="TAU")
     demo.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
     demo.add_argument("--peak", type=positive(int), default=16, help="the ramp's top")
@@ -246,8 +294,10 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
 def _emulate(args: argparse.Namespace) -> int:
     config = emulator_config(args)
     if (args.predict or args.calibrate) and config.share_gpus is not None:
-        raise ValueError("--share-gpus is for servers and replays; a prediction or a "
-                         "rehearsed calibration measures each server alone")  # fmt: skip
+        raise ValueError(
+            "--share-gpus is for servers and replays; a prediction or a "
+            "rehearsed calibration measures each server alone"
+        )
     if args.out and not args.calibrate:
         raise ValueError("--out keeps a rehearsed calibration's sweep: it needs --calibrate")
     if args.predict:
@@ -281,7 +331,7 @@ def _predict(config: EmulatorConfig, args: argparse.Namespace) -> int:
         print(model.render(found[0], title))
     if args.profile:
         if len(found) > 1:
-            from specroute.bench.dataset import synthetic_tokens_per_byte
+            from specroute.loadgen.dataset import synthetic_tokens_per_byte
 
             ratio = synthetic_tokens_per_byte(args.input_len, args.output_len)
             document = model.as_context_profile(found, config, ratio)
@@ -298,9 +348,13 @@ def _demo(args: argparse.Namespace) -> int:
     load_hardware(args.hardware)  # a bad name stops here, not in two servers
     extra = ("--accept-length", f"{args.accept_length:g}") if args.accept_length else ()
     plan = DemoPlan(
-        hardware=args.hardware, time_scale=args.time_scale, peak=args.peak,
-        phase_seconds=args.phase_seconds, out=Path(args.out), server_flags=extra,
-    )  # fmt: skip
+        hardware=args.hardware,
+        time_scale=args.time_scale,
+        peak=args.peak,
+        phase_seconds=args.phase_seconds,
+        out=Path(args.out),
+        server_flags=extra,
+    )
     demo(plan)
     return 0
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specroute.bench.dataset import Dataset
-    from specroute.bench.sweep import SweepPlan
+    from specroute.loadgen.dataset import Dataset
+    from specroute.loadgen.sweep import SweepPlan
 
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -61,34 +61,47 @@ def add_workload_flags(p: argparse.ArgumentParser, contexts: bool = False) -> No
     add_dataset_flags(p, contexts)
     size = p.add_mutually_exclusive_group()
     size.add_argument(
-        "--requests-per-level", type=int, metavar="N",
+        "--requests-per-level",
+        type=int,
+        metavar="N",
         help="measured requests per level and run (default: 2x the level, at least 16)",
-    )  # fmt: skip
+    )
     size.add_argument("--duration-per-level", type=float, metavar="S")
     p.add_argument("--repeats", type=int, default=3, help="runs per level and backend")
 
 
 def add_dataset_flags(p: argparse.ArgumentParser, contexts: bool = False) -> None:
     p.add_argument(
-        "--dataset", nargs="+", default=["synthetic"], metavar="KIND [FILE]",
+        "--dataset",
+        nargs="+",
+        default=["synthetic"],
+        metavar="KIND [FILE]",
         help="synthetic (default), sharegpt FILE, or jsonl FILE (your own prompts)",
-    )  # fmt: skip
+    )
     if contexts:
         p.add_argument(
-            "--input-len", type=lengths, default=[512], metavar="N[,N...]",
+            "--input-len",
+            type=lengths,
+            default=[512],
+            metavar="N[,N...]",
             help="synthetic prompt tokens; several: the crossover per context, one budget",
-        )  # fmt: skip
+        )
     else:
         p.add_argument("--input-len", type=int, default=512, help="synthetic prompt tokens")
     p.add_argument("--output-len", type=int, default=256, help="output tokens per request")
     p.add_argument(
-        "--slo", type=slo, default={}, metavar="ttft=S,tpot=S",
+        "--slo",
+        type=slo,
+        default={},
+        metavar="ttft=S,tpot=S",
         help="service-level objectives for goodput, e.g. ttft=0.5,tpot=50ms",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--no-ignore-eos", dest="ignore_eos", action="store_false",
+        "--no-ignore-eos",
+        dest="ignore_eos",
+        action="store_false",
         help="let requests stop at end of sequence (lengths then vary)",
-    )  # fmt: skip
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -100,7 +113,7 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
 
 def dataset(args: argparse.Namespace, input_len: int | None = None) -> Dataset:
     """``input_len``: the synthetic prompts' length, when ``--input-len`` gave several."""
-    from specroute.bench.dataset import jsonl, sharegpt, synthetic
+    from specroute.loadgen.dataset import jsonl, sharegpt, synthetic
 
     kind, *rest = args.dataset
     if kind == "synthetic" and not rest:
@@ -116,11 +129,16 @@ def dataset(args: argparse.Namespace, input_len: int | None = None) -> Dataset:
 
 
 def sweep_plan(args: argparse.Namespace, input_len: int | None = None) -> SweepPlan:
-    from specroute.bench.sweep import SweepPlan
+    from specroute.loadgen.sweep import SweepPlan
 
     return SweepPlan(
-        spec=args.spec.rstrip("/"), base=args.base.rstrip("/"), dataset=dataset(args, input_len),
-        repeats=args.repeats, requests=args.requests_per_level,
-        duration=args.duration_per_level, ignore_eos=args.ignore_eos, slo=args.slo,
+        spec=args.spec.rstrip("/"),
+        base=args.base.rstrip("/"),
+        dataset=dataset(args, input_len),
+        repeats=args.repeats,
+        requests=args.requests_per_level,
+        duration=args.duration_per_level,
+        ignore_eos=args.ignore_eos,
+        slo=args.slo,
         api_key=os.environ.get("SPECROUTE_BENCH_API_KEY"),
-    )  # fmt: skip
+    )

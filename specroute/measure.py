@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 
 def add_profile(sub: Subcommands) -> None:
     profile = sub.add_parser(
-        "profile", help="turn a sweep folder into a specroute.profile/v1 file",
+        "profile",
+        help="turn a sweep folder into a specroute.profile/v1 file",
         description="Medians, bootstrap intervals and the crossover of a sweep. A "
         "calibration's folder of context buckets (input-len-N) gives a specroute.profile/v2.",
-    )  # fmt: skip
+    )
     profile.add_argument("sweep", metavar="DIR")
     add_report_flags(profile)
     profile.add_argument("--slo", type=slo, default=None, metavar="ttft=S,tpot=S")
@@ -35,27 +36,38 @@ def add_profile(sub: Subcommands) -> None:
 
 def add_calibrate(sub: Subcommands) -> None:
     calibrate = sub.add_parser(
-        "calibrate", help="sweep and profile in one go, refining around the crossover",
+        "calibrate",
+        help="sweep and profile in one go, refining around the crossover",
         description="Doubles the concurrency from 1 (one run per level) while speculation pays, "
         "measures the levels around the crossing again until each has --repeats runs (at "
         "least 3), then levels inside the bracket, until the crossover's interval is narrow "
         "enough or the budget is spent. Several --input-len: the crossover per context, "
         "shortest first, within the one budget (a specroute.profile/v2).",
-    )  # fmt: skip
+    )
     add_workload_flags(calibrate, contexts=True)
     add_report_flags(calibrate)
     calibrate.add_argument(
-        "--budget", type=float, default=15, metavar="MINUTES",
+        "--budget",
+        type=float,
+        default=15,
+        metavar="MINUTES",
         help="backend time to spend, at most (default: %(default)s)",
-    )  # fmt: skip
+    )
     calibrate.add_argument(
-        "--max-concurrency", type=int, default=None, metavar="N",
+        "--max-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
         help="a hard ceiling: never measure above N. Default: none; the search doubles "
         "until speculation stops paying, the budget ends, or the servers' max running "
         "requests (when both report it)",
-    )  # fmt: skip
-    calibrate.add_argument("--precision", type=float, default=0.3,
-                           help="stop when the interval is this fraction of the value")  # fmt: skip
+    )
+    calibrate.add_argument(
+        "--precision",
+        type=float,
+        default=0.3,
+        help="stop when the interval is this fraction of the value",
+    )
     calibrate.add_argument("--out", metavar="DIR", help="the sweep folder (default: beside -o)")
     calibrate.set_defaults(handler=_calibrate)
 
@@ -122,8 +134,11 @@ def _bucket_folders(path: Path) -> list[Path]:
     """A calibration's context buckets, shortest prompts first; none in a plain sweep."""
     if (path / "meta.json").exists():
         return []
-    found = [(int(f.name.removeprefix(_BUCKET)), f) for f in path.glob(f"{_BUCKET}*")
-             if f.name.removeprefix(_BUCKET).isdigit()]  # fmt: skip
+    found = [
+        (int(f.name.removeprefix(_BUCKET)), f)
+        for f in path.glob(f"{_BUCKET}*")
+        if f.name.removeprefix(_BUCKET).isdigit()
+    ]
     return [f for _, f in sorted(found)]
 
 
@@ -133,15 +148,19 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     lengths = args.input_len
     if len(lengths) > 1 and args.dataset[0] != "synthetic":
-        raise ValueError("several --input-len need --dataset synthetic: other prompts have "
-                         "their own lengths")  # fmt: skip
+        raise ValueError(
+            "several --input-len need --dataset synthetic: other prompts have their own lengths"
+        )
     out = Path(args.out) if args.out else Path(args.output).with_suffix(".sweep")
     buckets = [
-        Bucket(CalibrationPlan(sweep_plan(args, n), max_concurrency=args.max_concurrency,
-                               precision=args.precision),
-               out if len(lengths) == 1 else out / _folder(n))
+        Bucket(
+            CalibrationPlan(
+                sweep_plan(args, n), max_concurrency=args.max_concurrency, precision=args.precision
+            ),
+            out if len(lengths) == 1 else out / _folder(n),
+        )
         for n in lengths
-    ]  # fmt: skip
+    ]
     _report_calibration(buckets, args)
     return 0
 
@@ -165,13 +184,14 @@ def rehearse(config: EmulatorConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def rehearsal_buckets(config: EmulatorConfig, lengths: list[int], output_len: int, seed: int,
-                      out: Path) -> list[Bucket]:  # fmt: skip
+def rehearsal_buckets(
+    config: EmulatorConfig, lengths: list[int], output_len: int, seed: int, out: Path
+) -> list[Bucket]:
     """A virtual sweep per prompt length, each drawing noise of its own: the k-th bucket's
     runs are seeded by ``seed + k`` (the first, alone, as a calibration of one length)."""
-    from specroute.bench.dataset import synthetic
-    from specroute.bench.sweep import SweepPlan
-    from specroute.bench.virtual_sweep import VirtualSweep
+    from specroute.loadgen.dataset import synthetic
+    from specroute.loadgen.sweep import SweepPlan
+    from specroute.loadgen.virtual_sweep import VirtualSweep
     from specroute.profiler.calibration import CalibrationPlan
     from specroute.profiler.context_calibration import Bucket
 
@@ -179,16 +199,17 @@ def rehearsal_buckets(config: EmulatorConfig, lengths: list[int], output_len: in
     for k, n in enumerate(lengths):
         plan = SweepPlan("virtual", "virtual", synthetic(n, output_len))
         where = out if len(lengths) == 1 else out / _folder(n)
-        sweep = VirtualSweep(plan, where, config, input_len=n, output_len=output_len,
-                             seed=seed + k)  # fmt: skip
+        sweep = VirtualSweep(plan, where, config, input_len=n, output_len=output_len, seed=seed + k)
         buckets.append(Bucket(CalibrationPlan(plan), where, sweep))
     return buckets
 
 
 def _report_calibration(
-    buckets: list[Bucket], args: argparse.Namespace, output: str | None = None,
+    buckets: list[Bucket],
+    args: argparse.Namespace,
+    output: str | None = None,
     kept: bool = True,
-) -> None:  # fmt: skip
+) -> None:
     """Calibrate each context bucket within the one ``--budget`` and write the profile: v1
     for one bucket, as always; v2 for several, each bucket's calibration beside its
     crossover and the first's also where v1 has it. A sweep not ``kept`` is named nowhere."""

@@ -61,22 +61,29 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         help="default: 48 with speculation (as SGLang), the model's without",
     )
     p.add_argument(
-        "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs",
-        type=positive(int), metavar="N",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs",
+        dest="cuda_graph_max_bs",
+        type=positive(int),
+        metavar="N",
         help="largest batch run as a CUDA graph (SGLang 0.5.23's name; the older one works)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--noise", type=_noise, default=Noise(), metavar="run=S,step=S",
+        "--noise",
+        type=_noise,
+        default=Noise(),
+        metavar="run=S,step=S",
         help="timing noise like a real engine's (off by default): the log-sigma of a "
         "multiplier drawn per run (each time the server starts work after idling) and of one "
         "drawn per step; 'default' is run=0.02,step=0.05. Seeded by --seed",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--share-gpus", metavar="FILE",
+        "--share-gpus",
+        metavar="FILE",
         help="servers given the same file share one set of GPUs (the shared topology): their "
         "steps take turns, as CUDA time-slices two processes on one GPU. Default: GPUs of "
         "its own",
-    )  # fmt: skip
+    )
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
 

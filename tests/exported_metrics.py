@@ -20,11 +20,12 @@ PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 RULE_FILES = [PROMETHEUS / "rules.yml", PROMETHEUS / "alerts.yml"]
 # what the router's profile gauges are read from while it is scraped
 PROFILE = {
-    "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
+    "schema": "specroute.profile/v1",
+    "created": "2026-11-30T00:00:00+00:00",
     "crossover": {"value": 5, "ci": [4, 6], "bands": [[None, 5]]},  # bands: their edge gauge
     "acceptance": {"mean_accept_length": 3.0},
     "workload": {"mean_prompt_tokens": 512, "mean_output_tokens": 128},
-}  # fmt: skip
+}
 
 # what in an expression is not a metric name: label matchers and lists, functions, keywords
 _NOT_NAMES = re.compile(

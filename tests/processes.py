@@ -1,5 +1,5 @@
 """``specroute`` commands as real processes on loopback, for what needs a process to die:
-the one spawner (``specroute.bench.spawn``), killed at the end since a test need not wait."""
+the one spawner (``specroute.loadgen.spawn``), killed at the end since a test need not wait."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from asyncio.subprocess import Process
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 
 
 @asynccontextmanager

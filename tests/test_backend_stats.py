@@ -111,7 +111,8 @@ def test_the_reader_on_single_lines(line: str, value: float | None) -> None:
 
 def test_the_reader_agrees_with_prometheus_client_on_the_vllm_capture() -> None:
     text = (DATA / "vllm-metrics-busy.txt").read_text()
-    theirs = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text)
-              for s in f.samples]  # fmt: skip
+    theirs = [
+        (s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+    ]
     ours = [(s.name, dict(s.labels), s.value) for s in prometheus.samples(text)]
     assert ours == theirs

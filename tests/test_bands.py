@@ -39,10 +39,20 @@ async def calibrated(tmp_path: Path, *flags: str) -> tuple[dict[str, Any], list[
     aims at)."""
     model = (*flags, "--noise", "default", "--seed", "3")
     code, stdout, stderr = await run(
-        "emulate", *model, "--input-len", "512", "--output-len", str(OUTPUT), "--calibrate",
-        "--profile", str(tmp_path / "p.json"), "--report", str(tmp_path / "r.md"),
-        "--plot", str(tmp_path / "bands.png"),
-    )  # fmt: skip
+        "emulate",
+        *model,
+        "--input-len",
+        "512",
+        "--output-len",
+        str(OUTPUT),
+        "--calibrate",
+        "--profile",
+        str(tmp_path / "p.json"),
+        "--report",
+        str(tmp_path / "r.md"),
+        "--plot",
+        str(tmp_path / "bands.png"),
+    )
     assert code == 0, stderr
     assert "speculation pays in 1 band(s) of load" in stdout
     profile = json.loads((tmp_path / "p.json").read_text())
@@ -55,13 +65,23 @@ async def calibrated(tmp_path: Path, *flags: str) -> tuple[dict[str, Any], list[
     return profile, [e for band in bands(levels, speedups) for e in band if e is not None]
 
 
-def route(profile: dict[str, Any], load: int, policy: str = "crossover",
-          accept_length: float | None = None) -> str:  # fmt: skip
+def route(
+    profile: dict[str, Any],
+    load: int,
+    policy: str = "crossover",
+    accept_length: float | None = None,
+) -> str:
     """Where a policy sends a request that would make the load ``load``; the speculative
     server's live accept length, if it reports one."""
     chosen = build_policy(policy, {}, parse_profile(profile))
-    spec = BackendView("s", "spec", True, load - 1, accept_length=accept_length,
-                       accept_length_age=0.0 if accept_length else None)  # fmt: skip
+    spec = BackendView(
+        "s",
+        "spec",
+        True,
+        load - 1,
+        accept_length=accept_length,
+        accept_length_age=0.0 if accept_length else None,
+    )
     view = View((spec, BackendView("b", "base", True, 0)))
     return chosen.choose(RequestInfo(path="/v1/completions"), view).pool
 
@@ -94,14 +114,28 @@ def check_against_truth(profile: dict[str, Any], edges: list[float]) -> None:
 async def test_a_measured_moe_pays_in_a_band(tmp_path: Path) -> None:
     """Qwen3-30B-A3B on one H200, every step time measured, a weak drafter: loses at low
     load (verifying touches many more experts), pays at medium, fades as compute binds."""
-    profile, edges = await calibrated(tmp_path, "--hardware", "qwen3-30b-a3b-h200",
-                                "--accept-length", "1.6", "--max-running-requests", "128")  # fmt: skip
+    profile, edges = await calibrated(
+        tmp_path,
+        "--hardware",
+        "qwen3-30b-a3b-h200",
+        "--accept-length",
+        "1.6",
+        "--max-running-requests",
+        "128",
+    )
     assert len(edges) == 2 and 8 < edges[0] < 32 and 48 < edges[1] < 128
     check_against_truth(profile, edges)
 
 
 async def test_the_seeds_model_pays_in_a_band_of_medium_load(tmp_path: Path) -> None:
-    profile, edges = await calibrated(tmp_path, "--hardware", "kimi-k2.5-8x-pcie",
-                                "--accept-length", "2.1", "--max-running-requests", "512")  # fmt: skip
+    profile, edges = await calibrated(
+        tmp_path,
+        "--hardware",
+        "kimi-k2.5-8x-pcie",
+        "--accept-length",
+        "2.1",
+        "--max-running-requests",
+        "512",
+    )
     assert len(edges) == 2 and 16 < edges[0] < 48 and 48 < edges[1] < 128
     check_against_truth(profile, edges)

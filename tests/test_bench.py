@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from specroute.bench.dataset import DatasetError, jsonl, sharegpt, synthetic
-from specroute.bench.record import RequestRecord
+from specroute.loadgen.dataset import DatasetError, jsonl, sharegpt, synthetic
+from specroute.loadgen.record import RequestRecord
 from specroute.policies.profile import load_profile
 from tests.processes import emulator_pair, specroute
 
@@ -35,8 +35,16 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 
 def test_metric_definitions() -> None:
-    record = RequestRecord("spec", 1, 0, start=10.0, first_token=10.5, end=12.5,
-                           chunks=[(10.5, 1), (11.5, 4), (12.5, 5)], output_tokens=10)  # fmt: skip
+    record = RequestRecord(
+        "spec",
+        1,
+        0,
+        start=10.0,
+        first_token=10.5,
+        end=12.5,
+        chunks=[(10.5, 1), (11.5, 4), (12.5, 5)],
+        output_tokens=10,
+    )
     assert record.ttft() == 0.5
     assert record.tpot() == pytest.approx(2.0 / 9)
     assert record.decode_tps() == pytest.approx(4.5)
@@ -52,16 +60,26 @@ def test_datasets(tmp_path: Path) -> None:
     assert synthetic(512, 64).fingerprint() == synthetic(512, 64).fingerprint()
     assert synthetic(512, 64).fingerprint() != synthetic(512, 64, seed=1).fingerprint()
     share = tmp_path / "share.json"
-    share.write_text(json.dumps([
-        {"conversations": [{"from": "human", "value": "hi there"},
-                           {"from": "gpt", "value": "one two three four five"}]},
-        {"conversations": [{"from": "gpt", "value": "skipped: no human turn first"}]},
-    ]))  # fmt: skip
+    share.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "hi there"},
+                        {"from": "gpt", "value": "one two three four five"},
+                    ]
+                },
+                {"conversations": [{"from": "gpt", "value": "skipped: no human turn first"}]},
+            ]
+        )
+    )
     loaded = sharegpt(share, None)
     assert [(p.messages[0]["content"], p.max_tokens) for p in loaded.prompts] == [("hi there", 5)]
     own = tmp_path / "own.jsonl"
-    own.write_text('{"prompt": "def f():"}\n\n{"messages": [{"role": "user", "content": "x"}],'
-                   ' "max_tokens": 7}\n')  # fmt: skip
+    own.write_text(
+        '{"prompt": "def f():"}\n\n{"messages": [{"role": "user", "content": "x"}],'
+        ' "max_tokens": 7}\n'
+    )
     assert [p.max_tokens for p in jsonl(own, 32).prompts] == [32, 7]
     own.write_text('{"text": "no"}\n')
     with pytest.raises(DatasetError, match=r"own.jsonl:1: needs 'prompt'"):
@@ -75,10 +93,27 @@ async def test_sweep_keeps_everything_and_warns_when_unfair(tmp_path: Path) -> N
     # SGLang's default: a speculative server runs at most 48 requests, the plain one more
     async with emulator_pair(*FAST, *H100) as (spec, base):
         code, stdout, stderr = await run(
-            "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "1,2",
-            "--input-len", "64", "--output-len", "16", "--repeats", "2",
-            "--requests-per-level", "4", "--slo", "ttft=1,tpot=50ms", "--out", str(out),
-        )  # fmt: skip
+            "bench",
+            "sweep",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--concurrency",
+            "1,2",
+            "--input-len",
+            "64",
+            "--output-len",
+            "16",
+            "--repeats",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--slo",
+            "ttft=1,tpot=50ms",
+            "--out",
+            str(out),
+        )
     assert code == 0, stderr
     assert "UNFAIR COMPARISON" in stderr and "max_running_requests differs" in stderr
     assert "[  8/8] level    2" in stderr  # progress: one line per level, backend and repeat
@@ -88,7 +123,11 @@ async def test_sweep_keeps_everything_and_warns_when_unfair(tmp_path: Path) -> N
     assert meta["fairness_warnings"] and meta["complete"] and meta["settings"]["slo"]
     runs = lines(out / "levels.jsonl")
     assert [(r["level"], r["backend"]) for r in runs[:4]] == [
-        (1, "spec"), (1, "base"), (1, "base"), (1, "spec")]  # interleaved  # fmt: skip
+        (1, "spec"),
+        (1, "base"),
+        (1, "base"),
+        (1, "spec"),
+    ]  # interleaved
     assert all(r["valid"] and r["measured"] == 4 for r in runs)
     assert all(r["accept_length"] > 1.5 for r in runs if r["backend"] == "spec")
     assert all(r["accept_length"] is None for r in runs if r["backend"] == "base")
@@ -99,8 +138,9 @@ async def test_sweep_keeps_everything_and_warns_when_unfair(tmp_path: Path) -> N
     spec_chunks = [len(r["chunks"]) for r in measured if r["backend"] == "spec"]
     assert max(spec_chunks) < 16  # a speculative chunk carries several tokens
 
-    code, stdout, stderr = await run("profile", str(out), "-o", str(tmp_path / "p.json"),
-                                     "--report", str(tmp_path / "r.md"))  # fmt: skip
+    code, stdout, stderr = await run(
+        "profile", str(out), "-o", str(tmp_path / "p.json"), "--report", str(tmp_path / "r.md")
+    )
     assert code == 0, stderr
     profile = json.loads((tmp_path / "p.json").read_text())
     assert profile["crossover"]["value"] is None and profile["crossover"]["bound"] == "above"
@@ -119,15 +159,36 @@ async def test_sweep_keeps_everything_and_warns_when_unfair(tmp_path: Path) -> N
 async def test_a_level_with_failures_is_invalid(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     async with (
-        specroute("emulate", "--mode", "spec", *FAST, "--max-queued-requests", "1",
-                  "--max-running-requests", "1") as (spec, _),
+        specroute(
+            "emulate",
+            "--mode",
+            "spec",
+            *FAST,
+            "--max-queued-requests",
+            "1",
+            "--max-running-requests",
+            "1",
+        ) as (spec, _),
         specroute("emulate", "--mode", "base", *FAST, "--max-running-requests", "1") as (base, _),
-    ):  # fmt: skip
+    ):
         code, _, stderr = await run(
-            "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "4",
-            "--output-len", "8", "--repeats", "1", "--requests-per-level", "4",
-            "--out", str(out),
-        )  # fmt: skip
+            "bench",
+            "sweep",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--concurrency",
+            "4",
+            "--output-len",
+            "8",
+            "--repeats",
+            "1",
+            "--requests-per-level",
+            "4",
+            "--out",
+            str(out),
+        )
     assert code == 0, stderr
     runs = {r["backend"]: r for r in lines(out / "levels.jsonl")}
     assert runs["spec"]["failures"] > 0 and not runs["spec"]["valid"]
@@ -141,8 +202,18 @@ async def test_a_level_with_failures_is_invalid(tmp_path: Path) -> None:
 async def test_bad_flags_are_refused(tmp_path: Path) -> None:
     code, _, stderr = await run("profile", str(tmp_path), "-o", str(tmp_path / "p.json"))
     assert code == 2 and "not a sweep folder" in stderr
-    code, _, stderr = await run("bench", "sweep", "--spec", "http://127.0.0.1:9", "--base",
-                                "http://127.0.0.1:9", "--slo", "ttfx=1", "--out", "x")  # fmt: skip
+    code, _, stderr = await run(
+        "bench",
+        "sweep",
+        "--spec",
+        "http://127.0.0.1:9",
+        "--base",
+        "http://127.0.0.1:9",
+        "--slo",
+        "ttfx=1",
+        "--out",
+        "x",
+    )
     assert code == 2 and "SLO keys are ttft, tpot" in stderr
 
 
@@ -150,10 +221,23 @@ async def test_duration_mode_measures_what_starts_in_the_window(tmp_path: Path) 
     out = tmp_path / "sweep"
     async with emulator_pair(*FAST, *H100) as (spec, base):
         code, _, stderr = await run(
-            "bench", "sweep", "--spec", spec, "--base", base, "--concurrency", "2",
-            "--output-len", "16", "--repeats", "1", "--duration-per-level", "0.3",
-            "--out", str(out),
-        )  # fmt: skip
+            "bench",
+            "sweep",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--concurrency",
+            "2",
+            "--output-len",
+            "16",
+            "--repeats",
+            "1",
+            "--duration-per-level",
+            "0.3",
+            "--out",
+            str(out),
+        )
     assert code == 0, stderr
     runs = lines(out / "levels.jsonl")
     requests = lines(out / "requests.jsonl")

@@ -40,17 +40,46 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     hardware: str, tmp_path: Path
 ) -> None:
     scale, highest, prompt = CASES[hardware]
-    flags = ("--hardware", hardware, "--time-scale", scale, "--stream-interval", "16",
-             "--max-running-requests", "256")  # fmt: skip
+    flags = (
+        "--hardware",
+        hardware,
+        "--time-scale",
+        scale,
+        "--stream-interval",
+        "16",
+        "--max-running-requests",
+        "256",
+    )
     out = tmp_path / "profile.json"
     async with emulator_pair(*flags) as (spec, base):
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "specroute", "calibrate", "--spec", spec, "--base", base,
-            "-o", str(out), "--report", str(tmp_path / "report.md"),
-            "--plot", str(tmp_path / "crossover.png"), "--repeats", "2",
-            "--max-concurrency", highest, "--budget", "3", "--input-len", str(prompt),
-            "--output-len", str(OUTPUT), stdout=PIPE, stderr=STDOUT,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "specroute",
+            "calibrate",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "-o",
+            str(out),
+            "--report",
+            str(tmp_path / "report.md"),
+            "--plot",
+            str(tmp_path / "crossover.png"),
+            "--repeats",
+            "2",
+            "--max-concurrency",
+            highest,
+            "--budget",
+            "3",
+            "--input-len",
+            str(prompt),
+            "--output-len",
+            str(OUTPUT),
+            stdout=PIPE,
+            stderr=STDOUT,
+        )
         output = (await process.communicate())[0].decode()
         async with running_router(spec=[spec], base=[base], profile=out) as (_, state):
             routed_by = state.policy.describe()["crossover"]
@@ -63,17 +92,21 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     # The live loop runs within LIVE_VS_VIRTUAL of the virtual one (its client's latency, the
     # server's timer slack): what the prediction allows is where its margin, moved that far
     # either way, crosses. The measured interval must meet that range.
-    margin = log_margin([lvl.base.per_request for lvl in prediction.levels],
-                        [lvl.spec.per_request for lvl in prediction.levels])  # fmt: skip
+    margin = log_margin(
+        [lvl.base.per_request for lvl in prediction.levels],
+        [lvl.spec.per_request for lvl in prediction.levels],
+    )
     earliest, latest = (
         crossing(levels, [m + shift for m in margin]).at or math.inf
         for shift in (-LIVE_VS_VIRTUAL, LIVE_VS_VIRTUAL)
     )
     low = -math.inf if crossover["ci"][0] is None else crossover["ci"][0]
     high = math.inf if crossover["ci"][1] is None else crossover["ci"][1]
-    print(f"{hardware}: predicted {prediction.crossover:.2f} ({earliest:.2f} to {latest:.2f} "
-          f"within {LIVE_VS_VIRTUAL:.0%}), measured {crossover['value']:.2f} [{low}, {high}] "
-          f"at levels {levels}")  # fmt: skip
+    print(
+        f"{hardware}: predicted {prediction.crossover:.2f} ({earliest:.2f} to {latest:.2f} "
+        f"within {LIVE_VS_VIRTUAL:.0%}), measured {crossover['value']:.2f} [{low}, {high}] "
+        f"at levels {levels}"
+    )
     assert low <= latest and earliest <= high, f"predicted {prediction.crossover:.1f}, {output}"
 
     calibration = profile["measurement"]["calibration"]

@@ -19,9 +19,13 @@ async def single_stream_tok_s(url: str) -> float:
     from the first chunk to the last, with the time scale divided out."""
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     stream = await client.completions.create(
-        model="m", prompt="a plain chat prompt", max_tokens=TOKENS, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model="m",
+        prompt="a plain chat prompt",
+        max_tokens=TOKENS,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     first = last = 0.0
     tokens = 0
     async for chunk in stream:

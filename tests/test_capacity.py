@@ -17,8 +17,18 @@ def test_a_short_run_from_the_command_line_is_sustained_with_every_number_filled
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "capacity.json"
-    argv = ["bench", "capacity", "--levels", "1,4", "--seconds-per-level", "1.5",
-            "--max-tokens", "32", "--out", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "capacity",
+        "--levels",
+        "1,4",
+        "--seconds-per-level",
+        "1.5",
+        "--max-tokens",
+        "32",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     said = capsys.readouterr().out
     assert said.count("level ") >= 2 and "chunks/s" in said  # a line per level, then the table

@@ -58,8 +58,22 @@ def test_the_command_writes_its_tally_and_says_how_it_went(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "chaos.json"
-    argv = ["bench", "chaos", "--requests", "200", "--concurrency", "8", "--events", "4",
-            "--spec-backends", "1", "--base-backends", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "chaos",
+        "--requests",
+        "200",
+        "--concurrency",
+        "8",
+        "--events",
+        "4",
+        "--spec-backends",
+        "1",
+        "--base-backends",
+        "1",
+        "--out",
+        str(out),
+    ]
     code = main(argv)
     said = capsys.readouterr()
     document = json.loads(out.read_text())

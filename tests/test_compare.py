@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from specroute.bench.compare import PolicySpec, policy_summary, render_row
-from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Phase, Trace, TraceError, load_trace, named_trace
 from specroute.cli import given_settings, parser
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, named_trace
 from specroute.policies.registry import REGISTRY
 from specroute.router.settings import RouterSettings
 from tests.processes import emulator_pair
@@ -61,17 +61,34 @@ def test_poisson_day() -> None:
 
 async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps({"schema": "specroute.profile/v1",
-                                   "crossover": {"value": 4.5, "ci": [4, 5]}}))  # fmt: skip
+    profile.write_text(
+        json.dumps({"schema": "specroute.profile/v1", "crossover": {"value": 4.5, "ci": [4, 5]}})
+    )
     async with emulator_pair(*FLAGS) as (spec, base):
         config = tmp_path / "router.toml"
         config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\nprofile = "{profile}"\n')
         code, stdout, stderr = await run(
-            "bench", "compare", "--router-config", str(config), "--trace", "steps",
-            "--peak", "8", "--phase-seconds", "2", "--output-len", "32", "--input-len", "64",
-            "--slo", "tpot=1", "--out", str(tmp_path / "cmp"),
-            "--plot", str(tmp_path / "cmp.png"),
-        )  # fmt: skip
+            "bench",
+            "compare",
+            "--router-config",
+            str(config),
+            "--trace",
+            "steps",
+            "--peak",
+            "8",
+            "--phase-seconds",
+            "2",
+            "--output-len",
+            "32",
+            "--input-len",
+            "64",
+            "--slo",
+            "tpot=1",
+            "--out",
+            str(tmp_path / "cmp"),
+            "--plot",
+            str(tmp_path / "cmp.png"),
+        )
     assert code == 0, stderr
     results = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     policies = results["policies"]
@@ -118,10 +135,21 @@ async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Pat
     async with emulator_pair(*FLAGS) as (spec, base):
         config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\ncrossover = 4\n')
         code, _, stderr = await run(
-            "bench", "compare", "--router-config", str(config), "--trace", str(trace),
-            "--policies", "crossover", "--output-len", "32", "--input-len", "64",
-            "--out", str(tmp_path / "live"),
-        )  # fmt: skip
+            "bench",
+            "compare",
+            "--router-config",
+            str(config),
+            "--trace",
+            str(trace),
+            "--policies",
+            "crossover",
+            "--output-len",
+            "32",
+            "--input-len",
+            "64",
+            "--out",
+            str(tmp_path / "live"),
+        )
     assert code == 0, stderr
     arrivals = load_trace(trace).arrivals()
     records = [json.loads(line) for line in (tmp_path / "live" / "requests.jsonl").open()]
@@ -134,10 +162,23 @@ async def test_rate_phases_are_played_open_loop_through_the_router(tmp_path: Pat
     calm, busy = live["phases"]
     assert calm["spec_share"] == 1 and busy["spec_share"] < 1  # the burst overlaps requests
     code, _, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), "--trace", str(trace),
-        "--policies", "crossover", "--output-len", "32", "--input-len", "64", *FLAGS[:4],
-        "--out", str(tmp_path / "offline"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        "--trace",
+        str(trace),
+        "--policies",
+        "crossover",
+        "--output-len",
+        "32",
+        "--input-len",
+        "64",
+        *FLAGS[:4],
+        "--out",
+        str(tmp_path / "offline"),
+    )
     assert code == 0, stderr
     offline = json.loads((tmp_path / "offline" / "compare.json").read_text())["policies"]
     assert len(arrivals) - 3 <= offline["crossover"]["overall"]["requests"] <= len(arrivals)
@@ -148,12 +189,19 @@ def test_every_policy_parameter_reaches_a_live_router(name: str) -> None:
     """A live comparison gives its router each policy's parameters as ``serve`` flags: every
     parameter of every policy has one, and it lands in the settings the policy is built
     from (a missing flag used to stop the router from starting)."""
-    values = {"crossover": "21.5", "topology": "partitioned", "hysteresis": "2.5",
-              "accept_max_age": "30.5", "probe_share": "0.25", "context": "off"}  # fmt: skip
+    values = {
+        "crossover": "21.5",
+        "topology": "partitioned",
+        "hysteresis": "2.5",
+        "accept_max_age": "30.5",
+        "probe_share": "0.25",
+        "context": "off",
+    }
     keys = sorted(REGISTRY[name].keys())
     assert set(keys) <= set(values), f"a test value for each of {keys}"
     spec = PolicySpec.parse(":".join([name, *(f"{k}={values[k]}" for k in keys)]))
-    args = parser().parse_args(["serve", "--spec", "http://a:1", "--base", "http://b:2",
-                                *spec.serve_flags()])  # fmt: skip
+    args = parser().parse_args(
+        ["serve", "--spec", "http://a:1", "--base", "http://b:2", *spec.serve_flags()]
+    )
     given = RouterSettings(**given_settings(args)).policy_params()
     assert {k: str(v) for k, v in given.items()} == {k: values[k] for k in keys}

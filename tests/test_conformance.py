@@ -99,13 +99,21 @@ async def _capture(url: str) -> Capture:
         capture.append({"kind": "error", "body": refused.value.response.json()})
 
     chat_body: dict[str, Any] = {
-        "model": "default", "messages": CHAT, "max_tokens": 12, "temperature": 0,
-        "stream": True, "stream_options": {"include_usage": True},
-    }  # fmt: skip
+        "model": "default",
+        "messages": CHAT,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     completion_body: dict[str, Any] = {
-        "model": "default", "prompt": PROMPT, "max_tokens": 12, "temperature": 0,
-        "stream": True, "stream_options": {"include_usage": True},
-    }  # fmt: skip
+        "model": "default",
+        "prompt": PROMPT,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     async with aiohttp.ClientSession() as session:
         chat_chunks = await _sse_chunks(session, f"{url}/v1/chat/completions", chat_body)
         completion_chunks = await _sse_chunks(session, f"{url}/v1/completions", completion_body)
@@ -119,8 +127,15 @@ async def _capture(url: str) -> Capture:
     assert chat_chunks[-1]["choices"] == [] and chat_chunks[-1]["usage"], chat_chunks[-1]
     assert completion_chunks[-1]["choices"] == [], completion_chunks[-1]
     kinds = {item["kind"] for item in capture}
-    assert kinds == {"chat", "chat_chunk", "completion", "completion_chunk", "chat_request",
-                     "completion_request", "error"}, kinds  # fmt: skip
+    assert kinds == {
+        "chat",
+        "chat_chunk",
+        "completion",
+        "completion_chunk",
+        "chat_request",
+        "completion_request",
+        "error",
+    }, kinds
     return capture
 
 
@@ -130,9 +145,13 @@ async def test_responses_validate_against_sglang_protocol(spec_url: str, tmp_pat
     path.write_text(json.dumps(capture, indent=1))
 
     process = await asyncio.create_subprocess_exec(
-        str(SGLANG_PYTHON), str(VALIDATOR), str(path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
+        str(SGLANG_PYTHON),
+        str(VALIDATOR),
+        str(path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        cwd=REPO,
+    )
     output, _ = await asyncio.wait_for(process.communicate(), timeout=120)
     report = output.decode(errors="replace")
     sys.stdout.write(report)

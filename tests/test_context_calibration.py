@@ -32,10 +32,26 @@ from tests.test_bench import run
 
 INPUTS = "512,2048,8192"
 CONTEXTS = [512 + 64, 2048 + 64, 8192 + 64]  # input + output / 2
-SDPA = ("--hardware", "llama3.1-8b-h200-sdpa", "--accept-length", "2.0",
-        "--max-running-requests", "256", "--output-len", "128")  # fmt: skip
-FOLDED = ("--hardware", "llama3.1-8b-h200-folded", "--accept-length", "2.0",
-          "--max-running-requests", "256", "--output-len", "256")  # fmt: skip
+SDPA = (
+    "--hardware",
+    "llama3.1-8b-h200-sdpa",
+    "--accept-length",
+    "2.0",
+    "--max-running-requests",
+    "256",
+    "--output-len",
+    "128",
+)
+FOLDED = (
+    "--hardware",
+    "llama3.1-8b-h200-folded",
+    "--accept-length",
+    "2.0",
+    "--max-running-requests",
+    "256",
+    "--output-len",
+    "256",
+)
 EMULATE = (sys.executable, "-m", "specroute", "emulate")
 
 
@@ -112,13 +128,24 @@ async def test_calibration_per_context_within_one_budget(
     files = {k: tmp_path / k for k in ("p.json", "r.md", "c.png", "one.json", "cut.json")}
     calibrate = ("emulate", *SDPA, "--noise", "default", "--calibrate")
     runs = await asyncio.gather(
-        run(*calibrate, "--input-len", INPUTS, "--profile", str(files["p.json"]),
-            "--report", str(files["r.md"]), "--plot", str(files["c.png"]),
-            "--out", str(tmp_path / "sweep")),
+        run(
+            *calibrate,
+            "--input-len",
+            INPUTS,
+            "--profile",
+            str(files["p.json"]),
+            "--report",
+            str(files["r.md"]),
+            "--plot",
+            str(files["c.png"]),
+            "--out",
+            str(tmp_path / "sweep"),
+        ),
         run(*calibrate, "--input-len", "512", "--profile", str(files["one.json"])),
-        run(*calibrate, "--input-len", INPUTS, "--profile", str(files["cut.json"]),
-            "--budget", "8"),
-    )  # fmt: skip
+        run(
+            *calibrate, "--input-len", INPUTS, "--profile", str(files["cut.json"]), "--budget", "8"
+        ),
+    )
     for code, _, stderr in runs:
         assert code == 0, stderr
     assert "by context:" in runs[0][1] and "by context:" not in runs[1][1]
@@ -143,8 +170,10 @@ async def test_calibration_per_context_within_one_budget(
     for bucket in buckets:  # each bucket's curves: its medians, rising with context
         assert len(bucket["tpot_ms"]["spec"]) == len(bucket["levels"])
     assert buckets[0]["tpot_ms"]["base"][0] < buckets[2]["tpot_ms"]["base"][0]
-    first = {pool: [lv[pool]["tpot_ms"]["median"] for lv in profile["levels"]]
-             for pool in ("spec", "base")}  # fmt: skip
+    first = {
+        pool: [lv[pool]["tpot_ms"]["median"] for lv in profile["levels"]]
+        for pool in ("spec", "base")
+    }
     assert buckets[0]["tpot_ms"] == first
     policy = build_policy("expected-latency", {}, parse_profile(profile))
     assert policy.describe()["curve_contexts"] == [b["context"] for b in buckets]
@@ -158,8 +187,9 @@ async def test_calibration_per_context_within_one_budget(
     assert again["schema"] == SCHEMA_V2 and again["context"]["buckets"] == [
         {k: v for k, v in b.items() if k != "calibration"} for b in buckets
     ]
-    code, _, stderr = await run("profile", str(tmp_path / "sweep" / "input-len-2048"),
-                                "-o", str(tmp_path / "one-bucket"))  # fmt: skip
+    code, _, stderr = await run(
+        "profile", str(tmp_path / "sweep" / "input-len-2048"), "-o", str(tmp_path / "one-bucket")
+    )
     assert code == 0, stderr
     assert json.loads((tmp_path / "one-bucket").read_text())["crossover"] == buckets[1]["crossover"]
 
@@ -171,8 +201,17 @@ async def test_calibration_per_context_within_one_budget(
 
     one = json.loads(files["one.json"].read_text())
     assert one["schema"] == SCHEMA and "context" not in one
-    assert set(one) == {"schema", "created", "crossover", "throughput_crossover", "levels",
-                        "acceptance", "servers", "workload", "measurement"}  # fmt: skip
+    assert set(one) == {
+        "schema",
+        "created",
+        "crossover",
+        "throughput_crossover",
+        "levels",
+        "acceptance",
+        "servers",
+        "workload",
+        "measurement",
+    }
     assert one["crossover"]["value"] == profile["crossover"]["value"]  # the same first bucket
 
     assert profile["measurement"]["sweep"] == str(tmp_path / "sweep")  # kept; else named nowhere

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from specroute.bench import hardware_context
-from specroute.bench.hardware_context import FOLDED_MS, SDPA_MS
 from specroute.emulator.hardware import (
     HardwareError,
     HardwareModel,
@@ -22,6 +20,8 @@ from specroute.emulator.hardware import (
     load_hardware,
     parse_hardware,
 )
+from specroute.emulator.hardware_models import context as hardware_context
+from specroute.emulator.hardware_models.context import FOLDED_MS, SDPA_MS
 
 SDPA = "llama3.1-8b-h200-sdpa"
 FOLDED = "llama3.1-8b-h200-folded"

@@ -33,11 +33,11 @@ from typing import Any
 
 import pytest
 
-from specroute.bench.client import PhaseBodies
 from specroute.bench.compare import PolicySpec, policy_specs, prompt_rows
-from specroute.bench.dataset import synthetic
-from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Phase, Trace, TraceError, load_trace, prompt_label
+from specroute.loadgen.client import PhaseBodies
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, prompt_label
 from specroute.policies.decision import PolicyError
 from tests.processes import emulator_pair
 from tests.test_bench import run
@@ -49,22 +49,32 @@ SHORT, LONG = 512, 8192
 # last, as their requests are fewer (each takes five times as long)
 TRACE = [(24, LONG), (24, SHORT), (24, LONG), (24, SHORT), (24, LONG)]
 PHASE_SECONDS, SETTLE = 3.0, 1.0  # a long request takes about 0.6 s at this time scale
-SERVER = (*MODEL, "--max-running-requests", "256", "--time-scale", "0.1",
-          "--stream-interval", "16")  # fmt: skip
+SERVER = (*MODEL, "--max-running-requests", "256", "--time-scale", "0.1", "--stream-interval", "16")
 # natural answers (up to 256 tokens): fixed lengths keep a closed loop's clients in step
-WORKLOAD = ("--output-len", "256", "--no-ignore-eos", "--phase-seconds", str(PHASE_SECONDS),
-            "--settle", str(SETTLE))  # fmt: skip
+WORKLOAD = (
+    "--output-len",
+    "256",
+    "--no-ignore-eos",
+    "--phase-seconds",
+    str(PHASE_SECONDS),
+    "--settle",
+    str(SETTLE),
+)
 _SAMPLING = 0.05  # a phase's median TPOT from a few dozen requests is good to about this
 _STATIC = ("always-spec", "always-base")
 
 
 def test_a_phase_names_its_prompts(tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps([
-        {"seconds": 1, "concurrency": 2, "input_len": 64},
-        {"seconds": 1, "rate": 5, "input_len": [16, 64]},
-        {"seconds": 1, "concurrency": 1},
-    ]))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            [
+                {"seconds": 1, "concurrency": 2, "input_len": 64},
+                {"seconds": 1, "rate": 5, "input_len": [16, 64]},
+                {"seconds": 1, "concurrency": 1},
+            ]
+        )
+    )
     trace = load_trace(path)
     assert [p.input_len for p in trace.phases] == [(64,), (16, 64), ()]
     assert trace.input_lens == (16, 64)
@@ -89,9 +99,14 @@ def test_requests_are_summarised_by_the_prompt_length_nearest_theirs() -> None:
         chunks = [(0.1 + i * tpot, 1) for i in range(11)]
         return RequestRecord("p", 4, phase, 0.0, 0.1, chunks[-1][0], chunks, prompt_tokens=prompt)
 
-    records = [record(0, 530, 0.001), record(1, 500, 0.003), record(1, 8200, 0.010),
-               record(1, 1900, 0.002), record(1, 2100, 0.020),  # either side of the middle
-               RequestRecord("p", 4, 0, 0.2, error="HTTP 500")]  # fmt: skip
+    records = [
+        record(0, 530, 0.001),
+        record(1, 500, 0.003),
+        record(1, 8200, 0.010),
+        record(1, 1900, 0.002),
+        record(1, 2100, 0.020),  # either side of the middle
+        RequestRecord("p", 4, 0, 0.2, error="HTTP 500"),
+    ]
     rows = prompt_rows(trace, records, 0.0, 2.0, {})
     assert list(rows) == ["512", "8192"]
     assert rows["512"]["requests"] == 3 and rows["512"]["failed"] == 1  # by its phase
@@ -102,16 +117,29 @@ def test_requests_are_summarised_by_the_prompt_length_nearest_theirs() -> None:
 
 def test_a_policy_with_parameters_is_a_policy_of_its_own() -> None:
     specs = policy_specs("crossover, crossover:crossover=21:hysteresis=2,always-spec")
-    assert [s.label for s in specs] == ["crossover", "crossover:crossover=21:hysteresis=2",
-                                        "always-spec"]  # fmt: skip
-    assert specs[1].serve_flags() == ("--policy", "crossover", "--crossover", "21",
-                                      "--hysteresis", "2")  # fmt: skip
+    assert [s.label for s in specs] == [
+        "crossover",
+        "crossover:crossover=21:hysteresis=2",
+        "always-spec",
+    ]
+    assert specs[1].serve_flags() == (
+        "--policy",
+        "crossover",
+        "--crossover",
+        "21",
+        "--hysteresis",
+        "2",
+    )
     assert PolicySpec.parse("context-crossover:topology=partitioned").params == (
         ("topology", "partitioned"),
     )
-    for bad, said in [("crossover:bands=3", "no parameter 'bands'"), ("crossover:21", "KEY=VALUE"),
-                      ("always-spec:crossover=2", "no parameter"), ("nope", "unknown policy"),
-                      ("crossover,crossover", "distinct")]:  # fmt: skip
+    for bad, said in [
+        ("crossover:bands=3", "no parameter 'bands'"),
+        ("crossover:21", "KEY=VALUE"),
+        ("always-spec:crossover=2", "no parameter"),
+        ("nope", "unknown policy"),
+        ("crossover,crossover", "distinct"),
+    ]:
         with pytest.raises(PolicyError, match=said):
             policy_specs(bad)
 
@@ -120,10 +148,22 @@ def test_a_policy_with_parameters_is_a_policy_of_its_own() -> None:
 def profile_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The model's predicted v2 profile over both prompt lengths, with its curves."""
     path = tmp_path_factory.mktemp("context") / "profile.json"
-    code, _, stderr = asyncio.run(run(
-        "emulate", *MODEL, "--max-running-requests", "256", "--predict", "1,2,4,8,16,32,64",
-        "--input-len", f"{SHORT},{LONG}", "--output-len", "128", "--profile", str(path),
-    ))  # fmt: skip
+    code, _, stderr = asyncio.run(
+        run(
+            "emulate",
+            *MODEL,
+            "--max-running-requests",
+            "256",
+            "--predict",
+            "1,2,4,8,16,32,64",
+            "--input-len",
+            f"{SHORT},{LONG}",
+            "--output-len",
+            "128",
+            "--profile",
+            str(path),
+        )
+    )
     assert code == 0, stderr
     return path
 
@@ -140,8 +180,10 @@ def phase_noise(results: dict[str, Any]) -> list[float]:
     phase's, at least the sampling error."""
     runs = [phases(results, p, "tpot_ms_p50") for p in _STATIC]
     n = len(TRACE)
-    return [max(_SAMPLING, *(abs(r[i] - r[n - 1 - i]) / min(r[i], r[n - 1 - i]) for r in runs))
-            for i in range(n)]  # fmt: skip
+    return [
+        max(_SAMPLING, *(abs(r[i] - r[n - 1 - i]) / min(r[i], r[n - 1 - i]) for r in runs))
+        for i in range(n)
+    ]
 
 
 def slower_than_best_static(results: dict[str, Any], policy: str) -> float:
@@ -155,8 +197,10 @@ def slower_than_best_static(results: dict[str, Any], policy: str) -> float:
 
 def overall(results: dict[str, Any], key: str, prompts: int | None = None) -> dict[str, float]:
     """Every policy's figure over the trace, or over its requests with prompts of one length."""
-    rows = {p: r["overall"] if prompts is None else r["prompts"][str(prompts)]
-            for p, r in results["policies"].items()}  # fmt: skip
+    rows = {
+        p: r["overall"] if prompts is None else r["prompts"][str(prompts)]
+        for p, r in results["policies"].items()
+    }
     return {p: row[key] for p, row in rows.items()}
 
 
@@ -173,17 +217,28 @@ async def compared(
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(trace))
     code, stdout, stderr = await run(
-        "bench", "compare", "--router-config", str(config), "--trace", str(path), *WORKLOAD,
-        "--policies", ",".join(policies), *more, "--out", str(tmp_path / name),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--router-config",
+        str(config),
+        "--trace",
+        str(path),
+        *WORKLOAD,
+        "--policies",
+        ",".join(policies),
+        *more,
+        "--out",
+        str(tmp_path / name),
+    )
     assert code == 0, stderr
     return json.loads((tmp_path / name / "compare.json").read_text()), f"\n{stdout}"
 
 
 def unreachable(tmp_path: Path, profile: Path) -> Path:
     """A router config for the offline replay, which models the servers itself."""
-    return router_config(tmp_path / "router.toml", "http://127.0.0.1:1", "http://127.0.0.1:2",
-                         profile)  # fmt: skip
+    return router_config(
+        tmp_path / "router.toml", "http://127.0.0.1:1", "http://127.0.0.1:2", profile
+    )
 
 
 async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
@@ -193,9 +248,16 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
     config = unreachable(tmp_path, profile_path)
     replay = ("--offline", *SERVER[:-2])
     results, stdout = await compared(tmp_path, "offline", ALTERNATING, config, OFFLINE, *replay)
-    shared, shared_out = await compared(tmp_path, "shared", ALTERNATING, config,
-                                        ["context-crossover", *_STATIC], *replay,
-                                        "--share-gpus", "node")  # fmt: skip
+    shared, shared_out = await compared(
+        tmp_path,
+        "shared",
+        ALTERNATING,
+        config,
+        ["context-crossover", *_STATIC],
+        *replay,
+        "--share-gpus",
+        "node",
+    )
     report = f"{stdout}{shared_out}"
 
     # every phase: within noise of the better static choice, whichever it is there
@@ -208,8 +270,9 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
             continue
         # two measurements, each within the noise of the truth, differ by up to sqrt(2)x it
         assert mine[i] <= min(spec, base) * (1 + math.sqrt(2) * noise), (i, noise, report)
-    assert all(shares[i] > 0.8 if n == SHORT else shares[i] < 0.2
-               for i, (_, n) in enumerate(TRACE)), (shares, report)  # fmt: skip
+    assert all(
+        shares[i] > 0.8 if n == SHORT else shares[i] < 0.2 for i, (_, n) in enumerate(TRACE)
+    ), (shares, report)
 
     single = phases(results, "crossover", "spec_share")
     assert all(share == single[0] for share in single), (single, report)  # one choice throughout
@@ -226,8 +289,9 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
         fastest = min(p50[n][p] for p in others)
         assert p50[n]["context-crossover"] <= fastest * (1 + _SAMPLING), (n, report)
     for p in others:
-        assert any(p50[n]["context-crossover"] < p50[n][p] * (1 - _SAMPLING)
-                   for n in (SHORT, LONG)), (p, p50, report)  # fmt: skip
+        assert any(
+            p50[n]["context-crossover"] < p50[n][p] * (1 - _SAMPLING) for n in (SHORT, LONG)
+        ), (p, p50, report)
     # short requests never share a server with long prefills, so their tail is short
     p99 = overall(results, "tpot_ms_p99", SHORT)
     assert all(p99["context-crossover"] < p99[p] * (1 - 2 * _SAMPLING) for p in others), report
@@ -254,8 +318,9 @@ async def test_context_crossover_routes_each_context_right_and_wins_the_trace(
 # server at its own load and the context mix a request would join there (as
 # expected-latency does, by default).
 MIXED = [SHORT] * 5 + [LONG]
-MIXED_TRACE = [{"seconds": PHASE_SECONDS, "concurrency": c, "input_len": MIXED}
-               for c in (8, 24, 48, 24, 8)]  # fmt: skip
+MIXED_TRACE = [
+    {"seconds": PHASE_SECONDS, "concurrency": c, "input_len": MIXED} for c in (8, 24, 48, 24, 8)
+]
 BY_CONTEXT = "context-crossover:topology=partitioned"
 BEST_THRESHOLD = "crossover:topology=partitioned:crossover=16"  # offline, of 4, 8, 16, 24, 47
 CONTEXT_BLIND = [
@@ -271,8 +336,11 @@ def figures_of(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Each policy's median TPOT per phase averaged over the trace (``p50``; the overall
     median weighs a closed loop's phases by requests served), its ``p99`` TPOT and output
     ``tps`` over the trace."""
-    return {"p50": overall(results, "tpot_ms_p50_phases"), "p99": overall(results, "tpot_ms_p99"),
-            "tps": overall(results, "output_tps")}  # fmt: skip
+    return {
+        "p50": overall(results, "tpot_ms_p50_phases"),
+        "p99": overall(results, "tpot_ms_p99"),
+        "tps": overall(results, "output_tps"),
+    }
 
 
 def beaten(
@@ -296,8 +364,9 @@ async def test_context_crossover_on_gpus_of_their_own_beats_every_context_blind_
     choice) on both; and routed exactly as expected-latency at the context mix."""
     config = unreachable(tmp_path, profile_path)
     policies = [BY_CONTEXT, "expected-latency", *CONTEXT_BLIND]
-    results, report = await compared(tmp_path, "offline", MIXED_TRACE, config, policies,
-                                     "--offline", *SERVER[:-2])  # fmt: skip
+    results, report = await compared(
+        tmp_path, "offline", MIXED_TRACE, config, policies, "--offline", *SERVER[:-2]
+    )
     figures = figures_of(results)
     beaten(figures, CONTEXT_BLIND, 0.0, report)
     gap = results["gap"][BY_CONTEXT]  # over the oracle: median TPOT per phase, and tokens

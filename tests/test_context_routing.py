@@ -13,10 +13,10 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specroute.bench.dataset import synthetic
 from specroute.bench.replay import ReplayPlan, replay
-from specroute.bench.trace import Phase, Trace
 from specroute.emulator.config import EmulatorConfig
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.trace import Phase, Trace
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, parse_profile
@@ -40,11 +40,14 @@ from tests.test_emulator_api import client
 V2: dict[str, Any] = {
     "schema": "specroute.profile/v2",
     "crossover": {"value": 32.0, "ci": [28, 36]},
-    "context": {"tokens_per_byte": 0.25, "buckets": [
-        {"context": 1000, "crossover": {"value": 32.0, "ci": [28, 36]}},
-        {"context": 16000, "crossover": {"value": 8.0, "ci": [7, 9]}},
-    ]},
-}  # fmt: skip
+    "context": {
+        "tokens_per_byte": 0.25,
+        "buckets": [
+            {"context": 1000, "crossover": {"value": 32.0, "ci": [28, 36]}},
+            {"context": 16000, "crossover": {"value": 8.0, "ci": [7, 9]}},
+        ],
+    },
+}
 PROFILE = parse_profile(V2)
 CHAT = "/v1/chat/completions"
 
@@ -54,38 +57,112 @@ CHAT = "/v1/chat/completions"
 @pytest.mark.parametrize(
     ("name", "path", "body", "text", "ids", "max_tokens"),
     [
-        ("chat, string content", CHAT,
-         {"messages": [{"role": "system", "content": "be brief"},
-                       {"role": "user", "content": "hello"}], "max_tokens": 64},
-         13, 0, 64),
-        ("chat, a list of parts: text counts, an image not", CHAT,
-         {"messages": [{"role": "user", "content": [
-             {"type": "text", "text": "what is"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-             {"type": "text", "text": " this?"}]}], "max_completion_tokens": 9},
-         13, 0, 9),
-        ("chat, UTF-8 bytes not characters", CHAT,
-         {"messages": [{"role": "user", "content": "héllo 世界"}]}, 13, 0, None),
-        ("chat, a lone surrogate (JSON allows it)", CHAT,
-         {"messages": [{"role": "user", "content": "a\ud800"}]}, 4, 0, None),
-        ("chat, no content, odd messages", CHAT,
-         {"messages": [{"role": "assistant", "tool_calls": []}, "junk", {"content": 7}]},
-         0, 0, None),
-        ("completions, a string", "/v1/completions", {"prompt": "once upon", "max_tokens": 5},
-         9, 0, 5),
-        ("completions, a batch of strings", "/v1/completions", {"prompt": ["ab", "cde"]},
-         5, 0, None),
+        (
+            "chat, string content",
+            CHAT,
+            {
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "hello"},
+                ],
+                "max_tokens": 64,
+            },
+            13,
+            0,
+            64,
+        ),
+        (
+            "chat, a list of parts: text counts, an image not",
+            CHAT,
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "what is"},
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": "data:image/png;base64,AAAA"},
+                            },
+                            {"type": "text", "text": " this?"},
+                        ],
+                    }
+                ],
+                "max_completion_tokens": 9,
+            },
+            13,
+            0,
+            9,
+        ),
+        (
+            "chat, UTF-8 bytes not characters",
+            CHAT,
+            {"messages": [{"role": "user", "content": "héllo 世界"}]},
+            13,
+            0,
+            None,
+        ),
+        (
+            "chat, a lone surrogate (JSON allows it)",
+            CHAT,
+            {"messages": [{"role": "user", "content": "a\ud800"}]},
+            4,
+            0,
+            None,
+        ),
+        (
+            "chat, no content, odd messages",
+            CHAT,
+            {"messages": [{"role": "assistant", "tool_calls": []}, "junk", {"content": 7}]},
+            0,
+            0,
+            None,
+        ),
+        (
+            "completions, a string",
+            "/v1/completions",
+            {"prompt": "once upon", "max_tokens": 5},
+            9,
+            0,
+            5,
+        ),
+        (
+            "completions, a batch of strings",
+            "/v1/completions",
+            {"prompt": ["ab", "cde"]},
+            5,
+            0,
+            None,
+        ),
         ("completions, token ids", "/v1/completions", {"prompt": [1, 2, 3, 4]}, 0, 4, None),
-        ("completions, batches of token ids", "/v1/completions", {"prompt": [[1, 2], [3]]},
-         0, 3, None),
-        ("generate, text", "/generate",
-         {"text": "the sky", "sampling_params": {"max_new_tokens": 32}}, 7, 0, 32),
+        (
+            "completions, batches of token ids",
+            "/v1/completions",
+            {"prompt": [[1, 2], [3]]},
+            0,
+            3,
+            None,
+        ),
+        (
+            "generate, text",
+            "/generate",
+            {"text": "the sky", "sampling_params": {"max_new_tokens": 32}},
+            7,
+            0,
+            32,
+        ),
         ("generate, input ids", "/generate", {"input_ids": [5, 6, 7]}, 0, 3, None),
         ("nothing to read", CHAT, {}, 0, 0, None),
-        ("a prompt of the wrong type", "/v1/completions", {"prompt": 42, "max_tokens": "9"},
-         0, 0, None),
+        (
+            "a prompt of the wrong type",
+            "/v1/completions",
+            {"prompt": 42, "max_tokens": "9"},
+            0,
+            0,
+            None,
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_estimate_reads_each_api_shape(
     name: str, path: str, body: dict[str, Any], text: int, ids: int, max_tokens: int | None
 ) -> None:
@@ -129,26 +206,45 @@ def request(context: int) -> RequestInfo:
 
 def view(spec: tuple[int, int], base: tuple[int, int] = (0, 0)) -> View:
     """Requests in flight and their KV tokens, on each pool's server of one GPU group."""
-    return View((BackendView("s1", "spec", True, spec[0], kv_tokens=spec[1]),
-                 BackendView("b1", "base", True, base[0], kv_tokens=base[1])))  # fmt: skip
+    return View(
+        (
+            BackendView("s1", "spec", True, spec[0], kv_tokens=spec[1]),
+            BackendView("b1", "base", True, base[0], kv_tokens=base[1]),
+        )
+    )
 
 
 CASES: list[tuple[str, dict[str, Any], View, int, str]] = [
     ("12 short ones: speculate", {}, view((12, 12 * 1000)), 1000, "spec"),
     ("12 long ones: do not", {}, view((12, 12 * 16000)), 16000, "base"),
-    ("12 long ones, a short request joins: the mix is still long", {},
-     view((12, 12 * 16000)), 1000, "base"),
+    (
+        "12 long ones, a short request joins: the mix is still long",
+        {},
+        view((12, 12 * 16000)),
+        1000,
+        "base",
+    ),
     ("idle, a long request", {}, view((0, 0)), 16000, "spec"),
     ("7 long ones: the 8th is at the crossover", {}, view((7, 7 * 16000)), 16000, "spec"),
     ("8 long ones: past it", {}, view((8, 8 * 16000)), 16000, "base"),
     ("40 short ones: past 32", {}, view((40, 40 * 1000)), 1000, "base"),
     ("15 of 4,000 (crossover 16, halfway in log)", {}, view((15, 15 * 4000)), 4000, "spec"),
     ("16 of 4,000", {}, view((16, 16 * 4000)), 4000, "base"),
-    ("shared: the plain server's long ones count in the mix", {},
-     view((6, 6 * 1000), (6, 6 * 16000)), 1000, "base"),
-    ("partitioned: only the speculative server's", {"topology": "partitioned"},
-     view((6, 6 * 1000), (6, 6 * 16000)), 1000, "spec"),
-]  # fmt: skip
+    (
+        "shared: the plain server's long ones count in the mix",
+        {},
+        view((6, 6 * 1000), (6, 6 * 16000)),
+        1000,
+        "base",
+    ),
+    (
+        "partitioned: only the speculative server's",
+        {"topology": "partitioned"},
+        view((6, 6 * 1000), (6, 6 * 16000)),
+        1000,
+        "spec",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -165,15 +261,19 @@ def test_the_policy_reads_the_crossover_at_the_context_mix(
 def test_hysteresis_at_the_edge_and_the_crossover_of_the_last_mix() -> None:
     policy = build_policy("context-crossover", {"hysteresis": 2}, PROFILE)
     assert policy.crossover() is None  # no decision yet
-    pools = [policy.choose(request(1000), view((n - 1, (n - 1) * 1000))).pool
-             for n in (32, 33, 31, 30, 32)]  # fmt: skip
+    pools = [
+        policy.choose(request(1000), view((n - 1, (n - 1) * 1000))).pool
+        for n in (32, 33, 31, 30, 32)
+    ]
     assert pools == ["spec", "base", "base", "spec", "spec"]
     assert policy.crossover() == 32.0
     policy.choose(request(16000), view((0, 0)))
     assert policy.crossover() == 8.0
     described = policy.describe()
-    assert described["buckets"] == [{"context": 1000.0, "bands": [[None, 32.0]]},
-                                    {"context": 16000.0, "bands": [[None, 8.0]]}]  # fmt: skip
+    assert described["buckets"] == [
+        {"context": 1000.0, "bands": [[None, 32.0]]},
+        {"context": 16000.0, "bands": [[None, 8.0]]},
+    ]
     assert described["context_mix"] == 16000 and described["topology"] == "shared"
 
 
@@ -204,8 +304,12 @@ async def gauge(url: str, name: str, label: str) -> dict[str, float]:
     """One gauge of the router's ``/metrics``, by one of its labels."""
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
         text = await r.text()
-    return {m.labels[label]: m.value for family in text_string_to_metric_families(text)
-            for m in family.samples if m.name == name}  # fmt: skip
+    return {
+        m.labels[label]: m.value
+        for family in text_string_to_metric_families(text)
+        for m in family.samples
+        if m.name == name
+    }
 
 
 async def kv_gauge(url: str) -> dict[str, float]:
@@ -236,15 +340,18 @@ async def test_kv_tokens_in_flight_go_up_and_back_to_zero(tmp_path: Path) -> Non
         running_router(spec=[spec], base=[base], profile=path, policy="context-crossover") as (
             url,
             _,
-        ),  # fmt: skip
+        ),
     ):
         c = client(url)
 
         async def stream(prompt: str) -> openai.AsyncStream[Any]:
             return await c.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": prompt}], max_tokens=300,
-                stream=True, extra_body={"ignore_eos": True},
-            )  # fmt: skip
+                model="m",
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=300,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
 
         streams = [await stream(p) for p in (SHORT, LONG, SHORT, LONG)]
         during = await kv_gauge(url)
@@ -288,7 +395,7 @@ async def test_a_retried_request_leaves_no_kv_tokens_behind(tmp_path: Path) -> N
         running_router(spec=[spec], base=[base], profile=path, policy="context-crossover") as (
             url,
             state,
-        ),  # fmt: skip
+        ),
     ):
         raw = await client(url).chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": LONG}], max_tokens=4
@@ -303,12 +410,20 @@ async def test_expected_latency_reads_the_context_live(tmp_path: Path) -> None:
     decides: on an idle pair a short prompt speculates (the short curves) and a long one
     does not (the long curves), where the top-level curves alone speculate for both."""
     rows = {1000: ([5.0, 8.0], [10.0, 12.0]), 16000: ([20.0, 30.0], [14.0, 18.0])}
-    buckets = [{"context": c, "crossover": {"value": 2.0, "ci": [1, 3]}, "levels": [1, 4],
-                "tpot_ms": {"spec": spec, "base": base}}
-               for c, (spec, base) in rows.items()]  # fmt: skip
+    buckets = [
+        {
+            "context": c,
+            "crossover": {"value": 2.0, "ci": [1, 3]},
+            "levels": [1, 4],
+            "tpot_ms": {"spec": spec, "base": base},
+        }
+        for c, (spec, base) in rows.items()
+    ]
     top = ((1, 5.0, 10.0), (4, 8.0, 12.0))  # the short bucket's, as calibration writes it
-    levels = [{"concurrency": c, "spec": {"tpot_ms": {"median": s}},
-               "base": {"tpot_ms": {"median": b}}} for c, s, b in top]  # fmt: skip
+    levels = [
+        {"concurrency": c, "spec": {"tpot_ms": {"median": s}}, "base": {"tpot_ms": {"median": b}}}
+        for c, s, b in top
+    ]
     path = tmp_path / "profile.json"
     path.write_text(
         json.dumps(V2 | {"levels": levels, "context": V2["context"] | {"buckets": buckets}})
@@ -320,7 +435,7 @@ async def test_expected_latency_reads_the_context_live(tmp_path: Path) -> None:
             running_emulator("--mode", "base", *fast) as base,
             running_router(
                 spec=[spec], base=[base], profile=path, policy="expected-latency", context=context
-            ) as (url, state),  # fmt: skip
+            ) as (url, state),
         ):
             served = []
             for prompt in (SHORT, LONG):
@@ -360,9 +475,11 @@ def test_an_offline_replay_routes_by_context() -> None:
         for pool in ("spec", "base")
     }
     plan = ReplayPlan(
-        Trace("steps", (Phase(5.0, 2), Phase(5.0, 48))), synthetic(2000, 64), servers,
+        Trace("steps", (Phase(5.0, 2), Phase(5.0, 48))),
+        synthetic(2000, 64),
+        servers,
         backends={"spec": ("http://spec:1",), "base": ("http://base:2",)},
-    )  # fmt: skip
+    )
     policy = build_policy("context-crossover", {}, PROFILE)
     watched = Watched(policy)
     records = replay(plan, policy)
@@ -378,11 +495,30 @@ async def test_bench_compare_offline_runs_context_crossover(tmp_path: Path) -> N
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(V2))
     code, _, stderr = await run(
-        "bench", "compare", "--offline", "--profile", str(path), "--trace", "steps",
-        "--peak", "48", "--phase-seconds", "2", "--policies", "context-crossover",
-        "--time-scale", "0.1", "--max-running-requests", "256", "--input-len", "2000",
-        "--output-len", "64", "--out", str(tmp_path / "out"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--profile",
+        str(path),
+        "--trace",
+        "steps",
+        "--peak",
+        "48",
+        "--phase-seconds",
+        "2",
+        "--policies",
+        "context-crossover",
+        "--time-scale",
+        "0.1",
+        "--max-running-requests",
+        "256",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "64",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert code == 0, stderr
     results = json.loads((tmp_path / "out" / "compare.json").read_text())
     ran = results["policies"]["context-crossover"]["overall"]

@@ -11,7 +11,7 @@ import pytest
 
 from specroute.bench.coverage import CoveragePlan, coverage, render
 from specroute.bench.coverage_plot import plot_coverage
-from specroute.bench.dataset import synthetic
+from specroute.loadgen.dataset import synthetic
 from tests.emulators import emulator_config
 
 
@@ -20,8 +20,7 @@ def test_short_coverage(tmp_path: Path) -> None:
         emulator_config("--hardware", name, "--max-running-requests", "128", "--noise", "default")
         for name in ("llama3.1-8b-h200", "kimi-k2.5-8x-pcie-fitted")
     )
-    plan = CoveragePlan(configs, synthetic(512, 32), calibrations=3, output_len=32,
-                        grid_every=2)  # fmt: skip
+    plan = CoveragePlan(configs, synthetic(512, 32), calibrations=3, output_len=32, grid_every=2)
     result = coverage(plan)  # llama, kimi, llama: the grid beside llama's second
     summary = result["summary"]
     assert summary["overall"]["calibrations"] == 3

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specroute.bench.record import RequestRecord
 from specroute.crossing import Crossing, bands, crossing, crossings, log_margin
 from specroute.emulator.predict import as_profile, predict
+from specroute.loadgen.record import RequestRecord
 from specroute.policies.acceptance_crossover import AcceptanceCrossoverPolicy
 from specroute.policies.curves import curves
 from specroute.policies.profile import parse_profile
@@ -31,17 +31,29 @@ from tests.emulators import emulator_config
 
 CASES: list[tuple[str, list[float], list[float], Crossing]] = [
     ("halfway in log concurrency", [1, 4], [1.0, -1.0], Crossing(2.0)),
-    ("between the levels around it", [1, 2, 4, 8], [0.6, 0.2, -0.2, -0.5],
-     Crossing(2 * math.sqrt(2))),
+    (
+        "between the levels around it",
+        [1, 2, 4, 8],
+        [0.6, 0.2, -0.2, -0.5],
+        Crossing(2 * math.sqrt(2)),
+    ),
     ("zero at a level is the crossing", [1, 4, 16], [1.0, 0.0, -1.0], Crossing(4.0)),
-    ("the first crossing, not a later one", [1, 2, 4, 8], [1.0, -1.0, 1.0, -1.0],
-     Crossing(math.sqrt(2))),
+    (
+        "the first crossing, not a later one",
+        [1, 2, 4, 8],
+        [1.0, -1.0, 1.0, -1.0],
+        Crossing(math.sqrt(2)),
+    ),
     ("losing at the first level: below", [2, 4], [0.0, 1.0], Crossing(None, "below", 2)),
     ("winning everywhere: above", [1, 2], [1.0, 0.5], Crossing(None, "above", 2)),
-    ("falling but not yet crossed: no guess past the levels", [1, 2], [1.0, 0.1],
-     Crossing(None, "above", 2)),
+    (
+        "falling but not yet crossed: no guess past the levels",
+        [1, 2],
+        [1.0, 0.1],
+        Crossing(None, "above", 2),
+    ),
     ("one level", [4], [1.0], Crossing(None, "above", 4)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "levels", "margin", "expected"), CASES, ids=[c[0] for c in CASES])
@@ -166,9 +178,18 @@ def _sweep(levels: list[int]) -> SweepData:
                 shift = rng.lognormal(0.0, 0.02)  # a run's own speed
                 for _ in range(max(16, 2 * level)):
                     per_token = tpot * shift * rng.lognormal(0.0, 0.05)
-                    records.append(RequestRecord(backend, level, run, 0.0, 0.1,
-                                                 0.1 + 63 * per_token, output_tokens=64,
-                                                 measured=True))  # fmt: skip
+                    records.append(
+                        RequestRecord(
+                            backend,
+                            level,
+                            run,
+                            0.0,
+                            0.1,
+                            0.1 + 63 * per_token,
+                            output_tokens=64,
+                            measured=True,
+                        )
+                    )
             accepts = [2.873] if backend == "spec" else []
             cells[(backend, level)] = Cell(records, runs=3, accept_lengths=accepts)
     return SweepData(Path("synthetic"), {}, cells)

@@ -192,8 +192,11 @@ def test_promtool_accepts(argv: list[str]) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-PROFILE_GAUGES = ("specroute_profile_accept_length", "specroute_profile_created_timestamp_seconds",
-                  "specroute_profile_context_tokens")  # fmt: skip
+PROFILE_GAUGES = (
+    "specroute_profile_accept_length",
+    "specroute_profile_created_timestamp_seconds",
+    "specroute_profile_context_tokens",
+)
 
 
 async def test_rules_read_only_exported_metrics(tmp_path: Path) -> None:

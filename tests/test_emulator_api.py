@@ -60,8 +60,13 @@ CHAT: list[ChatCompletionMessageParam] = [
 
 
 async def test_chat_stream_chunk_order_and_usage(spec_url: str) -> None:
-    body = {"model": "m", "messages": CHAT, "max_tokens": 12, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "m",
+        "messages": CHAT,
+        "max_tokens": 12,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     async with (
         aiohttp.ClientSession() as s,
         s.post(f"{spec_url}/v1/chat/completions", json=body) as r,
@@ -138,9 +143,12 @@ async def test_completions_stream_and_stop(base_url: str) -> None:
     assert stop not in stopped.choices[0].text
     assert full.choices[0].text.startswith(stopped.choices[0].text)
     stream = await c.completions.create(
-        model="m", prompt="Once upon a time", max_tokens=30, stream=True,
+        model="m",
+        prompt="Once upon a time",
+        max_tokens=30,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = [chunk async for chunk in stream]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 30
@@ -154,9 +162,11 @@ async def test_ignore_eos_and_natural_stop(base_url: str) -> None:
     assert natural.choices[0].finish_reason == "stop"
     assert natural.usage is not None and natural.usage.completion_tokens < 4000
     forced = await c.completions.create(
-        model="m", prompt="x", max_tokens=natural.usage.completion_tokens + 5,
+        model="m",
+        prompt="x",
+        max_tokens=natural.usage.completion_tokens + 5,
         extra_body={"ignore_eos": True},
-    )  # fmt: skip
+    )
     assert forced.choices[0].finish_reason == "length"
 
 
@@ -176,7 +186,7 @@ HI = b'{"messages": [{"role": "user", "content": "hi"}]}'
         (HI, "text/plain", "application/json"),
         (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', JSON, "not valid Unicode"),
     ],
-)  # fmt: skip
+)
 async def test_bad_requests_get_sglang_errors(
     base_url: str, body: bytes, content_type: str, fragment: str
 ) -> None:
@@ -208,9 +218,15 @@ async def test_models_and_unknown_model(spec_url: str) -> None:
 
 async def test_queue_full_is_503() -> None:
     async with running_emulator(
-        "--mode", "base", "--time-scale", "1", "--max-running-requests", "1",
-        "--max-queued-requests", "1",
-    ) as url:  # fmt: skip
+        "--mode",
+        "base",
+        "--time-scale",
+        "1",
+        "--max-running-requests",
+        "1",
+        "--max-queued-requests",
+        "1",
+    ) as url:
         c = client(url)
 
         async def start(prompt: str, running: int, waiting: int) -> asyncio.Task[Any]:
@@ -238,8 +254,12 @@ async def test_queue_full_is_503() -> None:
 
 
 async def test_generate_streams_cumulative_text_with_spec_meta(spec_url: str) -> None:
-    body = {"text": "hello world", "sampling_params": {"max_new_tokens": 10, "ignore_eos": True},
-            "stream": True, "rid": "req-1"}  # fmt: skip
+    body = {
+        "text": "hello world",
+        "sampling_params": {"max_new_tokens": 10, "ignore_eos": True},
+        "stream": True,
+        "rid": "req-1",
+    }
     async with aiohttp.ClientSession() as s, s.post(f"{spec_url}/generate", json=body) as r:
         events = await sse_events(r)
     assert events[-1] == "[DONE]"
@@ -274,16 +294,22 @@ async def get_json(url: str) -> Any:
 
 async def test_server_info_and_loads(spec_url: str, base_url: str) -> None:
     spec = await get_json(f"{spec_url}/server_info")
-    assert spec == {**spec, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-                    "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-                    "max_running_requests": 48}  # fmt: skip
+    assert spec == {
+        **spec,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "max_running_requests": 48,
+    }
     assert spec["cuda_graph_max_bs"] == 48  # SGLang caps the default at max_running_requests
     assert (await get_json(f"{spec_url}/get_server_info"))["version"] == spec["version"]
     base = await get_json(f"{base_url}/server_info")
     assert base["speculative_algorithm"] is None
     assert base["max_running_requests"] == 512
-    await client(spec_url).completions.create(model="m", prompt="p", max_tokens=40,
-                                              extra_body={"ignore_eos": True})  # fmt: skip
+    await client(spec_url).completions.create(
+        model="m", prompt="p", max_tokens=40, extra_body={"ignore_eos": True}
+    )
     state = (await get_json(f"{spec_url}/server_info"))["internal_states"][0]
     assert 1.0 < state["avg_spec_accept_length"] <= 4.0
     assert "avg_spec_accept_length" not in base["internal_states"][0]
@@ -296,8 +322,9 @@ async def test_server_info_and_loads(spec_url: str, base_url: str) -> None:
 
 
 async def test_metrics_count_tokens_and_verifies(spec_url: str) -> None:
-    await client(spec_url).completions.create(model="m", prompt="p", max_tokens=30,
-                                              extra_body={"ignore_eos": True})  # fmt: skip
+    await client(spec_url).completions.create(
+        model="m", prompt="p", max_tokens=30, extra_body={"ignore_eos": True}
+    )
     assert await metric(spec_url, "sglang:generation_tokens_total") == 30
     assert await metric(spec_url, "sglang:num_requests_total") == 1
     verifies = await metric(spec_url, "sglang:spec_verify_calls_total")
@@ -331,8 +358,11 @@ async def test_disconnect_aborts_request(spec_url: str) -> None:
 
 
 async def test_abort_request_by_rid(base_url: str) -> None:
-    body = {"text": "x", "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True},
-            "rid": "victim"}  # fmt: skip
+    body = {
+        "text": "x",
+        "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True},
+        "rid": "victim",
+    }
     async with aiohttp.ClientSession() as s:
         pending = asyncio.create_task(s.post(f"{base_url}/generate", json=body))
         await asyncio.sleep(0.2)
@@ -364,8 +394,13 @@ async def test_acceptance_changes_at_run_time(spec_url: str) -> None:
 
 
 async def test_stream_interval_and_continuous_usage() -> None:
-    body = {"messages": CHAT, "max_tokens": 30, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    body = {
+        "messages": CHAT,
+        "max_tokens": 30,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     async with (
         running_emulator("--mode", "base", "--time-scale", "0.05", "--stream-interval", "4") as url,
         aiohttp.ClientSession() as s,

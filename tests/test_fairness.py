@@ -7,7 +7,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from specroute.bench.fairness import fairness_notes, fairness_warnings, server_info
+from specroute.loadgen.fairness import fairness_notes, fairness_warnings, server_info
 from tests.apps import serving
 from tests.emulators import running_emulator
 

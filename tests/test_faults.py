@@ -13,9 +13,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from specroute.bench.spawn import spawned
 from specroute.cli import main
 from specroute.emulator.faults import CRASH_EXIT_STATUS, Fault, FaultError, parse_faults
+from specroute.loadgen.spawn import spawned
 from tests.emulators import running_emulator
 from tests.test_emulator_api import CHAT, client
 
@@ -133,14 +133,30 @@ async def _drain(stream: openai.AsyncStream[Any]) -> None:
 async def test_faults_are_set_shown_and_cleared_at_run_time() -> None:
     async with running_emulator("--mode", "base", *FAST) as url, aiohttp.ClientSession() as s:
         assert await _faults(s, url) == (200, {"faults": [], "seed": 0})
-        status, shown = await _faults(s, url, "POST", faults=[
-            "status:500", {"kind": "stall_mid", "after": 2, "probability": 0.5, "count": 3},
-        ], seed=7)  # fmt: skip
-        assert status == 200 and shown == {"seed": 7, "faults": [
-            {"kind": "status", "status": 500, "probability": 1.0, "count": None},
-            {"kind": "stall_mid", "after": 2, "seconds": None, "probability": 0.5, "count": 3,
-             "remaining": 3},
-        ]}  # fmt: skip
+        status, shown = await _faults(
+            s,
+            url,
+            "POST",
+            faults=[
+                "status:500",
+                {"kind": "stall_mid", "after": 2, "probability": 0.5, "count": 3},
+            ],
+            seed=7,
+        )
+        assert status == 200 and shown == {
+            "seed": 7,
+            "faults": [
+                {"kind": "status", "status": 500, "probability": 1.0, "count": None},
+                {
+                    "kind": "stall_mid",
+                    "after": 2,
+                    "seconds": None,
+                    "probability": 0.5,
+                    "count": 3,
+                    "remaining": 3,
+                },
+            ],
+        }
         assert await _faults(s, url) == (200, shown)
         with pytest.raises(openai.InternalServerError):
             await _ask(url)
@@ -152,10 +168,13 @@ async def test_faults_are_set_shown_and_cleared_at_run_time() -> None:
 
         status, error = await _faults(s, url, "POST", faults=[{"kind": "stall_mid", "secs": 1}])
         assert status == 400 and error == {
-            "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+            "object": "error",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
             "message": "fault 'stall_mid': unknown key 'secs' (it takes after, seconds, "
-                       "probability, count)",
-        }  # fmt: skip
+            "probability, count)",
+        }
         status, error = await _faults(s, url, "POST", fault=["status"])
         assert status == 400 and "unknown field(s): fault" in error["message"]
         assert await _faults(s, url) == (200, {"faults": [], "seed": 7})
@@ -201,9 +220,12 @@ async def test_status_answers_with_sglangs_error_body() -> None:
             await _ask(url)
         assert error.value.status_code == 500
         assert error.value.body == {
-            "object": "error", "type": "INTERNAL_SERVER_ERROR", "param": None, "code": 500,
+            "object": "error",
+            "type": "INTERNAL_SERVER_ERROR",
+            "param": None,
+            "code": 500,
             "message": "The emulator injected this error (fault 'status', HTTP 500).",
-        }  # fmt: skip
+        }
         body = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
         async with aiohttp.ClientSession() as s, s.post(f"{url}/generate", json=body) as r:
             assert r.status == 500 and (await r.json())["code"] == 500
@@ -351,9 +373,15 @@ async def test_count_and_probability_pick_requests_reproducibly() -> None:
         assert await statuses(s, url, 3) == [503, 503, 200]
         # the stream-only fault waits for a stream: none of those counted against it
         assert (await _faults(s, url))[1]["faults"] == [
-            {"kind": "cut_mid", "after": 1, "mid_event": False, "probability": 1.0, "count": 1,
-             "remaining": 1}
-        ]  # fmt: skip
+            {
+                "kind": "cut_mid",
+                "after": 1,
+                "mid_event": False,
+                "probability": 1.0,
+                "count": 1,
+                "remaining": 1,
+            }
+        ]
         patterns = []
         for _ in range(2):
             await _faults(s, url, "POST", faults=["status:500,probability=0.5"], seed=3)

@@ -33,8 +33,17 @@ def panels() -> list[dict[str, Any]]:
 
 def test_there_is_something_to_check() -> None:
     titles = " ".join(p["title"] for p in panels()).lower()
-    for subject in ("crossover", "pool", "first token", "per output token", "accept length",
-                    "health", "cpu", "upstream errors", "ejections"):  # fmt: skip
+    for subject in (
+        "crossover",
+        "pool",
+        "first token",
+        "per output token",
+        "accept length",
+        "health",
+        "cpu",
+        "upstream errors",
+        "ejections",
+    ):
         assert subject in titles, subject
 
 

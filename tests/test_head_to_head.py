@@ -53,17 +53,38 @@ KIMI = ("--hardware", "kimi-k2.5-8x-pcie")  # the seeds' model, built from MoE p
 MOE_RAMP = (1, 8, 64, 128)
 CASES = {
     # the seeds' weak drafter: speculation pays only from about 54 requests up (a band)
-    "kimi-k2.5-8x-pcie@2.1": Case((*KIMI, "--accept-length", "2.1"), "0.1", "8", 3.0, 1.5,
-                                  "1,2,4,8,16,32,48,64,96,128", MOE_RAMP),
+    "kimi-k2.5-8x-pcie@2.1": Case(
+        (*KIMI, "--accept-length", "2.1"),
+        "0.1",
+        "8",
+        3.0,
+        1.5,
+        "1,2,4,8,16,32,48,64,96,128",
+        MOE_RAMP,
+    ),
     # a good drafter: it pays at every load, least near 8
-    "kimi-k2.5-8x-pcie@3.0": Case((*KIMI, "--accept-length", "3.0"), "0.1", "8", 3.0, 1.5,
-                                  "1,2,4,8,16,32,48,64,96,128", (1, 8, 128), pays_everywhere=True),
+    "kimi-k2.5-8x-pcie@3.0": Case(
+        (*KIMI, "--accept-length", "3.0"),
+        "0.1",
+        "8",
+        3.0,
+        1.5,
+        "1,2,4,8,16,32,48,64,96,128",
+        (1, 8, 128),
+        pays_everywhere=True,
+    ),
     # a weaker drafter than the model's default puts the crossover near 28 instead of 92,
     # within what one 2-core machine drives through a router
-    "llama3.1-8b-h100": Case(("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
-                             "0.25", "16", 2.0, 0.75, "1,2,4,8,16,24,32,48,64",
-                             (1, 4, 16, 32, 64)),
-}  # fmt: skip
+    "llama3.1-8b-h100": Case(
+        ("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
+        "0.25",
+        "16",
+        2.0,
+        0.75,
+        "1,2,4,8,16,24,32,48,64",
+        (1, 4, 16, 32, 64),
+    ),
+}
 
 
 def ramp_trace(case: Case, path: Path) -> tuple[str, ...]:
@@ -76,9 +97,16 @@ def ramp_trace(case: Case, path: Path) -> tuple[str, ...]:
 
 async def predicted_profile(model: tuple[str, ...], levels: str, path: Path) -> None:
     code, _, stderr = await run(
-        "emulate", *model, "--max-running-requests", "256", "--predict", levels, *_WORKLOAD,
-        "--profile", str(path),
-    )  # fmt: skip
+        "emulate",
+        *model,
+        "--max-running-requests",
+        "256",
+        "--predict",
+        levels,
+        *_WORKLOAD,
+        "--profile",
+        str(path),
+    )
     assert code == 0, stderr
 
 
@@ -99,24 +127,51 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     case = CASES[hardware]
     profile = tmp_path / "profile.json"
     await predicted_profile(case.model, case.levels, profile)
-    server = (*case.model, "--max-running-requests", "256", "--time-scale", case.time_scale,
-              "--stream-interval", case.stream_interval)  # fmt: skip
-    trace = (*ramp_trace(case, tmp_path / "ramp.json"),
-             "--phase-seconds", str(case.phase_seconds), "--settle", str(case.settle),
-             *_NATURAL)  # fmt: skip
+    server = (
+        *case.model,
+        "--max-running-requests",
+        "256",
+        "--time-scale",
+        case.time_scale,
+        "--stream-interval",
+        case.stream_interval,
+    )
+    trace = (
+        *ramp_trace(case, tmp_path / "ramp.json"),
+        "--phase-seconds",
+        str(case.phase_seconds),
+        "--settle",
+        str(case.settle),
+        *_NATURAL,
+    )
     async with emulator_pair(*server) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile)
         code, stdout, stderr = await run(
-            "bench", "compare", "--router-config", str(config), *trace, "--out",
+            "bench",
+            "compare",
+            "--router-config",
+            str(config),
+            *trace,
+            "--out",
             str(tmp_path / "live"),
-        )  # fmt: skip
+        )
     assert code == 0, stderr
     live = json.loads((tmp_path / "live" / "compare.json").read_text())
     code, _, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), *trace, *case.model,
-        "--max-running-requests", "256", "--time-scale", case.time_scale,
-        "--out", str(tmp_path / "offline"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        *trace,
+        *case.model,
+        "--max-running-requests",
+        "256",
+        "--time-scale",
+        case.time_scale,
+        "--out",
+        str(tmp_path / "offline"),
+    )
     assert code == 0, stderr
     offline = json.loads((tmp_path / "offline" / "compare.json").read_text())
 
@@ -141,8 +196,9 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
             assert tps["crossover"] == pytest.approx(tps["always-spec"], rel=_SAMPLING)
             assert tps["crossover"] > tps["always-base"], stdout
     else:
-        assert throughput["crossover"] > max(throughput["always-spec"],
-                                             throughput["always-base"]), stdout  # fmt: skip
+        assert throughput["crossover"] > max(
+            throughput["always-spec"], throughput["always-base"]
+        ), stdout
         assert max(offline_tps, key=offline_tps.__getitem__) == "crossover"
     for p in throughput:  # the replay's model is the servers' model: it predicts the live run
         assert offline_tps[p] == pytest.approx(throughput[p], rel=0.05), (p, offline_tps, stdout)
@@ -174,8 +230,15 @@ async def kimi_setup(
     model = ("--hardware", "kimi-k2.5-8x-pcie-fitted")
     profile = tmp_path / "profile.json"
     await predicted_profile(model, "1,2,4,6,8,12,16", profile)
-    server = (*model, "--max-running-requests", str(max_running), "--time-scale", "0.1",
-              "--stream-interval", "4")  # fmt: skip
+    server = (
+        *model,
+        "--max-running-requests",
+        str(max_running),
+        "--time-scale",
+        "0.1",
+        "--stream-interval",
+        "4",
+    )
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": t, "concurrency": c} for t, c in phases]))
     return profile, server, trace
@@ -189,17 +252,27 @@ async def test_expected_latency_beats_crossover_when_partitioned_pools_overload(
     the queue and balances."""
     profile, server, trace = await kimi_setup(tmp_path, 8, [(2, 2), (5, 24)])
     async with emulator_pair(*server) as (spec, base):
-        config = router_config(tmp_path / "router.toml", spec, base, profile,
-                               topology="partitioned")  # fmt: skip
+        config = router_config(
+            tmp_path / "router.toml", spec, base, profile, topology="partitioned"
+        )
         code, stdout, stderr = await run(
-            "bench", "compare", "--router-config", str(config), "--trace", str(trace),
-            "--policies", "crossover,expected-latency", *_WORKLOAD,
-            "--out", str(tmp_path / "cmp"),
-        )  # fmt: skip
+            "bench",
+            "compare",
+            "--router-config",
+            str(config),
+            "--trace",
+            str(trace),
+            "--policies",
+            "crossover,expected-latency",
+            *_WORKLOAD,
+            "--out",
+            str(tmp_path / "cmp"),
+        )
     assert code == 0, stderr
     results = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    fixed, balanced = (results["policies"][p]["phases"][1]
-                       for p in ("crossover", "expected-latency"))  # fmt: skip
+    fixed, balanced = (
+        results["policies"][p]["phases"][1] for p in ("crossover", "expected-latency")
+    )
     # 4.7% measured (5.5% when the profile's curves were read linear in log concurrency
     # rather than as power laws between levels); noise between runs is about 1%
     assert balanced["output_tps"] > fixed["output_tps"] * 1.03, stdout
@@ -222,10 +295,21 @@ async def test_acceptance_crossover_follows_a_drop_in_acceptance(tmp_path: Path)
         for policy in ("crossover", "acceptance-crossover"):
             await set_acceptance(session, spec, 3.0)
             out = tmp_path / policy
-            compare = asyncio.create_task(run(
-                "bench", "compare", "--router-config", str(config), "--trace", str(trace),
-                "--policies", policy, *_WORKLOAD, "--out", str(out),
-            ))  # fmt: skip
+            compare = asyncio.create_task(
+                run(
+                    "bench",
+                    "compare",
+                    "--router-config",
+                    str(config),
+                    "--trace",
+                    str(trace),
+                    "--policies",
+                    policy,
+                    *_WORKLOAD,
+                    "--out",
+                    str(out),
+                )
+            )
             await busy(session, spec)  # the trace has begun
             await asyncio.sleep(3.0)  # the first phase
             await set_acceptance(session, spec, 2.1)

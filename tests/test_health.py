@@ -20,7 +20,7 @@ import pydantic
 import pytest
 from aiohttp import web
 
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 from specroute.router.app import build_state
 from specroute.router.backend import Backend
 from specroute.router.health import Breaker, BreakerState, Ejection, verdict
@@ -75,19 +75,55 @@ BREAKER_CASES: list[tuple[str, dict[str, Any], str, BreakerState, int, float]] =
     ("a failed trial ejects again, for longer", {}, "ok fail fail fail +5 fail", OPEN, 2, 10),
     ("the longer cool-down is waited out", {}, "ok fail fail fail +5 fail +9.9", OPEN, 2, 10),
     ("then half-open again", {}, "ok fail fail fail +5 fail +10", HALF_OPEN, 2, 10),
-    ("cool-downs stop growing at the maximum", {"max_seconds": 12},
-     "fail +5 fail +10 fail +12 fail", OPEN, 4, 12),
-    ("readmitted and failing at once: longer", {},
-     "ok fail fail fail +5 ok fail fail fail", OPEN, 2, 10),
-    ("readmitted and well for a cool-down: forgiven", {},
-     "ok fail fail fail +5 ok +5 fail fail fail", OPEN, 2, 5),
-    ("two successes to readmit: one is not enough", {"readmit_after_successes": 2},
-     "ok fail fail fail +5 ok", HALF_OPEN, 1, 5),
-    ("two successes to readmit: two are", {"readmit_after_successes": 2},
-     "ok fail fail fail +5 ok ok", CLOSED, 1, 5),
-    ("two successes to readmit: a failure between ejects", {"readmit_after_successes": 2},
-     "ok fail fail fail +5 ok fail", OPEN, 2, 10),
-]  # fmt: skip
+    (
+        "cool-downs stop growing at the maximum",
+        {"max_seconds": 12},
+        "fail +5 fail +10 fail +12 fail",
+        OPEN,
+        4,
+        12,
+    ),
+    (
+        "readmitted and failing at once: longer",
+        {},
+        "ok fail fail fail +5 ok fail fail fail",
+        OPEN,
+        2,
+        10,
+    ),
+    (
+        "readmitted and well for a cool-down: forgiven",
+        {},
+        "ok fail fail fail +5 ok +5 fail fail fail",
+        OPEN,
+        2,
+        5,
+    ),
+    (
+        "two successes to readmit: one is not enough",
+        {"readmit_after_successes": 2},
+        "ok fail fail fail +5 ok",
+        HALF_OPEN,
+        1,
+        5,
+    ),
+    (
+        "two successes to readmit: two are",
+        {"readmit_after_successes": 2},
+        "ok fail fail fail +5 ok ok",
+        CLOSED,
+        1,
+        5,
+    ),
+    (
+        "two successes to readmit: a failure between ejects",
+        {"readmit_after_successes": 2},
+        "ok fail fail fail +5 ok fail",
+        OPEN,
+        2,
+        10,
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -110,8 +146,14 @@ def test_what_moved_is_said_once() -> None:
     clock = Clock()
     b = breaker(clock)
     assert play(b, clock, "ok fail fail fail fail +5 ok ok") == [
-        None, None, None, OPEN, None, CLOSED, None,
-    ]  # fmt: skip
+        None,
+        None,
+        None,
+        OPEN,
+        None,
+        CLOSED,
+        None,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -137,8 +179,11 @@ def test_the_status_shows_the_breaker() -> None:
     b = breaker(clock)
     play(b, clock, "ok fail fail fail +2")
     assert b.describe() == {
-        "state": "open", "failures_in_a_row": 0, "ejections": 1, "half_open_in": 3.0,
-    }  # fmt: skip
+        "state": "open",
+        "failures_in_a_row": 0,
+        "ejections": 1,
+        "half_open_in": 3.0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -166,8 +211,10 @@ def test_every_outcome_has_a_verdict() -> None:
 
 
 TWO_BACKENDS: dict[str, Any] = {
-    "spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:9"], "crossover": 4,
-}  # fmt: skip
+    "spec": ["http://127.0.0.1:9"],
+    "base": ["http://127.0.0.1:9"],
+    "crossover": 4,
+}
 
 
 def test_cool_downs_that_cannot_grow_are_refused() -> None:
@@ -252,17 +299,28 @@ class RawBackend:
         writer.close()
 
 
-_CHAT_ANSWER = json.dumps({
-    "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "fine"}}],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}).encode()  # fmt: skip
+_CHAT_ANSWER = json.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "fine"},
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()
 
 
 def _reply(status: int, body: bytes, content_type: bytes) -> bytes:
-    return (b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n%s") % (status, content_type, len(body), body)  # fmt: skip
+    return (
+        b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+    ) % (status, content_type, len(body), body)
 
 
 async def served_by(url: str) -> str:
@@ -305,10 +363,15 @@ async def test_failing_requests_eject_a_backend_whose_health_checks_pass() -> No
         flaky.serving() as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(
-            spec=[spec], base=[base], crossover=8, health_interval=60,
-            eject_after_failures=3, eject_seconds=0.4, eject_max_seconds=2,
+            spec=[spec],
+            base=[base],
+            crossover=8,
+            health_interval=60,
+            eject_after_failures=3,
+            eject_seconds=0.4,
+            eject_max_seconds=2,
         ) as (url, state),
-    ):  # fmt: skip
+    ):
         backend = state.backends[0]
         assert (await status_of(url, "spec"))["breaker"]["state"] == "closed"
         flaky.answer = "hang up"
@@ -345,8 +408,9 @@ async def test_failing_requests_eject_a_backend_whose_health_checks_pass() -> No
     }
     assert all(v == 0 for v in samples(text, "specroute_inflight").values())
     assert samples(text, "specroute_background_errors_total") == {
-        (("task", "health"),): 0, (("task", "poll"),): 0,
-    }  # fmt: skip
+        (("task", "health"),): 0,
+        (("task", "poll"),): 0,
+    }
 
 
 async def test_failed_health_checks_eject_only_in_a_row(
@@ -360,10 +424,14 @@ async def test_failed_health_checks_eject_only_in_a_row(
         flaky.serving() as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(
-            spec=[spec], base=[base], crossover=8, health_interval=0.05,
-            eject_after_failures=3, eject_seconds=0.3,
+            spec=[spec],
+            base=[base],
+            crossover=8,
+            health_interval=0.05,
+            eject_after_failures=3,
+            eject_seconds=0.3,
         ) as (url, state),
-    ):  # fmt: skip
+    ):
         backend = state.backends[0]
 
         async def states_until_probed(more: int) -> set[BreakerState]:
@@ -422,9 +490,10 @@ async def test_garbage_metrics_neither_stop_polling_nor_routing() -> None:
         scraped_as_told() as (spec, bodies, scrapes),
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], policy="always-base", poll_interval=0.02) as (
-            url, state,
+            url,
+            state,
         ),
-    ):  # fmt: skip
+    ):
 
         async def scraped(more: int) -> None:
             until = scrapes[0] + more
@@ -434,15 +503,19 @@ async def test_garbage_metrics_neither_stop_polling_nor_routing() -> None:
                 await asyncio.sleep(0.01)
             raise AssertionError("polling stopped")
 
-        for body in (b"\xff\xfe\x00sglang:num_running_reqs \xc3\x28\n",
-                     b"sglang:num_running_reqs NaN\nsglang:num_queue_reqs +Inf\n"):  # fmt: skip
+        for body in (
+            b"\xff\xfe\x00sglang:num_running_reqs \xc3\x28\n",
+            b"sglang:num_running_reqs NaN\nsglang:num_queue_reqs +Inf\n",
+        ):
             bodies.append(body)
             await scraped(3)
             assert await served_by(url) == "base"
             assert (await status_of(url, "spec"))["running"] is None
             await scrape(url)
-        bodies.append(b"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 2\n"
-                      b"sglang:num_queue_reqs 1\n")  # fmt: skip
+        bodies.append(
+            b"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 2\n"
+            b"sglang:num_queue_reqs 1\n"
+        )
         await scraped(3)
         spec_status = await status_of(url, "spec")
         text = await scrape(url)
@@ -461,10 +534,20 @@ async def test_out_of_file_descriptors_a_health_check_blames_the_router(tmp_path
     async with (
         spec_backend.serving() as spec,
         running_emulator("--mode", "base", "--time-scale", "0.5") as base,
-        spawned("serve", "--spec", spec, "--base", base, "--policy", "always-base",
-                "--config", str(config), stop=signal.SIGKILL) as router,
+        spawned(
+            "serve",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--policy",
+            "always-base",
+            "--config",
+            str(config),
+            stop=signal.SIGKILL,
+        ) as router,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s,
-    ):  # fmt: skip
+    ):
         pid = router.process.pid
         room = len(os.listdir(f"/proc/{pid}/fd")) + 2 * 6
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (room, room))

@@ -37,8 +37,11 @@ SMALL = ("--time-scale", "0.01", "--context-length", "64")  # no answer runs lon
 BODY_LIMIT = 512 * 1024  # the fuzzed router's max_body_bytes: the same code as 8 MiB, faster
 EXAMPLES = int(os.environ.get("SPECROUTE_FUZZ_EXAMPLES", "1500"))  # ~17 s; more for a hunt
 HEAD_LIMIT, HEADERS_LIMIT = 8190, 128  # the defaults of max_header_bytes and max_headers
-NOWHERE: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:9"],
-                           "crossover": 4}  # fmt: skip
+NOWHERE: dict[str, Any] = {
+    "spec": ["http://127.0.0.1:9"],
+    "base": ["http://127.0.0.1:9"],
+    "crossover": 4,
+}
 
 
 @asynccontextmanager
@@ -129,8 +132,10 @@ class Hostile:
 
     def __repr__(self) -> str:
         heads = [(k, _short(v)) for k, v in self.headers]
-        return (f"Hostile({self.method!r}, {_short(self.target)!r}, {heads!r}, "
-                f"{_short(self.body)!r}, chunked={self.chunked}, parser={self.parser!r})")  # fmt: skip
+        return (
+            f"Hostile({self.method!r}, {_short(self.target)!r}, {heads!r}, "
+            f"{_short(self.body)!r}, chunked={self.chunked}, parser={self.parser!r})"
+        )
 
     def wire(self) -> bytes:
         lines = [self.method + b" " + self.target + b" HTTP/1.1", b"Host: router"]
@@ -148,13 +153,40 @@ class Hostile:
 
 PATHS = sorted(document()["paths"])
 PROXIED = ["/v1/chat/completions", "/v1/completions", "/generate"]
-ODD_PATHS = ["/", "/v1", "/v1/chat/completions/", "/V1/MODELS", "/router", "/router/profile/x",
-             "/generate?stream=true", "/v1/models?x=%ff", "/%ff%fe", "/..%2f..%2fetc/passwd",
-             "//health", "/health/", "/metrics?name[]=1", "/v1/completions#frag"]  # fmt: skip
+ODD_PATHS = [
+    "/",
+    "/v1",
+    "/v1/chat/completions/",
+    "/V1/MODELS",
+    "/router",
+    "/router/profile/x",
+    "/generate?stream=true",
+    "/v1/models?x=%ff",
+    "/%ff%fe",
+    "/..%2f..%2fetc/passwd",
+    "//health",
+    "/health/",
+    "/metrics?name[]=1",
+    "/v1/completions#frag",
+]
 METHODS = [b"GET", b"PUT", b"DELETE", b"PATCH", b"HEAD", b"OPTIONS", b"TRACE"]
-FIELDS = ["model", "messages", "prompt", "text", "input_ids", "stream", "max_tokens",
-          "max_completion_tokens", "sampling_params", "rid", "stream_options", "ignore_eos",
-          "schema", "crossover", "created"]  # fmt: skip
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "text",
+    "input_ids",
+    "stream",
+    "max_tokens",
+    "max_completion_tokens",
+    "sampling_params",
+    "rid",
+    "stream_options",
+    "ignore_eos",
+    "schema",
+    "crossover",
+    "created",
+]
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=16),
@@ -163,14 +195,36 @@ JSON = st.recursive(
     ),
     max_leaves=12,
 )
-ODD = st.sampled_from([-1, 0, 1, 2**63, -(2**63), "5", "", 1.5, 1e308, True, None, [], {},
-                       "\x00", "\ud800", [{"role": "user"}], {"max_new_tokens": "x"}])  # fmt: skip
+ODD = st.sampled_from(
+    [
+        -1,
+        0,
+        1,
+        2**63,
+        -(2**63),
+        "5",
+        "",
+        1.5,
+        1e308,
+        True,
+        None,
+        [],
+        {},
+        "\x00",
+        "\ud800",
+        [{"role": "user"}],
+        {"max_new_tokens": "x"},
+    ]
+)
 
 
 def _valid(path: str, tokens: int) -> dict[str, Any]:
     if path == "/router/profile":
-        return {"schema": "specroute.profile/v1", "created": "2026-01-01T00:00:00+00:00",
-                "crossover": {"value": tokens, "ci": [0, tokens + 1]}}  # fmt: skip
+        return {
+            "schema": "specroute.profile/v1",
+            "created": "2026-01-01T00:00:00+00:00",
+            "crossover": {"value": tokens, "ci": [0, tokens + 1]},
+        }
     if path == "/generate":
         return {"text": "hi", "sampling_params": {"max_new_tokens": tokens}}
     if path == "/v1/completions":
@@ -180,9 +234,11 @@ def _valid(path: str, tokens: int) -> dict[str, Any]:
 
 @st.composite
 def bodies(draw: st.DrawFn, path: str) -> bytes:
-    shape = draw(st.sampled_from(
-        ["mutated"] * 8 + ["json", "deep", "near_limit", "digits", "literal", "bytes"]
-    ))  # fmt: skip
+    shape = draw(
+        st.sampled_from(
+            ["mutated"] * 8 + ["json", "deep", "near_limit", "digits", "literal", "bytes"]
+        )
+    )
     if shape == "mutated":  # the fields the router and the backend read, of any type
         body = _valid(path, draw(st.integers(0, 8)))
         body |= draw(st.dictionaries(st.sampled_from(FIELDS), JSON | ODD, max_size=3))
@@ -205,23 +261,57 @@ def bodies(draw: st.DrawFn, path: str) -> bytes:
     if shape == "digits":  # past Python's 4,300-digit limit for int()
         return b'{"max_tokens":' + b"9" * draw(st.integers(4000, 5000)) + b"}"
     if shape == "literal":
-        return draw(st.sampled_from([
-            b"", b"null", b"[]", b'"text"', b"1", b"{", b'{"a":1}trailing', b"\xef\xbb\xbf{}",
-            b'{"max_tokens": NaN}', b'{"max_tokens": Infinity}', b'{"a": "\xff\xfe"}',
-            b"\x00" * 16, '{"prompt": "hi"}'.encode("utf-16"), b'{"a":1,"a":2}',
-        ]))  # fmt: skip
+        return draw(
+            st.sampled_from(
+                [
+                    b"",
+                    b"null",
+                    b"[]",
+                    b'"text"',
+                    b"1",
+                    b"{",
+                    b'{"a":1}trailing',
+                    b"\xef\xbb\xbf{}",
+                    b'{"max_tokens": NaN}',
+                    b'{"max_tokens": Infinity}',
+                    b'{"a": "\xff\xfe"}',
+                    b"\x00" * 16,
+                    '{"prompt": "hi"}'.encode("utf-16"),
+                    b'{"a":1,"a":2}',
+                ]
+            )
+        )
     return draw(st.binary(max_size=256))
 
 
-AUTH = [f"Bearer {CLIENT}"] * 12 + [f"Bearer {ADMIN}"] * 4 + [
-    None, "Bearer wrong", "Basic dXNlcjpwYXNz", "Bearer", "Bearer ", f"bearer   {CLIENT}  ",
-    f"Bearer {CLIENT} {ADMIN}", "Token x", f"Bearer {CLIENT}\xe9",
-]  # fmt: skip
+AUTH = (
+    [f"Bearer {CLIENT}"] * 12
+    + [f"Bearer {ADMIN}"] * 4
+    + [
+        None,
+        "Bearer wrong",
+        "Basic dXNlcjpwYXNz",
+        "Bearer",
+        "Bearer ",
+        f"bearer   {CLIENT}  ",
+        f"Bearer {CLIENT} {ADMIN}",
+        "Token x",
+        f"Bearer {CLIENT}\xe9",
+    ]
+)
 CONTENT_TYPES = ["application/json"] * 12 + [
-    None, "application/json; charset=utf-8", "application/json; charset=utf-16",
-    "application/json; charset=bogus", "text/plain", "application/x-www-form-urlencoded",
-    "multipart/form-data; boundary=zz", "application/json;;; ;", "*/*", "", "APPLICATION/JSON",
-]  # fmt: skip
+    None,
+    "application/json; charset=utf-8",
+    "application/json; charset=utf-16",
+    "application/json; charset=bogus",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=zz",
+    "application/json;;; ;",
+    "*/*",
+    "",
+    "APPLICATION/JSON",
+]
 NAME = st.from_regex(r"\AX-[A-Za-z0-9-]{1,12}\Z")
 VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40).map(str.encode)
 ODD_VALUE = st.sampled_from([b"caf\xc3\xa9", b"\xff\xfe", b"\x80", b"\t tab"])  # kept by aiohttp
@@ -307,8 +397,12 @@ async def test_fuzzed_requests_never_get_a_500_nor_leak_a_request(
         assert port is not None
         seen: dict[int, int] = {}
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(hostile())
         def fuzz(request: Hostile) -> None:
             answer = exchange(port, request.wire())
@@ -327,8 +421,11 @@ async def test_fuzzed_requests_never_get_a_500_nor_leak_a_request(
     assert {200, 400, 401}.issubset(seen)  # the fuzzer got past the door too
     # the router's and its server's records; a client left over from another test may log
     # its own teardown here too, and that says nothing of the router
-    broken = [r for r in caplog.records if r.levelno >= logging.ERROR
-              and r.name.startswith(("specroute", "aiohttp"))]  # fmt: skip
+    broken = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith(("specroute", "aiohttp"))
+    ]
     assert not broken, [r.getMessage() for r in broken]
     assert CLIENT not in caplog.text and ADMIN not in caplog.text  # sent in bad heads too
 
@@ -471,8 +568,10 @@ async def test_a_head_past_its_limits_is_refused_at_once(head: bytes) -> None:
 async def test_a_slow_body_gets_408_and_never_reaches_a_backend() -> None:
     async with fronted(body_timeout=0.5) as (url, state):
         reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")  # fmt: skip
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
         started = time.monotonic()
 
         async def dribble() -> None:
@@ -507,8 +606,10 @@ async def firehose() -> AsyncIterator[tuple[str, list[int]]]:
             if not head.startswith(b"POST"):
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             else:
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Connection: close\r\n\r\n")  # fmt: skip
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Connection: close\r\n\r\n"
+                )
                 for _ in range(1_000_000):  # a gigabyte, unless someone stops reading
                     writer.write(event)
                     sent[0] += len(event)
@@ -544,9 +645,11 @@ async def test_a_slow_reader_holds_back_the_backend_not_the_routers_memory() -> 
         sock.setblocking(False)
         await loop.sock_connect(sock, ("127.0.0.1", urlsplit(url).port))
         body = b'{"prompt": "hi", "stream": true}'
-        await loop.sock_sendall(sock, b"POST /v1/completions HTTP/1.1\r\nHost: r\r\n"
-                                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                % (len(body), body))  # fmt: skip
+        await loop.sock_sendall(
+            sock,
+            b"POST /v1/completions HTTP/1.1\r\nHost: r\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+        )
         before, read, marks = _rss(), 0, list[tuple[int, int]]()
         started = time.monotonic()
         while (now := time.monotonic() - started) < 3.0:
@@ -559,8 +662,10 @@ async def test_a_slow_reader_holds_back_the_backend_not_the_routers_memory() -> 
         await settled(state)
         assert state.inflight() == 0
     (sent_1, read_1), (sent_3, read_3) = marks
-    print(f"backend sent {sent_1 / 2**20:.1f} MiB by 1 s, {sent_3 / 2**20:.1f} MiB by 2.9 s; "
-          f"client read {read_3 / 2**10:.0f} KiB; memory grew {grown / 2**20:.1f} MiB")  # fmt: skip
+    print(
+        f"backend sent {sent_1 / 2**20:.1f} MiB by 1 s, {sent_3 / 2**20:.1f} MiB by 2.9 s; "
+        f"client read {read_3 / 2**10:.0f} KiB; memory grew {grown / 2**20:.1f} MiB"
+    )
     assert sent_3 - sent_1 < (read_3 - read_1) + 4 * 2**20  # held to the reader's pace
     assert sent_3 - read_3 < 48 * 2**20  # the kernel's buffers, mostly (tcp_rmem grows)
     assert grown < 16 * 2**20
@@ -599,13 +704,20 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
     caplog.set_level(logging.DEBUG)
     wrong = "wr0ng-k3y-qux"
     secrets = (CLIENT, ADMIN, BACKEND, wrong)
-    keys = {"api_keys": [CLIENT], "admin_key": ADMIN, "backend_api_key": BACKEND,
-            "eject_after_failures": 1, "eject_seconds": 0.2, "health_interval": 0.1,
-            "idle_timeout": 0.5}  # fmt: skip
+    keys = {
+        "api_keys": [CLIENT],
+        "admin_key": ADMIN,
+        "backend_api_key": BACKEND,
+        "eject_after_failures": 1,
+        "eject_seconds": 0.2,
+        "health_interval": 0.1,
+        "idle_timeout": 0.5,
+    }
     shown: list[str] = []
 
-    async def call(s: aiohttp.ClientSession, method: str, url: str, key: str | None,
-                   **kwargs: Any) -> int:  # fmt: skip
+    async def call(
+        s: aiohttp.ClientSession, method: str, url: str, key: str | None, **kwargs: Any
+    ) -> int:
         headers = {} if key is None else {"Authorization": f"Bearer {key}"}
         async with s.request(method, url, headers=headers, **kwargs) as r:
             shown.append(str(r.headers) + await r.text())
@@ -623,19 +735,32 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
             f"{state.backends[1].url}/emulator/faults",
         )
         for key in (CLIENT, ADMIN, wrong, None):
-            for path in ("/v1/models", "/health", "/ready", "/metrics", "/router/status",
-                         "/openapi.json", "/nowhere"):  # fmt: skip
+            for path in (
+                "/v1/models",
+                "/health",
+                "/ready",
+                "/metrics",
+                "/router/status",
+                "/openapi.json",
+                "/nowhere",
+            ):
                 await call(s, "GET", url + path, key)
-            for path, body in (("/v1/chat/completions", _valid("", 2)),
-                               ("/v1/completions", _valid("/v1/completions", 2)),
-                               ("/generate", _valid("/generate", 2))):  # fmt: skip
+            for path, body in (
+                ("/v1/chat/completions", _valid("", 2)),
+                ("/v1/completions", _valid("/v1/completions", 2)),
+                ("/generate", _valid("/generate", 2)),
+            ):
                 for stream in (False, True):
                     await call(s, "POST", url + path, key, json={**body, "stream": stream})
             await call(s, "POST", f"{url}/router/profile", key, json=_valid("/router/profile", 3))
         assert await call(s, "POST", f"{url}/router/profile", ADMIN, data=b"{bad") == 400
         await call(s, "GET", f"{url}/health", f"{CLIENT}\xe9")  # valid UTF-8, a wrong key
-        for fault, statuses in (("status:503", {503}), ("refuse", {502, 503}),
-                                ("stall_first", {504}), ("cut_mid:2", {200})):  # fmt: skip
+        for fault, statuses in (
+            ("status:503", {503}),
+            ("refuse", {502, 503}),
+            ("stall_first", {504}),
+            ("cut_mid:2", {200}),
+        ):
             for _ in range(100):  # readmitted after the last step's ejections
                 if all(b.healthy for b in state.backends):
                     break
@@ -650,15 +775,20 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
                 await call(s, "DELETE", at, BACKEND)
         port = urlsplit(url).port
         assert port is not None
-        for bad in (f"Bearer {CLIENT}\x00".encode(), f"Bearer {CLIENT}".encode() + b"k" * 9000,
-                    f"Bearer {CLIENT}".encode() + b"\xff"):  # fmt: skip
+        for bad in (
+            f"Bearer {CLIENT}\x00".encode(),
+            f"Bearer {CLIENT}".encode() + b"k" * 9000,
+            f"Bearer {CLIENT}".encode() + b"\xff",
+        ):
             request = b"GET /router/status HTTP/1.1\r\nHost: r\r\nConnection: close\r\n" + (
                 b"Authorization: %s\r\n\r\n" % bad
             )
             answer = await asyncio.to_thread(exchange, port, request)
             assert answer is not None and answer.status == 400  # echoed to its sender at most
-        assert await call(s, "POST", f"{garbage_url}/v1/chat/completions", CLIENT,
-                          json=_valid("", 2)) == 502  # fmt: skip
+        assert (
+            await call(s, "POST", f"{garbage_url}/v1/chat/completions", CLIENT, json=_valid("", 2))
+            == 502
+        )
         assert any(f"Bearer {BACKEND}".encode() in head for head in heads)  # it was sent
         await settled(state)
         for at in (url, garbage_url):

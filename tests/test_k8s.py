@@ -152,8 +152,15 @@ def router_settings(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RouterS
 
 def test_there_is_something_to_check() -> None:
     kinds = {d["kind"] for _, d in DOCS}
-    assert kinds >= {"Namespace", "Deployment", "Service", "ConfigMap", "Secret",
-                     "HorizontalPodAutoscaler", "PodDisruptionBudget"}  # fmt: skip
+    assert kinds >= {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "Secret",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+    }
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from importlib import resources
 
 import pytest
 
-from specroute.bench import hardware_kimi, hardware_qwen
 from specroute.emulator.hardware import load_hardware
+from specroute.emulator.hardware_models import kimi as hardware_kimi
+from specroute.emulator.hardware_models import qwen as hardware_qwen
 from specroute.emulator.predict import simulate
 from tests.emulators import emulator_config
 
@@ -38,8 +39,9 @@ def test_kimi_reproduces_the_seeds_at_batch_one() -> None:
     assert 2.1 * 1000 / hw.speculative_ms(1, 3, kv) == pytest.approx(82.3, rel=0.01)
     # over HTTP, one stream: tests/test_calibration.py reads the model's calibration entries
     assert {(c.mode, c.value, c.accept_length) for c in hw.calibration} == {
-        ("base", 90.0, None), ("spec", 82.3, 2.1),
-    }  # fmt: skip
+        ("base", 90.0, None),
+        ("spec", 82.3, 2.1),
+    }
 
 
 def test_kimi_solved_constants_are_physical() -> None:
@@ -69,8 +71,9 @@ def test_qwen_step_times_are_the_measured_ones() -> None:
 
 def speedups(name: str, accept: str, concurrency: int, rounds: int = 4) -> tuple[float, float]:
     """(per-request, total) speculative over plain, as ``specroute emulate --predict``."""
-    config = emulator_config("--hardware", name, "--accept-length", accept,
-                             "--max-running-requests", "512")  # fmt: skip
+    config = emulator_config(
+        "--hardware", name, "--accept-length", accept, "--max-running-requests", "512"
+    )
     base = simulate(replace(config, mode="base"), concurrency, 512, 256, rounds)
     spec = simulate(replace(config, mode="spec"), concurrency, 512, 256, rounds)
     return spec.per_request / base.per_request, spec.total / base.total

@@ -25,9 +25,13 @@ def _run_durations(engine: Engine, runs: int = 3, tokens: int = 40) -> list[list
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("off", Noise()), ("default", Noise(0.02, 0.05)), ("run=0.1", Noise(0.1, 0.0)),
-     ("run=0.05,step=0.1", Noise(0.05, 0.1))],
-)  # fmt: skip
+    [
+        ("off", Noise()),
+        ("default", Noise(0.02, 0.05)),
+        ("run=0.1", Noise(0.1, 0.0)),
+        ("run=0.05,step=0.1", Noise(0.05, 0.1)),
+    ],
+)
 def test_parse(text: str, expected: Noise) -> None:
     assert parse_noise(text) == expected
 

@@ -64,8 +64,21 @@ def test_without_sglang_router_the_run_says_how_to_get_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(overhead_targets, "sglang_router_installed", lambda: False)
-    document = _run(tmp_path, "--levels", "2", "--modes", "whole", "--workers", "1",
-                       "--repeats", "1", "--warmup", "0.3", "--seconds", "0.3")  # fmt: skip
+    document = _run(
+        tmp_path,
+        "--levels",
+        "2",
+        "--modes",
+        "whole",
+        "--workers",
+        "1",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0.3",
+        "--seconds",
+        "0.3",
+    )
     assert document["targets"] == ["direct", "bare", "specroute-w1"]
     assert INSTALL_HINT in capsys.readouterr().err
     assert any(INSTALL_HINT in note for note in document["notes"])

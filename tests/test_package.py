@@ -21,10 +21,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out, sources = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src") / "src"
     shutil.copytree(REPO, sources, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(sources)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(out),
+            str(sources),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (found,) = out.glob("specroute-*.whl")
     return found
 
@@ -54,8 +65,11 @@ def test_installed_alone_it_serves_its_data_and_no_bare_parts(wheel: Path, tmp_p
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", script, *PARTS],
-        check=True, capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     shipped, bare = done.stdout.splitlines()
     assert "kimi-k2.5-8x-pcie" in shipped.split(",")
     assert bare == ""

@@ -14,8 +14,15 @@ from specroute.policies.view import BackendView, ConcurrencySource, RequestInfo,
 REQUEST = RequestInfo(path="/v1/chat/completions")
 
 
-def view(spec: int, base: int, *, spec_up: bool = True, base_up: bool = True,
-         spec_reported: int | None = None, source: str = "router") -> View:  # fmt: skip
+def view(
+    spec: int,
+    base: int,
+    *,
+    spec_up: bool = True,
+    base_up: bool = True,
+    spec_reported: int | None = None,
+    source: str = "router",
+) -> View:
     return View(
         (
             BackendView("s1", "spec", spec_up, spec, running=spec_reported),
@@ -26,28 +33,105 @@ def view(spec: int, base: int, *, spec_up: bool = True, base_up: bool = True,
 
 
 CASES: list[tuple[str, str, dict[str, Any], View, tuple[str, str | None, str]]] = [
-    ("idle goes to spec", "crossover", {"crossover": 4}, view(0, 0), ("spec", "s1", "below_crossover")),
-    ("the 4th joins 4: still spec", "crossover", {"crossover": 4}, view(2, 1), ("spec", "s1", "below_crossover")),
-    ("the 5th would make 5: base", "crossover", {"crossover": 4}, view(3, 1), ("base", "b1", "above_crossover")),
-    ("shared counts both pools", "crossover", {"crossover": 4}, view(0, 4), ("base", "b1", "above_crossover")),
-    ("partitioned fills spec only", "crossover", {"crossover": 4, "topology": "partitioned"}, view(3, 50), ("spec", "s1", "below_crossover")),
-    ("partitioned spills", "crossover", {"crossover": 4, "topology": "partitioned"}, view(4, 0), ("base", "b1", "above_crossover")),
-    ("failover when spec is down", "crossover", {"crossover": 4}, view(0, 0, spec_up=False), ("base", "b1", "failover")),
-    ("failover when base is down", "crossover", {"crossover": 1}, view(5, 0, base_up=False), ("spec", "s1", "failover")),
-    ("nothing healthy", "crossover", {"crossover": 4}, view(0, 0, spec_up=False, base_up=False), ("spec", None, "no_healthy_backend")),
-    ("backend-reported load", "crossover", {"crossover": 4}, view(0, 0, spec_reported=9, source="backend"), ("base", "b1", "above_crossover")),
-    ("max of the two", "crossover", {"crossover": 4}, view(1, 0, spec_reported=6, source="max"), ("base", "b1", "above_crossover")),
-    ("stale report falls back to own count", "crossover", {"crossover": 4}, view(1, 0, source="backend"), ("spec", "s1", "below_crossover")),
+    (
+        "idle goes to spec",
+        "crossover",
+        {"crossover": 4},
+        view(0, 0),
+        ("spec", "s1", "below_crossover"),
+    ),
+    (
+        "the 4th joins 4: still spec",
+        "crossover",
+        {"crossover": 4},
+        view(2, 1),
+        ("spec", "s1", "below_crossover"),
+    ),
+    (
+        "the 5th would make 5: base",
+        "crossover",
+        {"crossover": 4},
+        view(3, 1),
+        ("base", "b1", "above_crossover"),
+    ),
+    (
+        "shared counts both pools",
+        "crossover",
+        {"crossover": 4},
+        view(0, 4),
+        ("base", "b1", "above_crossover"),
+    ),
+    (
+        "partitioned fills spec only",
+        "crossover",
+        {"crossover": 4, "topology": "partitioned"},
+        view(3, 50),
+        ("spec", "s1", "below_crossover"),
+    ),
+    (
+        "partitioned spills",
+        "crossover",
+        {"crossover": 4, "topology": "partitioned"},
+        view(4, 0),
+        ("base", "b1", "above_crossover"),
+    ),
+    (
+        "failover when spec is down",
+        "crossover",
+        {"crossover": 4},
+        view(0, 0, spec_up=False),
+        ("base", "b1", "failover"),
+    ),
+    (
+        "failover when base is down",
+        "crossover",
+        {"crossover": 1},
+        view(5, 0, base_up=False),
+        ("spec", "s1", "failover"),
+    ),
+    (
+        "nothing healthy",
+        "crossover",
+        {"crossover": 4},
+        view(0, 0, spec_up=False, base_up=False),
+        ("spec", None, "no_healthy_backend"),
+    ),
+    (
+        "backend-reported load",
+        "crossover",
+        {"crossover": 4},
+        view(0, 0, spec_reported=9, source="backend"),
+        ("base", "b1", "above_crossover"),
+    ),
+    (
+        "max of the two",
+        "crossover",
+        {"crossover": 4},
+        view(1, 0, spec_reported=6, source="max"),
+        ("base", "b1", "above_crossover"),
+    ),
+    (
+        "stale report falls back to own count",
+        "crossover",
+        {"crossover": 4},
+        view(1, 0, source="backend"),
+        ("spec", "s1", "below_crossover"),
+    ),
     ("always-spec", "always-spec", {}, view(100, 0), ("spec", "s1", "static")),
     ("always-base", "always-base", {}, view(0, 0), ("base", "b1", "static")),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
     ("name", "policy", "params", "snapshot", "expected"), CASES, ids=[c[0] for c in CASES]
 )
-def test_decisions(name: str, policy: str, params: dict[str, Any], snapshot: View,
-                   expected: tuple[str, str | None, str]) -> None:  # fmt: skip
+def test_decisions(
+    name: str,
+    policy: str,
+    params: dict[str, Any],
+    snapshot: View,
+    expected: tuple[str, str | None, str],
+) -> None:
     decision = build_policy(policy, params, None).choose(REQUEST, snapshot)
     assert (decision.pool, decision.backend, decision.reason) == expected
 
@@ -87,14 +171,21 @@ def test_bad_parameters_name_the_policy_and_key(
     [
         ({"mean_prompt_tokens": 512.4, "mean_output_tokens": 100.0}, (562.4,)),  # calibrated
         ({"input_len": 8192, "output_len": 128}, (8256.0,)),  # predicted
-        ({"kind": "sharegpt", "input_len": 64, "mean_prompt_tokens": None,
-          "mean_output_tokens": 32}, (80.0,)),  # a mean unknown: the dataset's length
+        (
+            {
+                "kind": "sharegpt",
+                "input_len": 64,
+                "mean_prompt_tokens": None,
+                "mean_output_tokens": 32,
+            },
+            (80.0,),
+        ),  # a mean unknown: the dataset's length
         ({"mean_prompt_tokens": 512}, ()),  # no answers said
         ({"mean_prompt_tokens": -1, "mean_output_tokens": 8}, ()),
         ("512 tokens", ()),
         (None, ()),
     ],
-)  # fmt: skip
+)
 def test_a_profile_says_the_context_it_was_measured_at(
     workload: Any, contexts: tuple[float, ...]
 ) -> None:
@@ -175,8 +266,7 @@ def test_open_and_off_centre_intervals_load(
 ) -> None:
     opened = "above" if ci[1] is None else "below" if ci[0] is None else None
     profile = parse_profile(
-        {"schema": "specroute.profile/v1",
-         "crossover": {"value": 5, "ci": ci, "ci_open": opened}}
-    )  # fmt: skip
+        {"schema": "specroute.profile/v1", "crossover": {"value": 5, "ci": ci, "ci_open": opened}}
+    )
     assert profile.crossover.ci == expected
     assert build_policy("crossover", {}, profile).crossover() == 5

@@ -49,11 +49,25 @@ def test_weak_drafter_never_pays_on_kimi() -> None:
 
 def test_predict_command_prints_json_and_writes_a_profile(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "specroute", "emulate", "--hardware", "llama3.1-8b-h100",
-         "--max-running-requests", "256", "--predict", "1,16,64,128", "--json",
-         "--profile", str(tmp_path / "predicted.json")],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "specroute",
+            "emulate",
+            "--hardware",
+            "llama3.1-8b-h100",
+            "--max-running-requests",
+            "256",
+            "--predict",
+            "1,16,64,128",
+            "--json",
+            "--profile",
+            str(tmp_path / "predicted.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(out.stdout)
     assert [lv["concurrency"] for lv in result["levels"]] == [1, 16, 64, 128]
     assert 16 < result["crossover"] < 128 and "throughput_crossover" in result
@@ -73,8 +87,10 @@ def test_a_prediction_without_a_crossover_gives_the_bound() -> None:
     )
     above = parse_profile(as_profile(predict(config, [1, 2], 128, 64), config))
     assert (above.crossover.value, above.crossover.bound, above.crossover.limit) == (
-        None, "above", 2,
-    )  # fmt: skip
+        None,
+        "above",
+        2,
+    )
     weak = emulator_config("--hardware", "kimi-k2.5-8x-pcie-fitted", "--accept-length", "2.1")
     below = parse_profile(as_profile(predict(weak, [1, 2], 128, 64), weak))
     assert below.crossover.bound == "below" and below.crossover.threshold == 0
@@ -83,11 +99,14 @@ def test_a_prediction_without_a_crossover_gives_the_bound() -> None:
 def test_predict_command_prints_a_table_and_refuses_bad_flags() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "specroute", "emulate", "--predict", "1,2,4"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "speculation stops paying" in out.stdout or "pays" in out.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "specroute", "emulate", "--predict", "1", "--hardware", "nope"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "unknown hardware model 'nope'" in bad.stderr

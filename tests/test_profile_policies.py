@@ -23,20 +23,38 @@ from tests.routers import running_router
 REQUEST = RequestInfo(path="/v1/chat/completions")
 # spec: 5, 10, 30 ms per token at 1, 4, 16; base: 10, 12, 20; spec capped at 8 running
 LEVELS = [(1, 5.0, 10.0), (4, 10.0, 12.0), (16, 30.0, 20.0)]
-PROFILE = parse_profile({
-    "schema": "specroute.profile/v1",
-    "crossover": {"value": 6.0, "ci": [5.0, 7.0]},
-    "levels": [{"concurrency": c, "spec": {"tpot_ms": {"median": s}},
-                "base": {"tpot_ms": {"median": b}}} for c, s, b in LEVELS],
-    "servers": {"spec": {"max_running_requests": 8}, "base": {"max_running_requests": 64}},
-    "acceptance": {"mean_accept_length": 3.0},
-})  # fmt: skip
+PROFILE = parse_profile(
+    {
+        "schema": "specroute.profile/v1",
+        "crossover": {"value": 6.0, "ci": [5.0, 7.0]},
+        "levels": [
+            {
+                "concurrency": c,
+                "spec": {"tpot_ms": {"median": s}},
+                "base": {"tpot_ms": {"median": b}},
+            }
+            for c, s, b in LEVELS
+        ],
+        "servers": {"spec": {"max_running_requests": 8}, "base": {"max_running_requests": 64}},
+        "acceptance": {"mean_accept_length": 3.0},
+    }
+)
 
 
 def view(spec: int, base: int, accept: float | None = None, age: float = 1.0) -> View:
-    return View((BackendView("s1", "spec", True, spec, accept_length=accept,
-                             accept_length_age=None if accept is None else age),
-                 BackendView("b1", "base", True, base)))  # fmt: skip
+    return View(
+        (
+            BackendView(
+                "s1",
+                "spec",
+                True,
+                spec,
+                accept_length=accept,
+                accept_length_age=None if accept is None else age,
+            ),
+            BackendView("b1", "base", True, base),
+        )
+    )
 
 
 def test_curves_interpolate_and_cross() -> None:
@@ -60,7 +78,7 @@ CASES: list[tuple[str, dict[str, Any], View, str]] = [
     ("spec past its cap of 8 waits for a slot", {}, view(11, 28), "base"),  # 24 < 25 < 26 ms
     ("both busy, base busier", {}, view(5, 40), "spec"),
     ("shared: both read the total", {"topology": "shared"}, view(1, 30), "base"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "params", "snapshot", "pool"), CASES, ids=[c[0] for c in CASES])
@@ -108,8 +126,9 @@ def test_probes_keep_a_shunned_pool_measured(
     assert all(r != "probe" or i % 50 == 49 for i, r in enumerate(reasons))
 
 
-NO_LEVELS = parse_profile({"schema": "specroute.profile/v1",
-                          "crossover": {"value": 3, "ci": [2, 4]}})  # fmt: skip
+NO_LEVELS = parse_profile(
+    {"schema": "specroute.profile/v1", "crossover": {"value": 3, "ci": [2, 4]}}
+)
 
 
 @pytest.mark.parametrize(
@@ -137,22 +156,39 @@ def test_bands_route_inside_them_with_hysteresis_at_every_edge() -> None:
     again, and pays from 32 to 64; outside a band, a group speculates again only once its
     load is ``hysteresis`` inside one."""
     policy = build_policy("crossover", {"hysteresis": 1}, parse_profile(BANDED))
-    pools = [policy.choose(REQUEST, view(n - 1, 0)).pool for n in
-             (3, 4, 5, 16, 17, 16, 15, 31, 32, 33, 64, 65)]  # fmt: skip
-    assert pools == ["base", "base", "spec", "spec", "base", "base", "spec",
-                     "base", "base", "spec", "spec", "base"]  # fmt: skip
+    pools = [
+        policy.choose(REQUEST, view(n - 1, 0)).pool
+        for n in (3, 4, 5, 16, 17, 16, 15, 31, 32, 33, 64, 65)
+    ]
+    assert pools == [
+        "base",
+        "base",
+        "spec",
+        "spec",
+        "base",
+        "base",
+        "spec",
+        "base",
+        "base",
+        "spec",
+        "spec",
+        "base",
+    ]
     reasons = {policy.choose(REQUEST, view(n - 1, 0)).reason for n in (10, 20)}
     assert reasons == {"inside_band", "outside_band"}
     assert policy.describe()["bands"] == [[4.0, 16.0], [32.0, 64.0]]
 
 
 def test_a_profile_without_bands_routes_by_its_one_crossover() -> None:
-    profile = parse_profile({"schema": "specroute.profile/v1",
-                             "crossover": {"value": 6.0, "ci": [5.0, 7.0]}})  # fmt: skip
+    profile = parse_profile(
+        {"schema": "specroute.profile/v1", "crossover": {"value": 6.0, "ci": [5.0, 7.0]}}
+    )
     assert profile.crossover.bands == ((None, 6.0),)
     policy = build_policy("crossover", {}, profile)
     assert [policy.choose(REQUEST, view(n - 1, 0)).reason for n in (6, 7)] == [
-        "below_crossover", "above_crossover"]  # fmt: skip
+        "below_crossover",
+        "above_crossover",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -174,36 +210,60 @@ async def test_the_router_shows_the_bands_it_routes_by(tmp_path: Path) -> None:
         s.get(f"{url}/metrics") as r,
     ):
         text = await r.text()
-    edges = {tuple(sorted(m.labels.items())): m.value
-             for family in text_string_to_metric_families(text) for m in family.samples
-             if m.name == "specroute_band_edge"}  # fmt: skip
+    edges = {
+        tuple(sorted(m.labels.items())): m.value
+        for family in text_string_to_metric_families(text)
+        for m in family.samples
+        if m.name == "specroute_band_edge"
+    }
     assert edges == {
-        (("band", "0"), ("edge", "from")): 4, (("band", "0"), ("edge", "to")): 16,
-        (("band", "1"), ("edge", "from")): 32, (("band", "1"), ("edge", "to")): 64,
-    }  # fmt: skip
+        (("band", "0"), ("edge", "from")): 4,
+        (("band", "0"), ("edge", "to")): 16,
+        (("band", "1"), ("edge", "from")): 32,
+        (("band", "1"), ("edge", "to")): 64,
+    }
 
 
 def _v2(buckets: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"schema": "specroute.profile/v2", "crossover": buckets[0]["crossover"],
-            "context": {"tokens_per_byte": 0.25, "buckets": buckets}}  # fmt: skip
+    return {
+        "schema": "specroute.profile/v2",
+        "crossover": buckets[0]["crossover"],
+        "context": {"tokens_per_byte": 0.25, "buckets": buckets},
+    }
 
 
 def test_a_v2_profile_gives_the_crossover_per_context() -> None:
     """One crossover per bucket: interpolated in log context and log load between them,
     the end buckets' beyond; bands where a bucket has them, the nearer bucket's."""
-    profile = parse_profile(_v2([
-        {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
-        {"context": 16000, "crossover": {"value": 8.0, "ci": [6, 10]}},
-    ]))  # fmt: skip
+    profile = parse_profile(
+        _v2(
+            [
+                {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
+                {"context": 16000, "crossover": {"value": 8.0, "ci": [6, 10]}},
+            ]
+        )
+    )
     axis = profile.context
     assert axis is not None and axis.tokens_per_byte == 0.25
     assert axis.bands_at(500) == ((None, 32.0),) and axis.bands_at(64000) == ((None, 8.0),)
     assert axis.bands_at(4000)[0][1] == pytest.approx(16.0)  # halfway in log: sqrt(32 x 8)
-    banded = parse_profile(_v2([
-        {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
-        {"context": 16000, "crossover": {"value": None, "ci": None, "bound": "below",
-                                         "limit": 1, "bands": [[16, 64]]}},
-    ]))  # fmt: skip
+    banded = parse_profile(
+        _v2(
+            [
+                {"context": 1000, "crossover": {"value": 32.0, "ci": [24, 40]}},
+                {
+                    "context": 16000,
+                    "crossover": {
+                        "value": None,
+                        "ci": None,
+                        "bound": "below",
+                        "limit": 1,
+                        "bands": [[16, 64]],
+                    },
+                },
+            ]
+        )
+    )
     assert banded.context is not None
     assert banded.context.bands_at(2000) == ((None, 32.0),)
     assert banded.context.bands_at(8000) == ((16.0, 64.0),)
@@ -212,11 +272,23 @@ def test_a_v2_profile_gives_the_crossover_per_context() -> None:
 
 @pytest.mark.parametrize(
     "context",
-    [None, {"buckets": []}, {"tokens_per_byte": 0.25, "buckets": []},
-     {"tokens_per_byte": -1, "buckets": [{"context": 1, "crossover": {"value": 2, "ci": [1, 3]}}]},
-     {"tokens_per_byte": 0.25, "buckets": [{"context": 9, "crossover": {"value": 2, "ci": [1, 3]}},
-                                           {"context": 3, "crossover": {"value": 2, "ci": [1, 3]}}]}],
-)  # fmt: skip
+    [
+        None,
+        {"buckets": []},
+        {"tokens_per_byte": 0.25, "buckets": []},
+        {
+            "tokens_per_byte": -1,
+            "buckets": [{"context": 1, "crossover": {"value": 2, "ci": [1, 3]}}],
+        },
+        {
+            "tokens_per_byte": 0.25,
+            "buckets": [
+                {"context": 9, "crossover": {"value": 2, "ci": [1, 3]}},
+                {"context": 3, "crossover": {"value": 2, "ci": [1, 3]}},
+            ],
+        },
+    ],
+)
 def test_a_v2_profile_without_a_readable_context_axis_is_refused(context: Any) -> None:
     data = {"schema": "specroute.profile/v2", "crossover": {"value": 2, "ci": [1, 3]}}
     with pytest.raises(ProfileError, match="context"):
@@ -232,19 +304,30 @@ LEVELS_BY_CONTEXT = {
 
 
 def _with_curves() -> Profile:
-    buckets = [{"context": c, "crossover": {"value": 6.0, "ci": [5, 7]},
-                "levels": [lv for lv, _, _ in rows],
-                "tpot_ms": {"spec": [s for _, s, _ in rows], "base": [b for _, _, b in rows]}}
-               for c, rows in LEVELS_BY_CONTEXT.items()]  # fmt: skip
-    raw = PROFILE.raw | {"schema": "specroute.profile/v2", "context": {
-        "tokens_per_byte": 0.25, "buckets": buckets}}  # fmt: skip
+    buckets = [
+        {
+            "context": c,
+            "crossover": {"value": 6.0, "ci": [5, 7]},
+            "levels": [lv for lv, _, _ in rows],
+            "tpot_ms": {"spec": [s for _, s, _ in rows], "base": [b for _, _, b in rows]},
+        }
+        for c, rows in LEVELS_BY_CONTEXT.items()
+    ]
+    raw = PROFILE.raw | {
+        "schema": "specroute.profile/v2",
+        "context": {"tokens_per_byte": 0.25, "buckets": buckets},
+    }
     return parse_profile(raw)
 
 
 def holding(spec: tuple[int, int], base: tuple[int, int]) -> View:
     """Each server's requests in flight and their estimated KV tokens."""
-    return View((BackendView("s1", "spec", True, spec[0], kv_tokens=spec[1]),
-                 BackendView("b1", "base", True, base[0], kv_tokens=base[1])))  # fmt: skip
+    return View(
+        (
+            BackendView("s1", "spec", True, spec[0], kv_tokens=spec[1]),
+            BackendView("b1", "base", True, base[0], kv_tokens=base[1]),
+        )
+    )
 
 
 SHORT = RequestInfo(path="/v1/chat/completions", prompt_bytes=3200, max_tokens=400)  # 1,000
@@ -265,19 +348,35 @@ def test_curves_per_context_are_linear_in_context() -> None:
 CONTEXT_CASES: list[tuple[str, RequestInfo, View, str, str]] = [
     ("short, idle pair: the short curves", SHORT, holding((0, 0), (0, 0)), "auto", "spec"),
     ("long, idle pair: the long curves", LONG, holding((0, 0), (0, 0)), "auto", "spec"),
-    ("long, one on each: spec loses at 16,000", LONG,
-     holding((3, 48000), (3, 48000)), "auto", "base"),
-    ("short joining three long: their mix is long", SHORT,
-     holding((3, 48000), (3, 3000)), "auto", "base"),
-    ("the same, context off: spec at 4 beats base at 4", SHORT,
-     holding((3, 48000), (3, 3000)), "off", "spec"),
-]  # fmt: skip
+    (
+        "long, one on each: spec loses at 16,000",
+        LONG,
+        holding((3, 48000), (3, 48000)),
+        "auto",
+        "base",
+    ),
+    (
+        "short joining three long: their mix is long",
+        SHORT,
+        holding((3, 48000), (3, 3000)),
+        "auto",
+        "base",
+    ),
+    (
+        "the same, context off: spec at 4 beats base at 4",
+        SHORT,
+        holding((3, 48000), (3, 3000)),
+        "off",
+        "spec",
+    ),
+]
 
 
 @pytest.mark.parametrize(
     ("name", "request_", "snapshot", "context", "pool"),
-    CONTEXT_CASES, ids=[c[0] for c in CONTEXT_CASES],
-)  # fmt: skip
+    CONTEXT_CASES,
+    ids=[c[0] for c in CONTEXT_CASES],
+)
 def test_expected_latency_at_the_context_mix(
     name: str, request_: RequestInfo, snapshot: View, context: str, pool: str
 ) -> None:
@@ -291,13 +390,17 @@ def test_expected_latency_at_the_context_mix(
 def test_expected_latency_reads_context_only_where_the_profile_has_it() -> None:
     profile = _with_curves()
     assert build_policy("expected-latency", {}, profile).describe()["curve_contexts"] == [
-        1000.0, 16000.0]  # fmt: skip
+        1000.0,
+        16000.0,
+    ]
     for params, given in (({"context": "off"}, profile), ({}, PROFILE)):
         policy = build_policy("expected-latency", params, given)
         assert policy.describe()["curve_contexts"] is None
         assert policy.choose(SHORT, holding((3, 48000), (3, 3000))).pool == "spec"
-    bad = profile.raw | {"context": profile.raw["context"] | {"buckets": [
-        profile.raw["context"]["buckets"][0] | {"tpot_ms": {"spec": [1.0]}}]}}  # fmt: skip
+    bad = profile.raw | {
+        "context": profile.raw["context"]
+        | {"buckets": [profile.raw["context"]["buckets"][0] | {"tpot_ms": {"spec": [1.0]}}]}
+    }
     with pytest.raises(ProfileError, match=r"buckets\[0\]"):
         build_policy("expected-latency", {}, parse_profile(bad))
     with pytest.raises(PolicyError, match="context"):
@@ -307,8 +410,9 @@ def test_expected_latency_reads_context_only_where_the_profile_has_it() -> None:
 def _without_curves() -> Profile:
     """The same buckets as written before they carried curves: their crossovers only."""
     raw = _with_curves().raw
-    buckets = [{"context": b["context"], "crossover": b["crossover"]}
-               for b in raw["context"]["buckets"]]  # fmt: skip
+    buckets = [
+        {"context": b["context"], "crossover": b["crossover"]} for b in raw["context"]["buckets"]
+    ]
     return parse_profile(raw | {"context": raw["context"] | {"buckets": buckets}})
 
 
@@ -316,7 +420,7 @@ def _without_curves() -> Profile:
     ("name", "request_", "snapshot", "pool"),
     [(name, r, s, pool) for name, r, s, context, pool in CONTEXT_CASES if context == "auto"],
     ids=[c[0] for c in CONTEXT_CASES if c[3] == "auto"],
-)  # fmt: skip
+)
 def test_context_crossover_on_gpus_of_their_own_goes_where_the_curves_cross(
     name: str, request_: RequestInfo, snapshot: View, pool: str
 ) -> None:
@@ -343,12 +447,16 @@ def test_context_crossover_reads_curves_only_on_gpus_of_their_own() -> None:
         ("partitioned", "curves"): "curves",
         ("partitioned", "bands"): "bands",
     }
-    decisions = {key: (d.pool, d.reason) for key, p in rules.items()
-                 for d in [p.choose(SHORT, snapshot)]}  # fmt: skip
+    decisions = {
+        key: (d.pool, d.reason) for key, p in rules.items() for d in [p.choose(SHORT, snapshot)]
+    }
     banded = ("spec", "inside_band_at_context")
-    assert decisions == {("shared", "curves"): banded, ("shared", "bands"): banded,
-                         ("partitioned", "curves"): ("base", "faster_at_context"),
-                         ("partitioned", "bands"): banded}  # fmt: skip
+    assert decisions == {
+        ("shared", "curves"): banded,
+        ("shared", "bands"): banded,
+        ("partitioned", "curves"): ("base", "faster_at_context"),
+        ("partitioned", "bands"): banded,
+    }
     curves_ = rules["partitioned", "curves"]
     assert curves_.crossover() == 6.0  # the band's edge at the speculative server's mix, shown
     none = View((BackendView("s1", "spec", False, 0), BackendView("b1", "base", False, 0)))

@@ -26,14 +26,17 @@ import aiohttp
 import openai
 import pytest
 
-from specroute.bench.spawn import free_port
+from specroute.loadgen.spawn import free_port
 from tests.processes import emulator_pair, specroute
 
 PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 RULE_FILES = ("rules.yml", "alerts.yml")
 # the address prometheus.yml ships for each job, as deploy/sglang/node.env's ports
-SHIPPED = {"specroute": "127.0.0.1:8000", "sglang-spec": "127.0.0.1:30001",
-           "sglang-base": "127.0.0.1:30002"}  # fmt: skip
+SHIPPED = {
+    "specroute": "127.0.0.1:8000",
+    "sglang-spec": "127.0.0.1:30001",
+    "sglang-base": "127.0.0.1:30002",
+}
 INTERVAL = "1s"
 DEADLINE = 30.0  # seconds for Prometheus to show what each check waits for
 # below the load of one round of streams: the first requests of a round go to the
@@ -81,11 +84,14 @@ async def prometheus_server(config: str, where: Path) -> AsyncIterator[str]:
     log = where / "prometheus.log"
     with log.open("wb") as output:
         process = await asyncio.create_subprocess_exec(
-            "prometheus", f"--config.file={where / 'prometheus.yml'}",
+            "prometheus",
+            f"--config.file={where / 'prometheus.yml'}",
             f"--storage.tsdb.path={where / 'data'}",
             f"--web.listen-address={url.removeprefix('http://')}",
-            stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         try:
             async with aiohttp.ClientSession() as session:
 
@@ -149,11 +155,16 @@ async def traffic(router: str) -> None:
 
 async def test_prometheus_scrapes_the_node_and_evaluates_every_rule(tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"  # the profile gauges the recording rules read
-    profile.write_text(json.dumps({
-        "schema": "specroute.profile/v1", "created": "2026-11-30T00:00:00+00:00",
-        "crossover": {"value": CROSSOVER, "ci": [CROSSOVER - 1, CROSSOVER + 1]},
-        "acceptance": {"mean_accept_length": 3.0},
-    }))  # fmt: skip
+    profile.write_text(
+        json.dumps(
+            {
+                "schema": "specroute.profile/v1",
+                "created": "2026-11-30T00:00:00+00:00",
+                "crossover": {"value": CROSSOVER, "ci": [CROSSOVER - 1, CROSSOVER + 1]},
+                "acceptance": {"mean_accept_length": 3.0},
+            }
+        )
+    )
     async with (
         emulator_pair(*EMULATOR) as (spec, base),
         specroute("serve", "--spec", spec, "--base", base, "--profile", str(profile)) as (

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specroute.bench.dataset import synthetic
 from specroute.bench.replay import ReplayPlan, replay
-from specroute.bench.trace import Phase, Trace
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.predict import predict
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.trace import Phase, Trace
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import Pool
 from tests.emulators import emulator_config
@@ -40,9 +40,11 @@ def test_a_steady_replay_agrees_with_the_models_prediction() -> None:
         pool: emulator_config("--mode", pool, *model) for pool in ("spec", "base")
     }
     plan = ReplayPlan(
-        Trace("steady", (Phase(60.0, 1),)), synthetic(128, 128), servers,
+        Trace("steady", (Phase(60.0, 1),)),
+        synthetic(128, 128),
+        servers,
         backends={"spec": ("http://spec:1",), "base": ("http://base:2",)},
-    )  # fmt: skip
+    )
     expected = predict(servers["base"], [1], 128, 128).levels[0]
     for pool in servers:
         speed = expected.spec if pool == "spec" else expected.base
@@ -59,25 +61,61 @@ FITTED = ("--hardware", "kimi-k2.5-8x-pcie-fitted")  # one crossover, near 5
 async def test_a_day_replays_in_seconds_with_the_oracles_gap(tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"
     code, _, stderr = await run(
-        "emulate", *FITTED, "--max-running-requests", "256", "--predict", "1,2,4,6,8,12,16",
-        "--input-len", "128", "--output-len", "128", "--profile", str(profile),
-    )  # fmt: skip
+        "emulate",
+        *FITTED,
+        "--max-running-requests",
+        "256",
+        "--predict",
+        "1,2,4,6,8,12,16",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+        "--profile",
+        str(profile),
+    )
     assert code == 0, stderr
     started = time.monotonic()
     code, stdout, stderr = await run(
-        "bench", "compare", "--offline", "--profile", str(profile),
-        "--trace", "poisson-day", "--peak", "16", "--phase-seconds", "3",
-        "--policies", "crossover,expected-latency", "--time-scale", "0.1", *FITTED,
-        "--max-running-requests", "256", "--input-len", "128", "--output-len", "128",
-        "--out", str(tmp_path / "day"), "--plot", str(tmp_path / "day.png"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--profile",
+        str(profile),
+        "--trace",
+        "poisson-day",
+        "--peak",
+        "16",
+        "--phase-seconds",
+        "3",
+        "--policies",
+        "crossover,expected-latency",
+        "--time-scale",
+        "0.1",
+        *FITTED,
+        "--max-running-requests",
+        "256",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+        "--out",
+        str(tmp_path / "day"),
+        "--plot",
+        str(tmp_path / "day.png"),
+    )
     assert code == 0, stderr
     assert time.monotonic() - started < 120  # a day of traffic, about 1,500 requests a policy
     results = json.loads((tmp_path / "day" / "compare.json").read_text())
     assert results["mode"] == "offline" and len(results["trace"]["phases"]) == 24
     policies = results["policies"]
-    assert list(policies) == ["crossover", "expected-latency", "always-spec", "always-base",
-                              "oracle"]  # fmt: skip
+    assert list(policies) == [
+        "crossover",
+        "expected-latency",
+        "always-spec",
+        "always-base",
+        "oracle",
+    ]
     counts = {p: d["overall"]["requests"] for p, d in policies.items()}
     assert max(counts.values()) - min(counts.values()) <= 3  # the same arrivals for each
     choice = results["oracle"]["choice"]
@@ -94,14 +132,30 @@ async def test_offline_errors_are_clear(tmp_path: Path) -> None:
     config = tmp_path / "router.toml"
     config.write_text('spec = ["http://127.0.0.1:1"]\nbase = ["http://127.0.0.1:2"]\n')
     code, _, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), "--trace",
-        "poisson-day", "--peak-rate", "0", "--out", str(tmp_path / "x"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        "--trace",
+        "poisson-day",
+        "--peak-rate",
+        "0",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert code == 2 and "poisson-day needs --peak-rate" in stderr
     code, _, stderr = await run(
-        "bench", "compare", "--offline", "--router-config", str(config), "--policies",
-        "expected-latency", "--out", str(tmp_path / "x"),
-    )  # fmt: skip
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        "--policies",
+        "expected-latency",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert code == 2 and "needs a profile" in stderr
     code, _, stderr = await run("bench", "compare", "--out", str(tmp_path / "x"))
     assert code == 2 and "needs --router-config" in stderr

@@ -16,7 +16,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
@@ -53,9 +53,10 @@ async def test_past_its_deadline_a_non_streamed_request_gets_504_and_is_not_retr
         running_emulator("--mode", "spec", "--time-scale", "0.5") as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], crossover=8, request_timeout=0.3) as (
-            url, state,
+            url,
+            state,
         ),
-    ):  # fmt: skip
+    ):
         with pytest.raises(openai.APIStatusError) as raised:
             await client(url).chat.completions.create(
                 model="m", messages=CHAT, max_tokens=200, extra_body={"ignore_eos": True}
@@ -84,11 +85,19 @@ async def compressing_backend() -> AsyncIterator[tuple[str, list[str]]]:
         offered.append(request.headers.get("Accept-Encoding", ""))
         body: dict[str, Any] = await request.json()
         answer = {
-            "id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": "compressed " * 200}}],
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "compressed " * 200},
+                }
+            ],
             "usage": {"prompt_tokens": 3, "completion_tokens": 400, "total_tokens": 403},
-        }  # fmt: skip
+        }
         response = web.json_response(answer)
         response.enable_compression()  # only when the request accepts it
         return response
@@ -111,16 +120,21 @@ async def test_a_compressed_answer_keeps_its_encoding() -> None:
         aiohttp.ClientSession() as s,
     ):
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-        async with s.post(f"{url}/v1/chat/completions", json=body,
-                          headers={"Accept-Encoding": "gzip"}) as r:  # fmt: skip
+        async with s.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Accept-Encoding": "gzip"}
+        ) as r:
             assert r.headers["Content-Encoding"] == "gzip"
             assert (await r.json())["choices"][0]["message"]["content"].startswith("compressed")
-        async with s.post(f"{url}/v1/chat/completions", json=body,
-                          skip_auto_headers=["Accept-Encoding"]) as r:  # fmt: skip
+        async with s.post(
+            f"{url}/v1/chat/completions", json=body, skip_auto_headers=["Accept-Encoding"]
+        ) as r:
             assert "Content-Encoding" not in r.headers  # a client that reads no gzip gets none
             assert (await r.json())["usage"]["completion_tokens"] == 400
-        async with s.post(f"{url}/v1/chat/completions", json=body | {"stream": True},
-                          headers={"Accept-Encoding": "gzip"}) as r:  # fmt: skip
+        async with s.post(
+            f"{url}/v1/chat/completions",
+            json=body | {"stream": True},
+            headers={"Accept-Encoding": "gzip"},
+        ) as r:
             await r.read()
         answer = await client(url).chat.completions.create(model="m", messages=CHAT)
         assert answer.choices[0].message.content is not None
@@ -136,9 +150,10 @@ async def test_a_client_that_leaves_is_not_charged_to_the_backend(
         running_emulator("--mode", "spec", "--time-scale", "0.5") as spec,
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], crossover=8, health_interval=0.1) as (
-            url, state,
+            url,
+            state,
         ),
-    ):  # fmt: skip
+    ):
         for _ in range(3):
             async with aiohttp.ClientSession() as s:
 
@@ -172,7 +187,7 @@ async def test_out_of_file_descriptors_the_router_blames_itself() -> None:
         running_emulator("--mode", "base", "--time-scale", "0.5") as base,
         spawned(
             "serve", "--spec", base, "--base", base, "--policy", "always-base", stop=signal.SIGKILL
-        ) as router,  # fmt: skip
+        ) as router,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as connected,
     ):
@@ -232,9 +247,10 @@ async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None
         if head.startswith(b"get /health"):
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         else:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 1000\r\n\r\n" + b'{"id": "c1", "choices": ['
-                         + b" " * 75)  # fmt: skip
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n" + b'{"id": "c1", "choices": [' + b" " * 75
+            )
         await writer.drain()
         writer.close()
 
@@ -246,7 +262,7 @@ async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None
             spec=[f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"],
             base=[base],
             crossover=8,
-        ) as (url, state),  # fmt: skip
+        ) as (url, state),
         aiohttp.ClientSession() as s,
     ):
         body = {"model": "m", "messages": CHAT}
@@ -307,7 +323,7 @@ async def test_the_status_page_shows_no_credentials_of_a_backend_url() -> None:
     async with (
         running_router(
             spec=["http://user:s3cret@127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4
-        ) as (url, _),  # fmt: skip
+        ) as (url, _),
         aiohttp.ClientSession() as s,
         s.get(f"{url}/router/status") as r,
     ):

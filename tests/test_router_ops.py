@@ -48,11 +48,15 @@ async def test_client_and_admin_keys(caplog: pytest.LogCaptureFixture) -> None:
         running_emulator("--mode", "spec", *FAST, "--api-key", secrets[2]) as spec,
         running_emulator("--mode", "base", *FAST, "--api-key", secrets[2]) as base,
         running_router(
-            spec=[spec], base=[base], crossover=4,
-            api_keys=[secrets[0]], admin_key=secrets[1], backend_api_key=secrets[2],
+            spec=[spec],
+            base=[base],
+            crossover=4,
+            api_keys=[secrets[0]],
+            admin_key=secrets[1],
+            backend_api_key=secrets[2],
         ) as (url, _),
         aiohttp.ClientSession() as s,
-    ):  # fmt: skip
+    ):
         with pytest.raises(openai.AuthenticationError):
             await keyed(url, "wrong").chat.completions.create(model="m", messages=CHAT)
         async with s.get(f"{url}/v1/models") as r:
@@ -69,8 +73,11 @@ async def test_client_and_admin_keys(caplog: pytest.LogCaptureFixture) -> None:
             async with s.get(url + path) as r:
                 assert r.status == 200  # probes and scrapers need no key
         post = f"{url}/router/profile"
-        for headers, status in [({}, 401), ({"Authorization": f"Bearer {secrets[0]}"}, 403),
-                                ({"Authorization": f"Bearer {secrets[1]}"}, 200)]:  # fmt: skip
+        for headers, status in [
+            ({}, 401),
+            ({"Authorization": f"Bearer {secrets[0]}"}, 403),
+            ({"Authorization": f"Bearer {secrets[1]}"}, 200),
+        ]:
             async with s.post(post, json=profile(3), headers=headers) as r:
                 assert r.status == status
         auth = {"Authorization": f"Bearer {secrets[0]}"}
@@ -86,10 +93,11 @@ async def test_without_an_admin_key_routing_cannot_be_changed(keys: dict[str, An
     """Fail closed: no admin key configured means no one may swap the profile, with or
     without a client key, and the routing stays as it was."""
     async with (
-        running_router(spec=["http://127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4,
-                       **keys) as (url, state),
+        running_router(
+            spec=["http://127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4, **keys
+        ) as (url, state),
         aiohttp.ClientSession() as s,
-    ):  # fmt: skip
+    ):
         for headers in ({}, {"Authorization": "Bearer client-key"}):
             async with s.post(f"{url}/router/profile", json=profile(0), headers=headers) as r:
                 assert r.status == 403
@@ -106,10 +114,11 @@ async def test_profile_swaps_live_without_dropping_streams(tmp_path: Path) -> No
         running_emulator("--mode", "spec", "--time-scale", "0.2") as spec,
         running_emulator("--mode", "base", "--time-scale", "0.2") as base,
         running_router(spec=[spec], base=[base], profile=path, admin_key="admin-key") as (
-            url, state,
+            url,
+            state,
         ),
         aiohttp.ClientSession(headers=admin) as s,
-    ):  # fmt: skip
+    ):
         async with s.get(f"{url}/router/status") as r:
             status = await r.json()
         assert status["profile"]["source"] == str(path)
@@ -147,9 +156,10 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event() -> None:
         specroute("emulate", "--mode", "spec", "--time-scale", "0.5") as (spec, process),
         running_emulator("--mode", "base", *FAST) as base,
         running_router(spec=[spec], base=[base], crossover=8, health_interval=0.1) as (
-            url, state,
+            url,
+            state,
         ),
-    ):  # fmt: skip
+    ):
         stream = await client(url).chat.completions.create(
             model="m", messages=CHAT, max_tokens=2000, stream=True, extra_body={"ignore_eos": True}
         )
@@ -191,8 +201,10 @@ async def hanging_up_after(*chunks: bytes) -> AsyncIterator[str]:
         if head.startswith(b"get /health"):
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         else:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
             for chunk in chunks:
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         await writer.drain()
@@ -204,11 +216,17 @@ async def hanging_up_after(*chunks: bytes) -> AsyncIterator[str]:
 
 
 async def test_a_stream_broken_mid_event_ends_with_a_whole_error_event() -> None:
-    whole = json.dumps({
-        "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"},
-                     "finish_reason": None}],
-    }).encode()  # fmt: skip
+    whole = json.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": None}
+            ],
+        }
+    ).encode()
     async with (
         hanging_up_after(b"data: " + whole + b"\n\n", b'data: {"choices": [{"del') as spec,
         running_emulator("--mode", "base", *FAST) as base,
@@ -272,12 +290,24 @@ async def _stream_text(response: aiohttp.ClientResponse) -> str:
 async def test_sigterm_drains_in_flight_streams(drain_timeout: float, finishes: bool) -> None:
     async with running_emulator("--mode", "base", "--time-scale", "0.5") as base:
         async with (
-            specroute("serve", "--spec", base, "--base", base, "--policy", "always-base",
-                      "--drain-grace", "1", "--drain-timeout", str(drain_timeout)) as (
-                url, process,
+            specroute(
+                "serve",
+                "--spec",
+                base,
+                "--base",
+                base,
+                "--policy",
+                "always-base",
+                "--drain-grace",
+                "1",
+                "--drain-timeout",
+                str(drain_timeout),
+            ) as (
+                url,
+                process,
             ),
             aiohttp.ClientSession() as s,
-        ):  # fmt: skip
+        ):
             body = {**LONG_STREAM, "max_tokens": 600, "stream_options": {"include_usage": True}}
             short = {"model": "m", "messages": CHAT, "max_tokens": 2}
             response = await s.post(f"{url}/v1/chat/completions", json=body)
@@ -428,13 +458,14 @@ async def test_a_pool_shunned_for_its_acceptance_is_probed_and_comes_back(
             profile=path,
             poll_interval=0.1,
             probe_share=0.25,
-        ) as (url, state),  # fmt: skip
+        ) as (url, state),
         aiohttp.ClientSession() as s,
     ):
 
         async def traffic_at(accept_length: float) -> list[str]:
-            async with s.post(f"{spec}/emulator/acceptance",
-                              json={"accept_length": accept_length}) as r:  # fmt: skip
+            async with s.post(
+                f"{spec}/emulator/acceptance", json={"accept_length": accept_length}
+            ) as r:
                 assert r.status == 200
             pools = []
             for _ in range(16):  # one at a time, so each poll window sees finished ones

@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
@@ -33,10 +33,16 @@ async def faulty(*faults: str) -> AsyncIterator[tuple[str, RouterState]]:
     async with (
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,
-        running_router(spec=[spec], base=[base], crossover=100, idle_timeout=IDLE,
-                       request_timeout=IDLE, eject_after_failures=100) as (url, state),
+        running_router(
+            spec=[spec],
+            base=[base],
+            crossover=100,
+            idle_timeout=IDLE,
+            request_timeout=IDLE,
+            eject_after_failures=100,
+        ) as (url, state),
         aiohttp.ClientSession() as s,
-    ):  # fmt: skip
+    ):
         async with s.post(f"{spec}/emulator/faults", json={"faults": list(faults)}) as r:
             assert r.status == 200, await r.text()
         yield url, state
@@ -52,9 +58,12 @@ async def _ask(url: str, stream: bool) -> tuple[str, str]:
     """The text of a 20-token answer and the backend that served it; errors propagate."""
     async with _client(url) as c:
         raw = await c.chat.completions.with_raw_response.create(
-            model="m", messages=CHAT, max_tokens=20, stream=stream,
+            model="m",
+            messages=CHAT,
+            max_tokens=20,
+            stream=stream,
             extra_body={"ignore_eos": True},
-        )  # fmt: skip
+        )
         served = raw.headers["x-specroute-backend"]
         answer: Any = raw.parse()
         if not stream:
@@ -152,10 +161,16 @@ async def test_traffic_leaves_a_refusing_pool_and_comes_back() -> None:
     async with (
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,
-        running_router(spec=[spec], base=[base], crossover=100, health_interval=0.1,
-                       eject_seconds=2, eject_max_seconds=2) as (url, state),
+        running_router(
+            spec=[spec],
+            base=[base],
+            crossover=100,
+            health_interval=0.1,
+            eject_seconds=2,
+            eject_max_seconds=2,
+        ) as (url, state),
         aiohttp.ClientSession() as s,
-    ):  # fmt: skip
+    ):
 
         async def served_by() -> list[str]:
             return [(await _ask(url, stream=False))[1].split(":")[0] for _ in range(4)]
@@ -181,7 +196,7 @@ async def test_a_crash_mid_stream_ends_with_an_error_and_the_next_requests_go_el
         running_emulator("--mode", "base", *FAST) as base,
         running_router(
             spec=[spec.url], base=[base], crossover=100, health_interval=0.1, idle_timeout=IDLE
-        ) as (url, state),  # fmt: skip
+        ) as (url, state),
     ):
         with pytest.raises(openai.APIError, match="failed mid-stream"):
             await _ask(url, stream=True)

@@ -120,7 +120,7 @@ async def test_the_load_comes_from_v1_loads() -> None:
         running_emulator("--mode", "base", *FAST) as base,
         running_router(
             spec=[spec], base=[base], crossover=8, poll_interval=0.05, concurrency_source="backend"
-        ) as (_, state),  # fmt: skip
+        ) as (_, state),
         aiohttp.ClientSession() as s,
     ):
         streams = [await s.post(f"{spec}/v1/chat/completions", json=LONG_STREAM) for _ in range(3)]
@@ -191,8 +191,10 @@ async def test_a_bad_backends_file_stops_the_start(tmp_path: Path) -> None:
 
 
 def test_targets_file_form() -> None:
-    doc = [{"targets": ["10.0.0.1:30000", "https://h:443"], "labels": {"pool": "spec",
-            "group": "g1"}}, {"targets": ["10.0.0.2:30000"], "labels": {"pool": "base"}}]  # fmt: skip
+    doc = [
+        {"targets": ["10.0.0.1:30000", "https://h:443"], "labels": {"pool": "spec", "group": "g1"}},
+        {"targets": ["10.0.0.2:30000"], "labels": {"pool": "base"}},
+    ]
     servers = read_targets(json.dumps(doc), "f")
     assert [(s.url, s.pool, s.group) for s in servers] == [
         ("http://10.0.0.1:30000", "spec", "g1"),
@@ -215,8 +217,9 @@ async def test_names_resolve_to_every_address_and_a_failure_keeps_them() -> None
             raise answer
         return answer
 
-    discovery = Discovery([], [("dns+http://sglang-spec.llm.svc:30000", "spec")], None,
-                          failed.append, resolve)  # fmt: skip
+    discovery = Discovery(
+        [], [("dns+http://sglang-spec.llm.svc:30000", "spec")], None, failed.append, resolve
+    )
     urls = [[s.url for s in await discovery.servers()] for _ in range(3)]
     assert urls == [
         ["http://10.0.0.2:30000", "http://10.0.0.1:30000"],
@@ -229,8 +232,9 @@ async def test_names_resolve_to_every_address_and_a_failure_keeps_them() -> None
 async def test_a_name_is_resolved_by_the_system(two_pairs: tuple[list[str], list[str]]) -> None:
     spec, base = two_pairs
     port = spec[0].rsplit(":", 1)[1]
-    async with running_router(spec=[f"dns+http://localhost:{port}"], base=base[:1],
-                              crossover=8) as (url, state):  # fmt: skip
+    async with running_router(
+        spec=[f"dns+http://localhost:{port}"], base=base[:1], crossover=8
+    ) as (url, state):
         assert named("spec", spec[0]) in {b.name for b in state.backends}
         async with (
             aiohttp.ClientSession() as s,
@@ -246,8 +250,9 @@ async def test_the_profile_file_is_watched(
     profile = tmp_path / "profile.json"
     document = {"schema": "specroute.profile/v1", "crossover": {"value": 4, "ci": [3, 5]}}
     profile.write_text(json.dumps(document))
-    async with running_router(spec=spec[:1], base=base[:1], profile=profile,
-                              watch_interval=0.1) as (url, state):  # fmt: skip
+    async with running_router(
+        spec=spec[:1], base=base[:1], profile=profile, watch_interval=0.1
+    ) as (url, state):
         assert state.policy.crossover() == 4
         document["crossover"] = {"value": 9, "ci": [8, 10]}
         profile.write_text(json.dumps(document))

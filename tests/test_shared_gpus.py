@@ -10,14 +10,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from specroute.bench.client import send
 from specroute.bench.compare import summarise
-from specroute.bench.dataset import synthetic
-from specroute.bench.record import RequestRecord
 from specroute.bench.replay import ReplayPlan, replay
-from specroute.bench.trace import Phase, Trace
 from specroute.cli import main
 from specroute.emulator.gpus import SharedGpus
+from specroute.loadgen.client import send
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
 from specroute.policies.static import RoundRobinPolicy
 from specroute.policies.view import POOLS
@@ -41,13 +41,25 @@ def test_a_step_waits_for_the_gpus_another_server_holds(tmp_path: Path) -> None:
 
 async def _tpot(session: aiohttp.ClientSession, url: str) -> float:
     """The median time per output token of ``STREAMS`` concurrent streams."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "one two three"}],
-            "max_tokens": TOKENS, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
-    records = await asyncio.gather(*(
-        send(session, url, body, RequestRecord("t", STREAMS, 0, asyncio.get_running_loop().time()))
-        for _ in range(STREAMS)
-    ))  # fmt: skip
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "one two three"}],
+        "max_tokens": TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    records = await asyncio.gather(
+        *(
+            send(
+                session,
+                url,
+                body,
+                RequestRecord("t", STREAMS, 0, asyncio.get_running_loop().time()),
+            )
+            for _ in range(STREAMS)
+        )
+    )
     assert all(r.ok for r in records), [r.error for r in records]
     return statistics.median(t for r in records if (t := r.tpot()) is not None)
 
@@ -57,9 +69,11 @@ async def test_busy_servers_on_shared_gpus_each_run_slower(shared: bool, tmp_pat
     share = ("--share-gpus", str(tmp_path / "gpus")) if shared else ()
     async with (
         emulator_pair(*MODEL, "--time-scale", "0.5", "--stream-interval", "4", *share) as (
-            spec, base),
+            spec,
+            base,
+        ),
         aiohttp.ClientSession() as session,
-    ):  # fmt: skip
+    ):
         alone = await _tpot(session, spec)
         together, _ = await asyncio.gather(_tpot(session, spec), _tpot(session, base))
     # together, a step of each server waits for the other's (offline, this model: 1.7x);
@@ -76,9 +90,13 @@ def test_the_replay_shares_gpus_as_the_servers_do() -> None:
     def median_tpot(*flags: str) -> float:
         """Both servers busy at once: requests alternate between them."""
         servers = {pool: config_from_flags((*MODEL, *flags), pool, 0.1) for pool in POOLS}
-        plan = ReplayPlan(trace, synthetic(128, 64), servers=servers,
-                          backends={"spec": ("http://127.0.0.1:1",), "base": ("http://127.0.0.1:2",)},
-                          output_len=64)  # fmt: skip
+        plan = ReplayPlan(
+            trace,
+            synthetic(128, 64),
+            servers=servers,
+            backends={"spec": ("http://127.0.0.1:1",), "base": ("http://127.0.0.1:2",)},
+            output_len=64,
+        )
         records = replay(plan, RoundRobinPolicy())
         assert {(r.served_by or "").split(":")[0] for r in records} == set(POOLS)
         result = summarise(records, 0.0, trace.seconds, {})["tpot_ms_p50"]

@@ -17,8 +17,20 @@ def test_a_short_soak_leaves_the_router_as_it_found_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "soak.json"
-    argv = ["bench", "soak", "--requests", "2000", "--concurrency", str(CONCURRENCY),
-            "--every", "500", "--idle", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "soak",
+        "--requests",
+        "2000",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--every",
+        "500",
+        "--idle",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0, capsys.readouterr().out
     said = capsys.readouterr()
     assert said.err.count("soak: ") == 6  # the start, every 500, after idle

@@ -1,5 +1,5 @@
 """The whole loop on a real engine: vLLM's CPU build, a plain server and one with n-gram
-speculation (``specroute.bench.vllm_cpu``), behind ``specroute serve`` as a process.
+speculation (``specroute.engines.vllm_cpu``), behind ``specroute serve`` as a process.
 
 A stage of its own (``pytest -m vllm tests/test_vllm.py``), skipped with the reason when
 ``make vllm-env`` has not been run. About 4 minutes on a 2-core machine, 2.5 of them the two
@@ -22,8 +22,8 @@ import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
 
-from specroute.bench.spawn import free_port
-from specroute.bench.vllm_cpu import DRAFT_TOKENS, SERVED_NAME, Engine, engine_pair, missing
+from specroute.engines.vllm_cpu import DRAFT_TOKENS, SERVED_NAME, Engine, engine_pair, missing
+from specroute.loadgen.spawn import free_port
 from specroute.router.backend_stats import BackendStats, parse
 from tests.processes import specroute
 
@@ -56,8 +56,17 @@ async def servers() -> AsyncIterator[tuple[Engine, Engine]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def router(servers: tuple[Engine, Engine]) -> AsyncIterator[str]:
     spec, base = servers
-    args = ("serve", "--spec", spec.url, "--base", base.url, "--crossover", "4",
-            "--poll-interval", str(POLL))  # fmt: skip
+    args = (
+        "serve",
+        "--spec",
+        spec.url,
+        "--base",
+        base.url,
+        "--crossover",
+        "4",
+        "--poll-interval",
+        str(POLL),
+    )
     async with specroute(*args) as (url, _):
         yield url
 
@@ -117,8 +126,14 @@ async def test_a_client_that_leaves_mid_stream_frees_the_engine_request(
     servers: tuple[Engine, Engine], router: str
 ) -> None:
     spec, _ = servers  # one request at a low load goes to the speculative server
-    body = {"model": SERVED_NAME, "prompt": PROMPTS[1], "max_tokens": 1500, "temperature": 0,
-            "ignore_eos": True, "stream": True}  # fmt: skip
+    body = {
+        "model": SERVED_NAME,
+        "prompt": PROMPTS[1],
+        "max_tokens": 1500,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     async with (
         aiohttp.ClientSession() as session,
         session.post(router + "/v1/completions", json=body) as r,
@@ -168,10 +183,12 @@ async def test_the_routers_accept_length_matches_the_engine_counters(
     expected = tokens / (tokens - accepted)
     live = _backend(await _status(router), spec.url)["accept_length"]
     chunks = [n for stream in streams for n in stream]
-    print(f"{tokens:.0f} tokens in {tokens - accepted:.0f} request-steps, {drafts:.0f} with a "
-          f"draft: {expected:.3f} tokens per step; the router: {live}; "
-          f"1 + accepted/drafts would say {1 + accepted / drafts:.3f}; the streams: "
-          f"{sum(chunks)} tokens in {len(chunks)} chunks")  # fmt: skip
+    print(
+        f"{tokens:.0f} tokens in {tokens - accepted:.0f} request-steps, {drafts:.0f} with a "
+        f"draft: {expected:.3f} tokens per step; the router: {live}; "
+        f"1 + accepted/drafts would say {1 + accepted / drafts:.3f}; the streams: "
+        f"{sum(chunks)} tokens in {len(chunks)} chunks"
+    )
     assert live == pytest.approx(expected, rel=1e-9)
     assert sum(chunks) == tokens
     assert tokens - accepted >= len(chunks) - DRAFT_TOKENS * len(streams)
@@ -179,8 +196,14 @@ async def test_the_routers_accept_length_matches_the_engine_counters(
 
 async def _token_chunks(url: str, prompt: str, tokens: int) -> list[int]:
     """The tokens in each chunk of a greedy stream."""
-    body = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": tokens, "temperature": 0,
-            "stream": True, "return_token_ids": True}  # fmt: skip
+    body = {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": True,
+        "return_token_ids": True,
+    }
     counts = []
     async with (
         aiohttp.ClientSession() as session,
@@ -225,18 +248,38 @@ async def test_calibration_writes_a_profile_the_router_loads(
     spec, base = servers
     out = tmp_path / "profile.json"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specroute", "calibrate", "--spec", spec.url, "--base", base.url,
-        "-o", str(out), "--budget", "1.5", "--max-concurrency", "4", "--input-len", "64",
-        "--output-len", "32", "--requests-per-level", "4", stdout=PIPE, stderr=STDOUT,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "specroute",
+        "calibrate",
+        "--spec",
+        spec.url,
+        "--base",
+        base.url,
+        "-o",
+        str(out),
+        "--budget",
+        "1.5",
+        "--max-concurrency",
+        "4",
+        "--input-len",
+        "64",
+        "--output-len",
+        "32",
+        "--requests-per-level",
+        "4",
+        stdout=PIPE,
+        stderr=STDOUT,
+    )
     said = (await process.communicate())[0].decode()
     print(said[-3000:])
     assert process.returncode == 0, said
     profile = json.loads(out.read_text())
     for server in profile["servers"].values():  # what moves the crossover, on record
         assert server["engine"] == "vllm" and server["version"], server
-    async with specroute("serve", "--spec", spec.url, "--base", base.url,
-                         "--profile", str(out)) as (url, _):  # fmt: skip
+    async with specroute(
+        "serve", "--spec", spec.url, "--base", base.url, "--profile", str(out)
+    ) as (url, _):
         loaded = (await _status(url))["profile"]
     assert loaded is not None
     assert loaded["crossover"] == profile["crossover"]

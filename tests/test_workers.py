@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from specroute import prometheus
-from specroute.bench.spawn import spawned
+from specroute.loadgen.spawn import spawned
 from tests.apps import serving
 from tests.test_router_ops import profile
 
@@ -67,11 +67,23 @@ async def deployment(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str
         serving(spec.app) as spec_url,
         serving(base.app) as base_url,
         spawned(
-            "serve", "--spec", spec_url, "--base", base_url, "--crossover", str(CROSSOVER),
-            "--workers", str(WORKERS), "--drain-grace", "0", "--drain-timeout", "10",
-            "--admin-key", ADMIN,
+            "serve",
+            "--spec",
+            spec_url,
+            "--base",
+            base_url,
+            "--crossover",
+            str(CROSSOVER),
+            "--workers",
+            str(WORKERS),
+            "--drain-grace",
+            "0",
+            "--drain-timeout",
+            "10",
+            "--admin-key",
+            ADMIN,
         ) as router,
-    ):  # fmt: skip
+    ):
         await _every_worker(router.url)  # each is listening
         yield router.url, spec, router
 
@@ -93,8 +105,13 @@ async def _every_worker(url: str) -> dict[int, tuple[dict[str, Any], dict[str, f
     raise AssertionError(f"only workers {sorted(found)} answered")
 
 
-_SUMMED = ("specroute_live_concurrency", "specroute_inflight", "specroute_requests_total",
-           "specroute_route_decisions_total", "specroute_crossover")  # fmt: skip
+_SUMMED = (
+    "specroute_live_concurrency",
+    "specroute_inflight",
+    "specroute_requests_total",
+    "specroute_route_decisions_total",
+    "specroute_crossover",
+)
 
 
 async def _open_stream(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
@@ -204,8 +221,10 @@ async def test_servers_discovered_reach_every_worker(
 
     def listing(*urls: tuple[str, str], group: str = "") -> None:
         labels = {"group": group} if group else {}
-        groups = [{"targets": [u.removeprefix("http://")], "labels": {"pool": p} | labels}
-                  for p, u in urls]  # fmt: skip
+        groups = [
+            {"targets": [u.removeprefix("http://")], "labels": {"pool": p} | labels}
+            for p, u in urls
+        ]
         staged = tmp_path / "staged.json"
         staged.write_text(json.dumps(groups))
         staged.replace(targets)
@@ -216,8 +235,15 @@ async def test_servers_discovered_reach_every_worker(
         serving(base.app) as base_url,
     ):
         listing(("spec", first_url), ("base", base_url))
-        async with spawned("serve", "--backends-file", str(targets), "--crossover", "100",
-                           "--workers", str(WORKERS)) as router:  # fmt: skip
+        async with spawned(
+            "serve",
+            "--backends-file",
+            str(targets),
+            "--crossover",
+            "100",
+            "--workers",
+            str(WORKERS),
+        ) as router:
             url = router.url
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             async with aiohttp.ClientSession(connector=connector) as session:

@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.dataset import Dataset, Prompt, synthetic
-from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Trace
+from specroute.loadgen.dataset import Dataset, Prompt, synthetic
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Trace
 
 
 def request_body(prompt: Prompt, model: str, ignore_eos: bool) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The floor of a Python proxy: ``python -m specroute.bench.bare_proxy --port P --upstream
+"""The floor of a Python proxy: ``python -m specroute.bench.servers.bare_proxy --port P --upstream
 URL...`` relays each request to the next upstream in turn and its answer back as the bytes
 come, deciding nothing. What a router costs beyond this is its own work."""
 
@@ -28,9 +28,12 @@ def create_app(upstreams: list[str]) -> web.Application:
     async def relay(request: web.Request) -> web.StreamResponse:
         headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
         async with request.app[SESSION].request(
-            request.method, next(turn) + request.path_qs, data=await request.read(),
-            headers=headers, timeout=aiohttp.ClientTimeout(total=None),
-        ) as upstream:  # fmt: skip
+            request.method,
+            next(turn) + request.path_qs,
+            data=await request.read(),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None),
+        ) as upstream:
             response = web.StreamResponse(status=upstream.status)
             response.content_type = upstream.content_type
             if upstream.content_length is not None:
@@ -47,7 +50,7 @@ def create_app(upstreams: list[str]) -> web.Application:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m specroute.bench.bare_proxy")
+    p = argparse.ArgumentParser(prog="python -m specroute.bench.servers.bare_proxy")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", action="append", required=True, metavar="URL")

@@ -3,7 +3,7 @@ BPE tokenizer trained on local text (this project's README and Python's own stan
 library sources) and random weights saved in safetensors.
 
 Runs in the engine's environment (``.venv-vllm``), which has ``torch``, ``tokenizers`` and
-``transformers``; ``python -m specroute.bench.vllm_cpu model`` calls it there as a script,
+``transformers``; ``python -m specroute.engines.vllm_cpu model`` calls it there as a script,
 so it imports nothing of specroute. The weights are random, but seeded: a greedy model
 always says the same, and what it says repeats itself, which n-gram speculation drafts from.
 """

@@ -16,17 +16,23 @@ import aiohttp
 
 _COMPARED = (
     ("model_path", "the two servers serve different models"),
-    ("max_running_requests", "SGLang caps a speculative server at 48 unless "
-                             "--max-running-requests is given; pass the same value to both "
-                             "(vLLM: --max-num-seqs)"),
+    (
+        "max_running_requests",
+        "SGLang caps a speculative server at 48 unless "
+        "--max-running-requests is given; pass the same value to both "
+        "(vLLM: --max-num-seqs)",
+    ),
     ("cuda_graph_max_bs", "batches past it run without CUDA graphs, slower on one side only"),
     ("tp_size", "different tensor parallelism"),
     ("context_length", "different context lengths"),
     ("stream_interval", "different --stream-interval changes the chunking clients see"),
-    ("async_scheduling", "vLLM overlaps scheduling with the forward pass on one side only "
-                         "(it does not with n-gram speculation): pass --no-async-scheduling "
-                         "to the plain server"),
-)  # fmt: skip
+    (
+        "async_scheduling",
+        "vLLM overlaps scheduling with the forward pass on one side only "
+        "(it does not with n-gram speculation): pass --no-async-scheduling "
+        "to the plain server",
+    ),
+)
 PARTIAL = "partial"  # the key of a note on what a server's settings do not say
 
 
@@ -105,8 +111,11 @@ def fairness_warnings(spec: dict[str, Any] | None, base: dict[str, Any] | None) 
 
 def fairness_notes(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> list[str]:
     """What could not be compared, said once and quietly: no finding, a limit of the check."""
-    return [f"{name}: {info[PARTIAL]}" for name, info in (("spec", spec), ("base", base))
-            if info is not None and PARTIAL in info]  # fmt: skip
+    return [
+        f"{name}: {info[PARTIAL]}"
+        for name, info in (("spec", spec), ("base", base))
+        if info is not None and PARTIAL in info
+    ]
 
 
 def banner(warnings: list[str]) -> str:

@@ -13,9 +13,9 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.client import send
-from specroute.bench.record import RequestRecord
-from specroute.bench.trace import Trace
+from specroute.loadgen.client import send
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Trace
 
 TRACE_ENDED = "cancelled: the trace ended"  # what a request still running at the end says
 IDLE_POLL = 0.02  # how often an idle client looks whether its phase wants it
@@ -37,8 +37,9 @@ async def play(
     records: list[RequestRecord] = []
 
     async def one(phase: int) -> RequestRecord:
-        record = RequestRecord(label, trace.phases[phase].concurrency, phase, time.monotonic(),
-                               measured=True)  # fmt: skip
+        record = RequestRecord(
+            label, trace.phases[phase].concurrency, phase, time.monotonic(), measured=True
+        )
         records.append(record)
         await send(session, url, bodies(phase), record)
         if on_record is not None:

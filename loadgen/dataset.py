@@ -120,8 +120,12 @@ class Dataset:
         return digest.hexdigest()[:16]
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "source": self.source, "prompts": len(self.prompts),
-                "fingerprint": self.fingerprint()}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "prompts": len(self.prompts),
+            "fingerprint": self.fingerprint(),
+        }
 
 
 @functools.lru_cache(maxsize=8)  # each policy of a comparison draws the same ones

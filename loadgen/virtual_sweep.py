@@ -19,18 +19,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from specroute.bench.closed_loop import CANCELLED, WARMUP_REQUESTS, LevelRun
-from specroute.bench.progress import Progress
-from specroute.bench.record import RequestRecord
-from specroute.bench.sweep import SCHEMA, Sweep, SweepPlan
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Sequence
+from specroute.loadgen.closed_loop import CANCELLED, WARMUP_REQUESTS, LevelRun
+from specroute.loadgen.progress import Progress
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.sweep import SCHEMA, Sweep, SweepPlan
 
 
 def run_virtual(
-    config: EmulatorConfig, level: int, repeat: int, requests: int, input_len: int,
+    config: EmulatorConfig,
+    level: int,
+    repeat: int,
+    requests: int,
+    input_len: int,
     output_len: int,
-) -> LevelRun:  # fmt: skip
+) -> LevelRun:
     """One closed-loop run of ``config``'s engine; times are virtual seconds from 0."""
     engine = config.engine()
     backend = config.mode
@@ -51,8 +55,9 @@ def run_virtual(
         if measured:
             measured_started += 1
             pending.add(rid)
-        records[rid] = RequestRecord(backend, level, repeat, now, prompt_tokens=input_len,
-                                     measured=measured)  # fmt: skip
+        records[rid] = RequestRecord(
+            backend, level, repeat, now, prompt_tokens=input_len, measured=measured
+        )
         client_of[rid] = client
         prompt = f"{config.seed}|{level}|{repeat}|{rid}"
         engine.submit(Sequence(rid, prompt, input_len, output_len, ignore_eos=True))
@@ -99,8 +104,9 @@ def run_virtual(
         if record.end is None:
             record.error = CANCELLED
     accept = spec_tokens / verifies if verifies else None
-    return LevelRun(backend, level, repeat, end if t0 is None else t0, end,
-                    list(records.values()), accept)  # fmt: skip
+    return LevelRun(
+        backend, level, repeat, end if t0 is None else t0, end, list(records.values()), accept
+    )
 
 
 def _seed(*parts: object) -> int:
@@ -112,9 +118,16 @@ class VirtualSweep(Sweep):
     virtual (modelled) seconds."""
 
     def __init__(
-        self, plan: SweepPlan, out: Path, config: EmulatorConfig, *, input_len: int,
-        output_len: int, seed: int = 0, progress: Progress | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        plan: SweepPlan,
+        out: Path,
+        config: EmulatorConfig,
+        *,
+        input_len: int,
+        output_len: int,
+        seed: int = 0,
+        progress: Progress | None = None,
+    ) -> None:
         super().__init__(plan, out, progress)
         self.config, self.seed = config, seed
         self.input_len, self.output_len = input_len, output_len
@@ -124,18 +137,32 @@ class VirtualSweep(Sweep):
         for name in ("levels.jsonl", "requests.jsonl"):
             (self.out / name).write_text("")
         info: dict[str, Any] = {
-            backend: {"url": "virtual", "server_info": replace(self.config, mode=backend)
-                      .server_args() | {"emulator": {"hardware": self.config.hardware.name,
-                                                     "noise": self.config.noise.describe()}}}
+            backend: {
+                "url": "virtual",
+                "server_info": replace(self.config, mode=backend).server_args()
+                | {
+                    "emulator": {
+                        "hardware": self.config.hardware.name,
+                        "noise": self.config.noise.describe(),
+                    }
+                },
+            }
             for backend in ("spec", "base")
-        }  # fmt: skip
+        }
         self.meta = {
-            "schema": SCHEMA, "model": self.config.model_path, **info,
-            "fairness_warnings": [], "virtual_time": True,
+            "schema": SCHEMA,
+            "model": self.config.model_path,
+            **info,
+            "fairness_warnings": [],
+            "virtual_time": True,
             "dataset": {"kind": "synthetic", "input_len": self.input_len},
-            "settings": {"repeats": self.plan.repeats, "requests": self.plan.requests,
-                         "ignore_eos": True, "output_len": self.output_len},
-        }  # fmt: skip
+            "settings": {
+                "repeats": self.plan.repeats,
+                "requests": self.plan.requests,
+                "ignore_eos": True,
+                "output_len": self.output_len,
+            },
+        }
         self._write_meta()
         return self
 

@@ -8,8 +8,8 @@ import sys
 import time
 from typing import TextIO
 
-from specroute.bench.closed_loop import LevelRun
-from specroute.bench.record import RequestRecord
+from specroute.loadgen.closed_loop import LevelRun
+from specroute.loadgen.record import RequestRecord
 
 
 class Progress:
@@ -37,8 +37,10 @@ class Progress:
         tpot = f"TPOT {statistics.median(tpots) * 1000:.1f} ms" if tpots else "no TPOT"
         accept = f", accept {run.accept_length:.2f}" if run.accept_length else ""
         flag = "" if run.valid else "  INVALID"
-        summary = (f"{len(run.measured)} measured, {tpot}, {run.output_tps():.0f} tok/s{accept}, "
-                   f"{run.failures} failed")  # fmt: skip
+        summary = (
+            f"{len(run.measured)} measured, {tpot}, {run.output_tps():.0f} tok/s{accept}, "
+            f"{run.failures} failed"
+        )
         self.finish(summary, seconds, flag)
 
     def finish(self, summary: str, seconds: float, flag: str = "") -> None:

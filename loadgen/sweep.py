@@ -20,11 +20,11 @@ from typing import Any
 
 import aiohttp
 
-from specroute.bench.client import request_body, served_model
-from specroute.bench.closed_loop import LevelRun, run_level
-from specroute.bench.dataset import Dataset
-from specroute.bench.fairness import banner, fairness_notes, fairness_warnings, server_info
-from specroute.bench.progress import Progress
+from specroute.loadgen.client import request_body, served_model
+from specroute.loadgen.closed_loop import LevelRun, run_level
+from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.fairness import banner, fairness_notes, fairness_warnings, server_info
+from specroute.loadgen.progress import Progress
 
 SCHEMA = "specroute.sweep/v1"
 BACKENDS = ("spec", "base")
@@ -77,8 +77,10 @@ class Sweep:
             connector=connector, timeout=timeout, headers=self.headers
         )
         plan, session = self.plan, self._session
-        infos = {"spec": await server_info(session, plan.spec),
-                 "base": await server_info(session, plan.base)}  # fmt: skip
+        infos = {
+            "spec": await server_info(session, plan.spec),
+            "base": await server_info(session, plan.base),
+        }
         warnings = fairness_warnings(infos["spec"], infos["base"])
         notes = fairness_notes(infos["spec"], infos["base"])
         if self.progress is not None:
@@ -97,9 +99,12 @@ class Sweep:
             "fairness_warnings": warnings,
             "fairness_notes": notes,
             "dataset": plan.dataset.describe(),
-            "settings": {k: v for k, v in asdict(plan).items()
-                         if k not in ("dataset", "api_key", "spec", "base")},
-        }  # fmt: skip
+            "settings": {
+                k: v
+                for k, v in asdict(plan).items()
+                if k not in ("dataset", "api_key", "spec", "base")
+            },
+        }
         self._write_meta()
         return self
 
@@ -139,11 +144,16 @@ class Sweep:
         started = time.monotonic()
         self._sent_bytes = []
         run = await run_level(
-            self._session, plan.spec if backend == "spec" else plan.base, self._bodies,
-            backend=backend, level=level, repeat=repeat,
-            requests=plan.requests_at(level), duration=plan.duration,
+            self._session,
+            plan.spec if backend == "spec" else plan.base,
+            self._bodies,
+            backend=backend,
+            level=level,
+            repeat=repeat,
+            requests=plan.requests_at(level),
+            duration=plan.duration,
             on_record=None if self.progress is None else self.progress.record,
-        )  # fmt: skip
+        )
         for record, size in zip(run.records, self._sent_bytes, strict=True):
             record.prompt_bytes = size
         return run, time.monotonic() - started

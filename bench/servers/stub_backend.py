@@ -1,5 +1,5 @@
 """A minimal SGLang-shaped server, for measuring what sits in front of it: ``python -m
-specroute.bench.stub_backend --port P``.
+specroute.bench.servers.stub_backend --port P``.
 
 The emulator models an engine; this models nothing. It parses HTTP/1.1 on a raw asyncio
 ``Protocol``, answers from bytes encoded once at start, and paces a stream with the event
@@ -18,8 +18,8 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 
-from specroute.bench.connection import no_delay
 from specroute.event_loop import run
+from specroute.loadgen.connection import no_delay
 
 _STREAMED = ("/v1/chat/completions", "/v1/completions", "/generate")
 _MAX_HEAD = 64 * 1024
@@ -57,18 +57,32 @@ class Answers:
         def chat(i: int) -> object:
             end = "length" if i == n - 1 else None
             delta = {"role": "assistant", "content": "tok"} if i == 0 else {"content": "tok"}
-            return {"id": "stub", "object": "chat.completion.chunk", "created": 0, "model": m,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": end}]}  # fmt: skip
+            return {
+                "id": "stub",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": m,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": end}],
+            }
 
         def completion(i: int) -> object:
             end = "length" if i == n - 1 else None
-            return {"id": "stub", "object": "text_completion", "created": 0, "model": m,
-                    "choices": [{"index": 0, "text": "tok", "finish_reason": end}]}  # fmt: skip
+            return {
+                "id": "stub",
+                "object": "text_completion",
+                "created": 0,
+                "model": m,
+                "choices": [{"index": 0, "text": "tok", "finish_reason": end}],
+            }
 
         def generate(i: int) -> object:  # SGLang's /generate streams the text so far
             end = {"type": "length", "length": n} if i == n - 1 else None
-            meta = {"id": "stub", "prompt_tokens": 8, "completion_tokens": i + 1,
-                    "finish_reason": end}  # fmt: skip
+            meta = {
+                "id": "stub",
+                "prompt_tokens": 8,
+                "completion_tokens": i + 1,
+                "finish_reason": end,
+            }
             return {"text": "tok" * (i + 1), "meta_info": meta}
 
         for path, event in zip(_STREAMED, (chat, completion, generate), strict=True):
@@ -78,42 +92,85 @@ class Answers:
             self.events[path] = frames
         text = "tok" * n
         self.whole = {
-            "/v1/chat/completions": _json("200 OK", {
-                "id": "stub", "object": "chat.completion", "created": 0, "model": m,
-                "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": text}}],
-                "usage": usage}),
-            "/v1/completions": _json("200 OK", {
-                "id": "stub", "object": "text_completion", "created": 0, "model": m,
-                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                "usage": usage}),
-            "/generate": _json("200 OK", {"text": text, "meta_info": {
-                "id": "stub", "prompt_tokens": 8, "completion_tokens": n,
-                "finish_reason": {"type": "length", "length": n}}}),
-        }  # fmt: skip
+            "/v1/chat/completions": _json(
+                "200 OK",
+                {
+                    "id": "stub",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": m,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "length",
+                            "message": {"role": "assistant", "content": text},
+                        }
+                    ],
+                    "usage": usage,
+                },
+            ),
+            "/v1/completions": _json(
+                "200 OK",
+                {
+                    "id": "stub",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": m,
+                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                    "usage": usage,
+                },
+            ),
+            "/generate": _json(
+                "200 OK",
+                {
+                    "text": text,
+                    "meta_info": {
+                        "id": "stub",
+                        "prompt_tokens": 8,
+                        "completion_tokens": n,
+                        "finish_reason": {"type": "length", "length": n},
+                    },
+                },
+            ),
+        }
         # no model_path: sglang-router would fetch a tokenizer by that name from a model hub
         info = {"is_generation": True, "model_type": "stub"}
         server = {**info, "version": "stub", "max_total_num_tokens": 1 << 20}
-        models = {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "sglang",
-                                              "root": m, "max_model_len": 131072}]}  # fmt: skip
+        models = {
+            "object": "list",
+            "data": [
+                {
+                    "id": m,
+                    "object": "model",
+                    "owned_by": "sglang",
+                    "root": m,
+                    "max_model_len": 131072,
+                }
+            ],
+        }
         empty = _head("200 OK", "text/plain", 0)
         self.fixed = {
-            "/health": empty, "/health_generate": empty,
+            "/health": empty,
+            "/health_generate": empty,
             "/v1/models": _json("200 OK", models),
-            "/model_info": _json("200 OK", info), "/get_model_info": _json("200 OK", info),
-            "/server_info": _json("200 OK", server), "/get_server_info": _json("200 OK", server),
-        }  # fmt: skip
+            "/model_info": _json("200 OK", info),
+            "/get_model_info": _json("200 OK", info),
+            "/server_info": _json("200 OK", server),
+            "/get_server_info": _json("200 OK", server),
+        }
 
     def metrics(self, running: int, generated: int) -> bytes:
         label = f'{{model_name="{self.model}"}}'
         text = "".join(
             f"# TYPE sglang:{name} {kind}\nsglang:{name}{label} {value}\n"
             for name, kind, value in (
-                ("num_running_reqs", "gauge", running), ("num_queue_reqs", "gauge", 0),
-                ("num_used_tokens", "gauge", running * 8), ("token_usage", "gauge", 0.0),
+                ("num_running_reqs", "gauge", running),
+                ("num_queue_reqs", "gauge", 0),
+                ("num_used_tokens", "gauge", running * 8),
+                ("token_usage", "gauge", 0.0),
                 ("generation_tokens_total", "counter", generated),
             )
-        ).encode()  # fmt: skip
+        ).encode()
         return _head("200 OK", "text/plain; version=0.0.4", len(text)) + text
 
 
@@ -231,8 +288,9 @@ async def serve(host: str, port: int, stub: Stub) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m specroute.bench.stub_backend",
-                                description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m specroute.bench.servers.stub_backend", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--chunks", type=int, default=16, help="events per stream")

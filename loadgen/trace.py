@@ -106,8 +106,10 @@ def named_trace(
     if name == "poisson-day":
         if peak_rate is None or peak_rate <= 0:
             raise TraceError("poisson-day needs --peak-rate > 0, the busiest hour's requests/s")
-        return Trace(name, tuple(Phase(phase_seconds, rate=round(peak_rate * diurnal(h), 3))
-                                 for h in range(24)))  # fmt: skip
+        return Trace(
+            name,
+            tuple(Phase(phase_seconds, rate=round(peak_rate * diurnal(h), 3)) for h in range(24)),
+        )
     if name == "ramp":
         up = _doubling(1, peak)
         levels = up + up[-2::-1]
@@ -168,7 +170,8 @@ def _phase(item: object, where: str) -> Phase:
 
 def _input_len(given: object, where: str) -> tuple[int, ...]:
     lengths = given if isinstance(given, list) else [given]
-    if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0
-                              for n in lengths):  # fmt: skip
+    if not lengths or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths
+    ):
         raise TraceError(f"{where}: input_len must be a positive integer or a list of them")
     return tuple(lengths)

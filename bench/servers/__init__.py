@@ -1,0 +1,1 @@
+"""Servers that exist only to be measured against: a stub SGLang backend and a bare proxy."""
