@@ -6,10 +6,10 @@ load ramp up and down played through it with the ``crossover`` policy and with b
 choices, shown per phase and drawn to a file; then the same ramp replayed offline in
 virtual time beside it, with an oracle's gap. Every process it starts is stopped at the end.
 
-Then the other half of the story, in virtual time: the seeds' model rebuilt from measured
-mixture-of-experts physics, where speculation does not pay below a crossover but in a band
-of medium load (at the seeds' accept length), predicted, and a ramp to 128 replayed with
-the band-aware policy against both static choices and the oracle.
+Then the other half of the story, in virtual time: the Kimi-K2.5 case study's model rebuilt
+from measured mixture-of-experts physics, where speculation does not pay below a crossover
+but in a band of medium load (at the case study's accept length), predicted, and a ramp to
+128 replayed with the band-aware policy against both static choices and the oracle.
 """
 
 from __future__ import annotations
@@ -124,20 +124,21 @@ async def run_demo(plan: DemoPlan) -> dict[str, object]:
     return results
 
 
-MOE = "kimi-k2.5-8x-pcie"  # the seeds' model, built from physics
+MOE = "kimi-k2.5-8x-pcie"  # the Kimi-K2.5 case study's model, built from physics
 MOE_LEVELS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128]
 
 
 def _bands(plan: DemoPlan) -> None:
-    """Where speculation pays on the seeds' mixture-of-experts model, at the seeds' weak
-    drafter and a good one, and the band-aware policy on a ramp to 128, all offline."""
+    """Where speculation pays on the Kimi-K2.5 case study's mixture-of-experts model, at the
+    case study's weak drafter and a good one, and the band-aware policy on a ramp to 128,
+    all offline."""
     _say(
-        f"and in virtual time: {MOE}, the seeds' model built from mixture-of-experts "
-        "physics (verifying drafts reads many more experts at low load, nearly none more "
-        "at high load)"
+        f"and in virtual time: {MOE}, the Kimi-K2.5 case study's model built from"
+        " mixture-of-experts physics (verifying drafts reads many more experts at low load,"
+        " nearly none more at high load)"
     )
     predicted: dict[str, tuple[tuple[str, ...], Prediction]] = {}
-    for accept in ("2.1", "3.0"):  # the seeds' drafter, and a good one
+    for accept in ("2.1", "3.0"):  # the case study's drafter, and a good one
         model = ("--hardware", MOE, "--accept-length", accept, "--max-running-requests", "256")
         prediction = predict(
             config_from_flags(model, "spec"), MOE_LEVELS, plan.input_len, plan.output_len

@@ -5,8 +5,8 @@ interval per edge, reported, drawn, and routed by.
 The truth is the noise-free engine's prediction (``emulator.predict``) at the levels the
 calibration measured. With 512-token prompts and 32-token answers (short, so prefill
 weighs on every answer's time per token), on the measured Qwen3-30B-A3B model at accept
-length 1.6 speculation pays only between about 17 and 88 requests; on the seeds' Kimi
-model built from physics, at the seeds' accept length 2.1, between about 27 and 61 (with
+length 1.6 speculation pays only between about 17 and 88 requests; on the Kimi-K2.5 case study's
+model built from physics, at the case study's accept length 2.1, between about 27 and 61 (with
 128-token answers: from 54 to about 290).
 """
 
@@ -127,7 +127,7 @@ async def test_a_measured_moe_pays_in_a_band(tmp_path: Path) -> None:
     check_against_truth(profile, edges)
 
 
-async def test_the_seeds_model_pays_in_a_band_of_medium_load(tmp_path: Path) -> None:
+async def test_the_case_study_model_pays_in_a_band_of_medium_load(tmp_path: Path) -> None:
     profile, edges = await calibrated(
         tmp_path,
         "--hardware",

@@ -1,7 +1,7 @@
 """The policies head to head on emulated servers, as a user runs them (``specroute bench
 compare`` through router processes), at fast time scales:
 
-- on a dense model (one crossover) and on the seeds' mixture-of-experts model at its weak
+- on a dense model (one crossover) and on the Kimi-K2.5 case study's mixture-of-experts model at its weak
   drafter (a band of medium load where speculation pays), ``crossover`` is within noise of
   the better static choice at every steady level of a ramp (to 128 for the MoE) and ahead of
   both over the ramp, and the offline replay of the same ramp picks the same winner; with a
@@ -49,10 +49,13 @@ class Case:
     pays_everywhere: bool = False  # then the policy is always-spec, and can only tie it
 
 
-KIMI = ("--hardware", "kimi-k2.5-8x-pcie")  # the seeds' model, built from MoE physics
+KIMI = (
+    "--hardware",
+    "kimi-k2.5-8x-pcie",
+)  # the Kimi-K2.5 case study's model, built from MoE physics
 MOE_RAMP = (1, 8, 64, 128)
 CASES = {
-    # the seeds' weak drafter: speculation pays only from about 54 requests up (a band)
+    # the case study's weak drafter: speculation pays only from about 54 requests up (a band)
     "kimi-k2.5-8x-pcie@2.1": Case(
         (*KIMI, "--accept-length", "2.1"),
         "0.1",

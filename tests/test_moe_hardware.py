@@ -1,5 +1,5 @@
 """The two mixture-of-experts hardware models: Kimi-K2.5 built from physics and held to the
-seeds' two figures, Qwen3-30B-A3B as measured; and where speculation pays on each, as the
+the Kimi-K2.5 case study's two figures, Qwen3-30B-A3B as measured; and where speculation pays on each, as the
 full engine model (prefill, scheduling, the step loop) predicts it in virtual time."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_the_shipped_file_is_what_its_generator_writes(
     assert load_hardware(name).name == name
 
 
-def test_kimi_reproduces_the_seeds_at_batch_one() -> None:
+def test_kimi_reproduces_the_case_study_at_batch_one() -> None:
     hw = load_hardware(KIMI)
     kv = hw.context_len
     assert 1000 / hw.decode_ms(1, kv) == pytest.approx(90.0, rel=0.01)
@@ -79,7 +79,7 @@ def speedups(name: str, accept: str, concurrency: int, rounds: int = 4) -> tuple
     return spec.per_request / base.per_request, spec.total / base.total
 
 
-def test_kimi_at_the_seeds_accept_length_pays_in_a_band_per_request_only() -> None:
+def test_kimi_at_the_case_study_accept_length_pays_in_a_band_per_request_only() -> None:
     """Loses at low load, pays a little in the middle, loses again above ~290; total
     throughput never clearly pays (the prefill, all-reduce bound, is the same cost in
     both modes)."""
