@@ -115,6 +115,8 @@ def covered() -> dict[str, Any]:
     plan = CoveragePlan(configs, synthetic(512, 32), calibrations=1, output_len=32, grid_every=1)
     result = coverage(plan)
     del result["wall_seconds"]  # the machine's time, not the model's
+    for trial in result["trials"]:
+        del trial["wall_seconds"]
     return result
 
 
