@@ -20,8 +20,6 @@ splits a phase between both servers can beat it.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import statistics
 from bisect import bisect_right
@@ -34,6 +32,7 @@ from specroute.bench.compare import over_time, policy_summary
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Emission, Step
 from specroute.emulator.openai_api import parse
+from specroute.emulator.virtual import VirtualServer, VirtualTime
 from specroute.loadgen.client import PhaseBodies
 from specroute.loadgen.dataset import Dataset
 from specroute.loadgen.record import RequestRecord
@@ -73,13 +72,12 @@ class ReplayPlan:
     output_len: int = 256  # the answers of prompts a phase names by length
 
 
-class _Server:
-    """One backend: its engine, the step it is running and what the router knows of it."""
+class _Server(VirtualServer):
+    """One backend: its engine on the clock, and what the router knows of it."""
 
     def __init__(self, name: str, pool: Pool, config: EmulatorConfig) -> None:
-        self.name, self.pool, self.config = name, pool, config
-        self.engine = config.engine()
-        self.busy = False  # a step is running, or one is about to be chosen
+        super().__init__(name, config, config.time_scale)
+        self.pool = pool
         self.inflight = 0
         self.kv_tokens = 0  # the estimated context of those in flight, as the router's
         self.tokens = self.verifies = 0  # at finish, as SGLang counts them
@@ -117,7 +115,7 @@ class _Replay:
             for pool in plan.backends
             for url in plan.backends[pool]
         ]
-        self.now = 0.0
+        self.time: VirtualTime[_Server] = VirtualTime(self.deliver)
         spans = plan.trace.spans(plan.settle)
         self.ends = [end for *_, end in spans]
         self.windows = sorted({t for span in spans for t in span})  # where figures are cut
@@ -129,12 +127,10 @@ class _Replay:
         self.bodies = PhaseBodies(
             plan.trace, plan.dataset, "replay", plan.ignore_eos, plan.output_len, plan.seed
         )
-        self.gpus_free: dict[str, float] = {}  # when GPUs servers share are next free
-        self._events: list[tuple[float, int, Callable[[], None]]] = []
-        self._order = itertools.count()
 
-    def at(self, t: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._events, (t, next(self._order), action))
+    @property
+    def now(self) -> float:
+        return self.time.now
 
     def phase(self, t: float) -> int:
         return bisect_right(self.ends, t)
@@ -145,14 +141,12 @@ class _Replay:
     def run(self) -> list[RequestRecord]:
         trace = self.plan.trace
         for i, (start, *_) in enumerate(trace.spans()):
-            self.at(start, partial(self.fill, i))
+            self.time.at(start, partial(self.fill, i))
         for t in trace.arrivals(self.plan.seed):
-            self.at(t, lambda: self.send(None))
+            self.time.at(t, lambda: self.send(None))
         for k in range(math.ceil(trace.seconds / self.plan.poll_interval)):
-            self.at(k * self.plan.poll_interval, self.poll)
-        while self._events and self._events[0][0] < trace.seconds:
-            self.now, _, action = heapq.heappop(self._events)
-            action()
+            self.time.at(k * self.plan.poll_interval, self.poll)
+        self.time.run(until=trace.seconds)
         for record in self.records:
             if record.end is None:
                 record.error = TRACE_ENDED
@@ -169,7 +163,7 @@ class _Replay:
             if self.idle[k]:
                 self.idle[k] = False
                 beat = IDLE_POLL * ((k + 1) * _GOLDEN % 1.0) if self.now > 0 else 0.0
-                self.at(self.now + beat, partial(self.send, k))
+                self.time.at(self.now + beat, partial(self.send, k))
 
     def send(self, client: int | None) -> None:
         phase = self.phase(self.now)
@@ -191,30 +185,15 @@ class _Replay:
         self.records.append(record)
         context = info.context(self.tokens_per_byte)
         self.owners[seq.rid] = (record, client, context)
-        server.engine.submit(seq)
+        self.time.submit(server, seq)
         server.inflight += 1
         server.kv_tokens += context
-        if not server.busy:
-            server.busy = True
-            self.at(self.now, lambda: self.step(server))  # after the others arriving now
 
-    def step(self, server: _Server) -> None:
-        step = server.engine.step()
-        if step is None:
-            server.busy = False
-            return
-        seconds, start = step.duration * server.config.time_scale, self.now
-        if (gpus := server.config.share_gpus) is not None:  # steps take turns, as live
-            start = max(start, self.gpus_free.get(gpus, 0.0))
-            self.gpus_free[gpus] = start + seconds
-        self.at(start + seconds, lambda: self.finish_step(server, step))
-
-    def finish_step(self, server: _Server, step: Step) -> None:
-        self.step(server)  # the next batch is chosen before this one's answers arrive
+    def deliver(self, server: _Server, step: Step) -> None:
         for emission in step.emitted:
-            self.deliver(server, emission)
+            self.answer(server, emission)
 
-    def deliver(self, server: _Server, emission: Emission) -> None:
+    def answer(self, server: _Server, emission: Emission) -> None:
         record, client, context = self.owners[emission.seq.rid]
         if emission.ids:
             if record.first_token is None:

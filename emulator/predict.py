@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from specroute.crossing import Band, Crossing, bands, crossing, crossings
 from specroute.emulator.config import EmulatorConfig
-from specroute.emulator.engine import Sequence as EngineSequence
+from specroute.emulator.virtual import ClosedLoop
 
 _MIN_REQUESTS = 400
 
@@ -68,57 +68,57 @@ class Prediction:
         return [(lv.concurrency, lv.total_speedup) for lv in self.levels]
 
 
+class _Truth(ClosedLoop):
+    """The closed loop of ``simulate``: ``total`` requests, each answer kept as (start,
+    first token, end, tokens)."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        concurrency: int,
+        input_len: int,
+        output_len: int,
+        total: int,
+    ) -> None:
+        super().__init__(config, concurrency, input_len, output_len)
+        self.total = total
+        self.started: dict[str, float] = {}
+        self.first: dict[str, float] = {}
+        self.answers: list[tuple[float, float, float, int]] = []
+
+    def prompt(self, rid: str) -> str:
+        return f"request {rid}"
+
+    def sending(self, rid: str) -> None:
+        self.started[rid] = self.now
+
+    def first_token(self, rid: str) -> bool:
+        if rid in self.first:
+            return False
+        self.first[rid] = self.now
+        return True
+
+    def finished(self, rid: str, tokens: int) -> None:
+        self.answers.append((self.started[rid], self.first[rid], self.now, tokens))
+
+    def may_send(self, waiting: int) -> bool:
+        return self.sent + waiting < self.total
+
+    def done(self) -> bool:
+        return len(self.answers) >= self.total
+
+
 def simulate(
     config: EmulatorConfig, concurrency: int, input_len: int, output_len: int, rounds: int = 4
 ) -> Speed:
-    """Closed loop in virtual time, as a client drives the live server: clients start one
-    after another, each once the one before has its first token (so their phases spread, as
-    real traffic's do), and every answer's replacement joins the batch after the next.
-    The first ``2 x concurrency`` requests to end (the warm-up) and the last
+    """Closed loop in virtual time, as a client drives the live server (``ClosedLoop``).
+    The first ``concurrency`` requests to end (the warm-up) and the last
     ``concurrency`` (the drain) are left out."""
-    engine = config.engine()
-    total = max(_MIN_REQUESTS, (rounds + 3) * concurrency)
-    now = 0.0
-    sent = 0
-    started: dict[str, float] = {}
-    first: dict[str, float] = {}
-    done: list[tuple[float, float, float, int]] = []  # start, first token, end, tokens
-
-    def send() -> None:
-        nonlocal sent
-        rid = str(sent)
-        prompt = f"request {rid}"
-        engine.submit(EngineSequence(rid, prompt, input_len, output_len, ignore_eos=True))
-        started[rid] = now
-        sent += 1
-
-    send()
-    clients = 1
-    verifies = spec_tokens = arrivals = 0
-    while len(done) < total:
-        step = engine.step()
-        for _ in range(arrivals):  # a step's answers arrive while the next one is running,
-            send()  # as with SGLang's scheduler, so their replacements join the one after
-        arrivals = 0
-        if step is None:
-            if engine.waiting:
-                continue
-            break
-        now += step.duration
-        for emission in step.emitted:
-            rid = emission.seq.rid
-            if emission.ids and rid not in first:
-                first[rid] = now
-                if clients < concurrency and sent + arrivals < total:
-                    clients += 1
-                    arrivals += 1
-            if step.kind == "decode" and engine.speculative:
-                verifies += 1
-                spec_tokens += len(emission.ids)
-            if emission.finish is not None:
-                done.append((started[rid], first[rid], now, len(emission.seq.output_ids)))
-                if sent + arrivals < total:
-                    arrivals += 1
+    loop = _Truth(
+        config, concurrency, input_len, output_len, max(_MIN_REQUESTS, (rounds + 3) * concurrency)
+    )
+    loop.run()
+    done = loop.answers
     window = sorted(done, key=lambda d: d[2])[concurrency : len(done) - concurrency]
     if len(window) < 2:
         window = done
@@ -128,7 +128,7 @@ def simulate(
     return Speed(
         per_request=1.0 / statistics.median(tpots),
         total=tokens / span if span > 0 else 0.0,
-        accept_length=spec_tokens / verifies if verifies else None,
+        accept_length=loop.accept_length,
     )
 
 

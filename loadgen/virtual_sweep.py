@@ -20,11 +20,72 @@ from types import TracebackType
 from typing import Any
 
 from specroute.emulator.config import EmulatorConfig
-from specroute.emulator.engine import Sequence
+from specroute.emulator.virtual import ClosedLoop
 from specroute.loadgen.closed_loop import CANCELLED, WARMUP_REQUESTS, LevelRun
 from specroute.loadgen.progress import Progress
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.sweep import SCHEMA, Sweep, SweepPlan
+
+
+class _LevelLoop(ClosedLoop):
+    """The live closed loop's rules for one level (see the module's docstring)."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        level: int,
+        repeat: int,
+        requests: int,
+        input_len: int,
+        output_len: int,
+    ) -> None:
+        super().__init__(config, level, input_len, output_len)
+        self.level, self.repeat, self.requests = level, repeat, requests
+        self.records: dict[str, RequestRecord] = {}
+        self.finished_by: dict[int, int] = {}  # requests each client finished before t0
+        self.pending: set[str] = set()  # measured requests not yet ended
+        self.measured_started = 0
+        self.t0: float | None = None
+        self.t1: float | None = None
+
+    def prompt(self, rid: str) -> str:
+        return f"{self.server.config.seed}|{self.level}|{self.repeat}|{rid}"
+
+    def sending(self, rid: str) -> None:
+        measured = self.t0 is not None and self.measured_started < self.requests
+        if measured:
+            self.measured_started += 1
+            self.pending.add(rid)
+        self.records[rid] = RequestRecord(
+            self.server.config.mode,
+            self.level,
+            self.repeat,
+            self.now,
+            prompt_tokens=self.input_len,
+            measured=measured,
+        )
+
+    def first_token(self, rid: str) -> bool:
+        record = self.records[rid]
+        if record.first_token is not None:
+            return False
+        record.first_token = self.now
+        return True
+
+    def finished(self, rid: str, tokens: int) -> None:
+        record = self.records[rid]
+        record.end, record.output_tokens = self.now, tokens
+        if self.t0 is None:
+            client = self.client_of[rid]
+            self.finished_by[client] = self.finished_by.get(client, 0) + 1
+            if sum(1 for n in self.finished_by.values() if n >= WARMUP_REQUESTS) == self.level:
+                self.t0 = self.now
+        self.pending.discard(rid)
+        if self.t0 is not None and self.measured_started >= self.requests and not self.pending:
+            self.t1 = self.now
+
+    def over(self) -> bool:
+        return self.t1 is not None
 
 
 def run_virtual(
@@ -36,76 +97,15 @@ def run_virtual(
     output_len: int,
 ) -> LevelRun:
     """One closed-loop run of ``config``'s engine; times are virtual seconds from 0."""
-    engine = config.engine()
-    backend = config.mode
-    now, sent, clients = 0.0, 0, 0
-    records: dict[str, RequestRecord] = {}
-    client_of: dict[str, int] = {}
-    finished: dict[int, int] = {}
-    pending: set[str] = set()
-    t0: float | None = None
-    t1: float | None = None
-    measured_started = verifies = spec_tokens = 0
-
-    def send(client: int) -> None:
-        nonlocal sent, measured_started
-        rid = str(sent)
-        sent += 1
-        measured = t0 is not None and measured_started < requests
-        if measured:
-            measured_started += 1
-            pending.add(rid)
-        records[rid] = RequestRecord(
-            backend, level, repeat, now, prompt_tokens=input_len, measured=measured
-        )
-        client_of[rid] = client
-        prompt = f"{config.seed}|{level}|{repeat}|{rid}"
-        engine.submit(Sequence(rid, prompt, input_len, output_len, ignore_eos=True))
-
-    send(0)
-    clients = 1
-    arrivals: list[int] = []
-    while t1 is None:
-        step = engine.step()
-        for client in arrivals:  # answers arrive while the next step runs
-            send(client)
-        arrivals = []
-        if step is None:
-            if engine.waiting:
-                continue
-            break
-        now += step.duration
-        for emission in step.emitted:
-            rid = emission.seq.rid
-            record = records[rid]
-            if emission.ids and record.first_token is None:
-                record.first_token = now
-                if clients < level:
-                    arrivals.append(clients)
-                    clients += 1
-            if step.kind == "decode" and engine.speculative:
-                verifies += 1
-                spec_tokens += len(emission.ids)
-            if emission.finish is None:
-                continue
-            record.end, record.output_tokens = now, len(emission.seq.output_ids)
-            client = client_of[rid]
-            if t0 is None:
-                finished[client] = finished.get(client, 0) + 1
-                if sum(1 for n in finished.values() if n >= WARMUP_REQUESTS) == level:
-                    t0 = now
-            pending.discard(rid)
-            if t0 is not None and measured_started >= requests and not pending:
-                t1 = now
-                break
-            arrivals.append(client)
-    end = now if t1 is None else t1
-    for record in records.values():
+    loop = _LevelLoop(config, level, repeat, requests, input_len, output_len)
+    loop.run()
+    end = loop.now if loop.t1 is None else loop.t1
+    for record in loop.records.values():
         if record.end is None:
             record.error = CANCELLED
-    accept = spec_tokens / verifies if verifies else None
+    t0 = end if loop.t0 is None else loop.t0
     return LevelRun(
-        backend, level, repeat, end if t0 is None else t0, end, list(records.values()), accept
+        config.mode, level, repeat, t0, end, list(loop.records.values()), loop.accept_length
     )
 
 
