@@ -106,6 +106,7 @@ class ClosedLoop(ABC):
     def prompt(self, rid: str) -> str:
         """The text request ``rid`` sends (it seeds the request's accepted drafts)."""
 
+    @abstractmethod
     def sending(self, rid: str) -> None:
         """A request is about to be sent."""
 
@@ -113,6 +114,7 @@ class ClosedLoop(ABC):
     def first_token(self, rid: str) -> bool:
         """Tokens came; whether they are its first (then the next client may start)."""
 
+    @abstractmethod
     def finished(self, rid: str, tokens: int) -> None:
         """Its answer ended with ``tokens`` output tokens."""
 
