@@ -6,7 +6,7 @@ CONFORMANCE := .venv-sglang
 DEPLOY := .venv-deploy
 VLLM := .venv-vllm
 
-.PHONY: demo test environments check lint types unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not clean
+.PHONY: demo test environments check lint imports tree types unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,18 +61,28 @@ vllm-env-or-not: $(BIN)/.installed
 
 check: lint types unit
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed imports
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-# mypy cannot follow the package-dir mapping (the editable install resolves it with an
-# import hook), so it reads the package through a tree of links laid out as installed.
-TYPED := build/typecheck/specroute
-types: $(BIN)/.installed
-	rm -rf $(TYPED) && mkdir -p $(TYPED)
-	ln -s $(CURDIR)/specroute/*.py $(TYPED)/
-	for d in bench emulator engines loadgen policies profiler router; do ln -s $(CURDIR)/$$d $(TYPED)/$$d; done
+# mypy and import-linter cannot follow the package-dir mapping (the editable install
+# resolves it with an import hook), so they read the package from a tree of hard links laid
+# out as installed (import-linter walks real folders, not links to them).
+TREE := build/typecheck
+PACKAGES := bench emulator engines loadgen policies profiler router
+tree:
+	rm -rf $(TREE) && mkdir -p $(TREE)/specroute
+	cp -l specroute/*.py $(TREE)/specroute/
+	for d in $(PACKAGES); do cp -al $$d $(TREE)/specroute/$$d; done
+
+types: $(BIN)/.installed tree
 	$(BIN)/mypy
+
+# the import directions in pyproject.toml's [tool.importlinter] (run from the tree: the
+# linter puts its working folder first on the path, where the checkout's specroute/ is not
+# the installed package)
+imports: $(BIN)/.installed tree
+	cd $(TREE) && $(CURDIR)/$(BIN)/lint-imports --no-cache --no-logo $(CURDIR)/pyproject.toml
 
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 	$(BIN)/pytest -m "not vllm"

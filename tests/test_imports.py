@@ -1,0 +1,69 @@
+"""The import directions are a contract (pyproject.toml's ``[tool.importlinter]``) that
+``make lint`` checks: the package as installed keeps it, and one back-import breaks it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("bench", "emulator", "engines", "loadgen", "policies", "profiler", "router")
+LINTER = Path(sys.executable).parent / "lint-imports"
+
+
+def _installed(at: Path) -> Path:
+    """The package laid out as it installs: specroute/ with each folder inside it."""
+    package = at / "specroute"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "specroute", package, ignore=ignore)
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, package / name, ignore=ignore)
+    return package
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINTER), "--no-cache", "--no-logo", str(ROOT / "pyproject.toml")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    if not LINTER.exists():
+        pytest.fail(f"import-linter is a dev dependency and is missing: no {LINTER}")
+    _installed(tmp_path)
+    return tmp_path
+
+
+def test_the_package_keeps_its_import_contracts(tree: Path) -> None:
+    done = _lint(tree)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "back_import", "broken"),
+    [
+        ("router/proxy.py", "specroute.bench.compare", "command line > benchmarks"),
+        ("loadgen/record.py", "specroute.profiler.stats", "command line > benchmarks"),
+        ("emulator/engine.py", "specroute.policies.view", "the emulator stands alone"),
+        ("policies/view.py", "specroute.router.request", "command line > benchmarks"),
+    ],
+)
+def test_a_back_import_breaks_the_contract(
+    tree: Path, module: str, back_import: str, broken: str
+) -> None:
+    path = tree / "specroute" / module
+    path.write_text(path.read_text() + f"\nimport {back_import}  # noqa\n")
+    done = _lint(tree)
+    assert done.returncode != 0
+    assert broken in done.stdout and "BROKEN" in done.stdout
