@@ -87,26 +87,16 @@ class _LevelLoop(ClosedLoop):
     def over(self) -> bool:
         return self.t1 is not None
 
-
-def run_virtual(
-    config: EmulatorConfig,
-    level: int,
-    repeat: int,
-    requests: int,
-    input_len: int,
-    output_len: int,
-) -> LevelRun:
-    """One closed-loop run of ``config``'s engine; times are virtual seconds from 0."""
-    loop = _LevelLoop(config, level, repeat, requests, input_len, output_len)
-    loop.run()
-    end = loop.now if loop.t1 is None else loop.t1
-    for record in loop.records.values():
-        if record.end is None:
-            record.error = CANCELLED
-    t0 = end if loop.t0 is None else loop.t0
-    return LevelRun(
-        config.mode, level, repeat, t0, end, list(loop.records.values()), loop.accept_length
-    )
+    def level_run(self) -> LevelRun:
+        """The run, once over; times are virtual seconds from 0."""
+        end = self.now if self.t1 is None else self.t1
+        for record in self.records.values():
+            if record.end is None:
+                record.error = CANCELLED
+        t0 = end if self.t0 is None else self.t0
+        mode = self.server.config.mode
+        records = list(self.records.values())
+        return LevelRun(mode, self.level, self.repeat, t0, end, records, self.accept_length)
 
 
 def _seed(*parts: object) -> int:
@@ -114,8 +104,8 @@ def _seed(*parts: object) -> int:
 
 
 class VirtualSweep(Sweep):
-    """``Sweep`` whose runs are ``run_virtual`` of two emulator settings: backend time is
-    virtual (modelled) seconds."""
+    """``Sweep`` whose runs are closed loops (``_LevelLoop``) of two emulator settings:
+    backend time is virtual (modelled) seconds."""
 
     def __init__(
         self,
@@ -170,7 +160,9 @@ class VirtualSweep(Sweep):
         seed = _seed(self.seed, level, repeat)
         config = replace(self.config, mode="spec" if backend == "spec" else "base", seed=seed)
         requests = self.plan.requests_at(level) or max(16, 2 * level)
-        run = run_virtual(config, level, repeat, requests, self.input_len, self.output_len)
+        loop = _LevelLoop(config, level, repeat, requests, self.input_len, self.output_len)
+        loop.run()
+        run = loop.level_run()
         sizes = [p.text_bytes for p in self.plan.dataset.prompts]
         for i, record in enumerate(run.records):
             record.prompt_bytes = sizes[i % len(sizes)]
