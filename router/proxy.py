@@ -132,11 +132,11 @@ async def _forward(
     context: int,
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
-    flight = Flight(state, backend, body.get("stream") is True, context)
+    flight = Flight(state.metrics, backend, body.get("stream") is True, context)
     try:
-        upstream, first = await open_upstream(request, flight, raw)
+        upstream, first = await open_upstream(request, state, flight, raw)
         try:
-            return await relay(request, flight, upstream, first)
+            return await relay(request, state, flight, upstream, first)
         finally:
             closed(state, upstream)
     except Failure as failure:

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import ClientResponse, ClientSession, ClientTimeout
 
@@ -21,13 +21,11 @@ from specroute.policies.registry import build_policy
 from specroute.policies.view import TOKENS_PER_BYTE, View
 from specroute.router.backend import Backend, Server
 from specroute.router.board import Board
+from specroute.router.flight import Flight
 from specroute.router.health import Breaker, BreakerState, verdict
 from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
-
-if TYPE_CHECKING:
-    from specroute.router.flight import Flight
 
 _log = logging.getLogger("specroute.router")
 POSTED = "POST /router/profile"
