@@ -61,7 +61,7 @@ async def relay(
         return await _end_early(request, flight, upstream, response, failure)
     await _to_client(response, response.write_eof())
     flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
-    state.request_ended(flight.backend, Outcome.ANSWERED)
+    state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
     return response
 
 

@@ -122,7 +122,7 @@ def upstream_failed(
     """The backend's failure, counted once, here, by its kind, and told to its breaker (a
     stream that then ends broken is not told twice)."""
     state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
-    state.request_ended(backend, kind)
+    state.verdicts.request_ended(backend, kind)
     if message is None:
         # never the cause's repr: aiohttp's carries the request's headers, the backend key too
         said = "answered 503" if cause is None else f"{type(cause).__name__}: {cause}"
