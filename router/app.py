@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -16,6 +15,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
 from specroute.router.auth import Keys
@@ -163,11 +163,9 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
     yield
-    for task in (*tasks, *state.background):
+    for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await cancel_and_wait(tasks)
     await state.session.close()
 
 
