@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import re
 import time
@@ -15,6 +14,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specroute.background import cancel_and_wait
 from specroute.emulator.acceptance import AcceptanceError
 from specroute.emulator.config import VERSION, EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence
@@ -126,9 +126,7 @@ def create_app(config: EmulatorConfig) -> web.Application:
 async def _run_engine(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(app[LOOP].run(), name="engine-loop")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait([task])
     if (gpus := app[LOOP].gpus) is not None:
         gpus.close()
 

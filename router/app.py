@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -16,16 +15,16 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
 from specroute.router.auth import Keys
-from specroute.router.backend import Backend
 from specroute.router.board import Board
+from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Discovery
 from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
-from specroute.router.health import Breaker
 from specroute.router.metrics import RouterMetrics
 from specroute.router.monitor import (
     check_health,
@@ -40,9 +39,13 @@ from specroute.router.monitor import (
     watch_silence,
 )
 from specroute.router.openapi import document
+from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
+from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState, digest_of
+from specroute.router.state import RouterState
+from specroute.router.verdicts import Verdicts
+from specroute.router.worker_sync import WorkerSync
 from specroute.router.workers import Workers
 
 STATE = web.AppKey("state", RouterState)
@@ -72,20 +75,24 @@ _HTTP_LOG.addFilter(_ClientFault())
 def build_state(settings: RouterSettings, workers: Workers | None = None) -> RouterState:
     """The router's state; ``workers``: the board and metrics folder this worker shares
     with the others, if it is one of several."""
-    profile: Profile | None = load_profile(settings.profile) if settings.profile else None
+    path = settings.profile
+    profile: Profile | None = None if path is None else load_profile(path)
     policy = build_policy(settings.policy, settings.policy_params(), profile)
+    source = None if path is None else str(path)
+    digest = b"" if path is None else digest_of(path.read_bytes())  # what the watch compares with
     board = Board(1, settings.columns()) if workers is None else workers.board
-    backends = [
-        Backend(server, Breaker(settings.ejection()), board, i)
-        for i, server in enumerate(settings.servers())
-    ]
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
-    shared = None if workers is None else workers.folder
-    state = RouterState(settings, backends, policy, profile, metrics, board, shared)
-    if settings.profile is not None:  # what the watch compares with
-        state.profile_digest = digest_of(settings.profile.read_bytes())
+    state = RouterState(
+        settings,
+        metrics,
+        board,
+        Roster(board, settings.ejection(), settings.servers()),
+        PolicyInForce(policy, profile, source, settings.policy_params(), digest),
+        WorkerSync(board, None if workers is None else workers.folder),
+        Verdicts(metrics, board),
+        DecisionLog(metrics, settings.recent_decisions),
+    )
     metrics.exposed.register(StateGauges(state))
-    state.adopt(policy, profile, str(settings.profile) if settings.profile else None)
     return state
 
 
@@ -153,14 +160,12 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     tasks.append(asyncio.create_task(watch_silence(state)))
-    if state.shared is not None:  # one of several workers: what the others publish
+    if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
     yield
-    for task in (*tasks, *state.background):
+    for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await cancel_and_wait(tasks)
     await state.session.close()
 
 
@@ -180,7 +185,7 @@ async def _models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     assert state.session is not None
     cards: dict[str, Any] = {}
-    for backend in state.backends:
+    for backend in state.roster.backends:
         if not backend.healthy:
             continue
         try:
@@ -204,7 +209,7 @@ async def _ready(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.stopping:
         return error_response(503, "draining", "service_unavailable")
-    if not any(b.healthy for b in state.backends):
+    if not any(b.healthy for b in state.roster.backends):
         return error_response(503, "no healthy backend", "service_unavailable")
     return web.json_response({"status": "ready"})
 
@@ -216,11 +221,11 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _status(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    view = state.view()
-    profile = state.profile
+    view, in_force = state.view(), state.in_force
+    policy, profile = in_force.policy, in_force.profile
     return web.json_response(
         {
-            "policy": {"name": state.policy.name, "parameters": state.policy.describe()},
+            "policy": {"name": policy.name, "parameters": policy.describe()},
             "worker": {"index": state.board.worker, "of": state.board.workers},
             "concurrency_source": str(view.source),
             "live_concurrency": {
@@ -231,10 +236,10 @@ async def _status(request: web.Request) -> web.Response:
             "profile": None
             if profile is None
             else {
-                "source": state.profile_source,
+                "source": in_force.source,
                 "created": profile.created,
                 "age_seconds": profile.age_seconds(),
-                "loaded_seconds_ago": time.time() - state.profile_loaded_at,
+                "loaded_seconds_ago": time.time() - in_force.loaded_at,
                 "crossover": profile.raw.get("crossover"),
                 "contexts": list(profile.contexts),  # what it was measured at, KV tokens a request
                 "note": profile.crossover.note,
@@ -254,9 +259,9 @@ async def _status(request: web.Request) -> web.Response:
                     "accept_length": v.accept_length,
                     "accept_length_age_seconds": v.accept_length_age,
                 }
-                for b, v in zip(state.backends, view.backends, strict=True)
+                for b, v in zip(state.roster.backends, view.backends, strict=True)
             ],
-            "recent_decisions": list(state.recent),
+            "recent_decisions": list(state.decisions.recent),
             "tasks": len(asyncio.all_tasks()),  # a leak shows here first
             "draining": state.draining,
         }
@@ -272,7 +277,7 @@ async def _swap_profile(request: web.Request) -> web.Response:
         state.post_profile(await request.json())
     except ValueError as exc:  # bad JSON, ProfileError and PolicyError alike
         return error_response(400, f"The profile was not loaded: {exc}")
-    policy, profile = state.policy, state.profile
+    policy, profile = state.in_force.policy, state.in_force.profile
     assert profile is not None
     return web.json_response(
         {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from specroute.router.backend import Backend
+from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
-from specroute.router.state import RouterState
 
 
 class Flight:
@@ -15,8 +15,10 @@ class Flight:
     then counted once by its outcome. One the backend failed before its first byte is not
     counted here (the backend's error is, by kind): another may still serve it."""
 
-    def __init__(self, state: RouterState, backend: Backend, stream: bool, context: int) -> None:
-        self.state, self.backend, self.stream, self.context = state, backend, stream, context
+    def __init__(
+        self, metrics: RouterMetrics, backend: Backend, stream: bool, context: int
+    ) -> None:
+        self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
@@ -27,11 +29,11 @@ class Flight:
         backend.dispatched(1, context)
 
     def first_byte(self) -> None:
-        m = self.state.metrics
+        m = self.metrics
         m.child(m.ttft, self.backend.pool).observe(time.monotonic() - self.started)
 
     def land(self) -> None:
-        m, backend = self.state.metrics, self.backend
+        m, backend = self.metrics, self.backend
         backend.dispatched(-1, -self.context)  # what it added, whatever the profile now
         if self.outcome is None:
             return

@@ -35,12 +35,13 @@ class StateGauges(Collector):
             "The live concurrency of the whole deployment as the policy counts it, now.",
             value=view.load(),
         )
-        crossover = state.policy.crossover()
+        policy, profile = state.in_force.policy, state.in_force.profile
+        crossover = policy.crossover()
         if crossover is not None:
             yield GaugeMetricFamily(
                 "specroute_crossover", "The crossover the policy routes by.", value=crossover
             )
-        bands = getattr(state.policy, "bands", None)
+        bands = getattr(policy, "bands", None)
         if bands is not None:
             edges = GaugeMetricFamily(
                 "specroute_band_edge",
@@ -53,7 +54,7 @@ class StateGauges(Collector):
                     if value is not None:
                         edges.add_metric([str(rank), edge], value)
             yield edges
-        note = None if state.profile is None else state.profile.crossover.note
+        note = None if profile is None else profile.crossover.note
         yield GaugeMetricFamily(
             "specroute_crossover_measured",
             "1 when the profile's crossover was measured; 0 when speculation paid (or lost) at "
@@ -66,7 +67,7 @@ class StateGauges(Collector):
     def _profile(self) -> Iterator[GaugeMetricFamily]:
         """What the profile in force was measured at, and when: for alerts on a live accept
         length far from it, and on a profile grown old."""
-        profile = self.state.profile
+        profile = self.state.in_force.profile
         if profile is None:
             return
         if profile.accept_length is not None:
@@ -128,7 +129,7 @@ class StateGauges(Collector):
             "Accept length over the last polling window, from counter deltas.",
             labels=["backend"],
         )
-        for b in self.state.backends:
+        for b in self.state.roster.backends:
             b.show_level()  # this worker's, now; the others' as they last showed it
             up, worst = b.healthy, b.board.worst_level(b.index)
             inflight.add_metric([b.pool, b.name], b.inflight)

@@ -22,70 +22,63 @@ M = TypeVar("M", bound=MetricWrapperBase)
 class RouterMetrics:
     def __init__(self, shared_dir: str | None = None) -> None:
         """``shared_dir``: the workers' multiprocess folder, when there are several."""
-        r = CollectorRegistry()
-        self.exposed = r  # what /metrics writes out, the state's gauges added
+        self._own = CollectorRegistry()  # this worker's counts
+        self.exposed = self._own  # what /metrics writes out, the state's gauges added
         if shared_dir is not None:
             self.exposed = CollectorRegistry()
             MultiProcessCollector(self.exposed, path=shared_dir)  # type: ignore[no-untyped-call]
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
-        self.requests = Counter(
+        self.requests = self._counter(
             "specroute_requests",
             "Requests answered, by pool, backend and HTTP status.",
-            ["pool", "backend", "status"],
-            registry=r,
+            ("pool", "backend", "status"),
         )
-        self.decisions = Counter(
+        self.decisions = self._counter(
             "specroute_route_decisions",
             "Routing decisions, by pool and reason.",
-            ["pool", "reason"],
-            registry=r,
+            ("pool", "reason"),
         )
-        self.router_errors = Counter(
+        self.router_errors = self._counter(
             "specroute_router_errors",
             "The router's own failures (out_of_fds, internal_error), charged to no backend.",
-            ["kind"],
-            registry=r,
+            ("kind",),
         )
-        self.ejections = Counter(
+        self.ejections = self._counter(
             "specroute_backend_ejections",
             "Times the backend was ejected: failures in a row, or a failed trial half-open.",
-            ["backend"],
-            registry=r,
+            ("backend",),
         )
-        self.background_errors = Counter(
+        self.background_errors = self._counter(
             "specroute_background_errors",
             "Unexpected exceptions in background work (task health or poll), each logged "
             "with its traceback; the work goes on.",
-            ["task"],
-            registry=r,
+            ("task",),
         )
-        self.watch_failures = Counter(
+        self.watch_failures = self._counter(
             "specroute_watch_failures",
             "A watched source that could not be read or was refused (source dns, "
             "backends_file or profile_file); the router kept what it had from it.",
-            ["source"],
-            registry=r,
+            ("source",),
         )
-        self.ttft = Histogram(
+        self.ttft = self._latency(
             "specroute_ttft_seconds",
             "Time from the request to the first byte of the backend's answer.",
-            ["pool"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.duration = Histogram(
-            "specroute_request_duration_seconds",
-            "Time from the request to the end of the answer.",
-            ["pool"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.duration = self._latency(
+            "specroute_request_duration_seconds", "Time from the request to the end of the answer."
         )
-        self.upstream_errors = Counter(
+        self.upstream_errors = self._counter(
             "specroute_upstream_errors",
             "Upstream failures, by backend and kind.",
-            ["backend", "kind"],
-            registry=r,
+            ("backend", "kind"),
         )
+
+    def _counter(self, name: str, documentation: str, labels: tuple[str, ...]) -> Counter:
+        return Counter(name, documentation, labels, registry=self._own)
+
+    def _latency(self, name: str, documentation: str) -> Histogram:
+        """A time by pool, in the buckets that every latency of the router shares."""
+        return Histogram(name, documentation, ["pool"], buckets=LATENCY_BUCKETS, registry=self._own)
 
     def child(self, metric: M, *labels: str) -> M:
         """``metric.labels(*labels)``, looked up once: prometheus_client's own lookup takes

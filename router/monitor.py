@@ -118,8 +118,8 @@ async def follow(state: RouterState) -> None:
 async def discover(state: RouterState, discovery: Discovery, at_start: bool = False) -> None:
     """The leader: the servers as the sources give them now. One new to the router is
     checked before it is routed to, so that one not up yet joins ejected."""
-    before = [(b.name, b.group) for b in state.backends]
-    placed, new = state.place(await discovery.servers(at_start))
+    before = [(b.name, b.group) for b in state.roster.backends]
+    placed, new = state.roster.place(await discovery.servers(at_start))
     await asyncio.gather(*(_guarded("health", state, check_health, b) for b in new))
     if at_start or [(b.name, b.group) for b in placed] != before:  # a group moved, too
         state.route_between(placed)  # (at start: published, for the workers waiting on it)
@@ -143,7 +143,7 @@ async def watch_profile(state: RouterState, path: Path) -> None:
     failures = state.metrics.watch_failures.labels(source="profile_file")  # 0 from the start
     while True:
         await asyncio.sleep(state.settings.watch_interval)
-        if state.reread_profile(path) and state.board.leader:  # counted once for the router
+        if state.in_force.reread(path) and state.board.leader:  # counted once for the router
             failures.inc()
 
 
@@ -160,7 +160,7 @@ async def first_verdicts(state: RouterState) -> None:
             await asyncio.sleep(FOLLOW_INTERVAL)
             continue
         state.follow()
-        if all(board.verdict(b.index)[0] for b in state.backends):
+        if all(board.verdict(b.index)[0] for b in state.roster.backends):
             break
         await asyncio.sleep(FOLLOW_INTERVAL)
     state.follow()
@@ -177,7 +177,7 @@ def _router_out_of_fds(state: RouterState, exc: BaseException) -> bool:
 
 async def each_backend(task: Task, state: RouterState, job: Job) -> None:
     """One round: ``job`` on every backend at once, each guarded."""
-    await asyncio.gather(*(_guarded(task, state, job, b) for b in state.backends))
+    await asyncio.gather(*(_guarded(task, state, job, b) for b in state.roster.backends))
 
 
 async def every(interval: float, task: Task, state: RouterState, job: Job) -> None:

@@ -40,7 +40,7 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     raw, body, decision, context = chosen
     tried: set[str] = set()
     while decision.backend is not None:
-        backend = state.backend(decision.backend)
+        backend = state.roster.backend(decision.backend)
         tried.add(backend.name)
         try:
             return await _forward(request, state, backend, raw, body, context)
@@ -48,7 +48,7 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
                 return _gave_up(failure)
-            state.record(decision, state.view().load())
+            state.decisions.record(decision, state.view().load())
     return error_response(
         503,
         "No healthy backend can serve this request.",
@@ -91,9 +91,9 @@ async def _choose(
         return error_response(400, "The request body must be a JSON object.")
     view = state.view()
     info = request_info(request.path, body)
-    decision = state.policy.choose(info, view)
-    state.record(decision, view.load())
-    return raw, body, decision, info.context(state.tokens_per_byte)
+    decision = state.in_force.policy.choose(info, view)
+    state.decisions.record(decision, view.load())
+    return raw, body, decision, info.context(state.in_force.tokens_per_byte)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -132,11 +132,11 @@ async def _forward(
     context: int,
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
-    flight = Flight(state, backend, body.get("stream") is True, context)
+    flight = Flight(state.metrics, backend, body.get("stream") is True, context)
     try:
-        upstream, first = await open_upstream(request, flight, raw)
+        upstream, first = await open_upstream(request, state, flight, raw)
         try:
-            return await relay(request, flight, upstream, first)
+            return await relay(request, state, flight, upstream, first)
         finally:
             closed(state, upstream)
     except Failure as failure:

@@ -13,6 +13,7 @@ from aiohttp import web
 from specroute.router.errors import sse_error
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
+from specroute.router.state import RouterState
 from specroute.router.upstream import Failure, stopped
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
@@ -20,7 +21,11 @@ _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the
 
 
 async def relay(
-    request: web.Request, flight: Flight, upstream: aiohttp.ClientResponse, first: bytes
+    request: web.Request,
+    state: RouterState,
+    flight: Flight,
+    upstream: aiohttp.ClientResponse,
+    first: bytes,
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=upstream.status)
     for key in _RELAYED_HEADERS:
@@ -52,11 +57,11 @@ async def relay(
         if held:
             await _to_client(response, response.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
-        failure = stopped(flight.state, flight.backend, exc)
+        failure = stopped(state, flight.backend, exc)
         return await _end_early(request, flight, upstream, response, failure)
     await _to_client(response, response.write_eof())
     flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
-    flight.state.request_ended(flight.backend, Outcome.ANSWERED)
+    state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
     return response
 
 

@@ -29,13 +29,13 @@ class Failure(Exception):
 
 
 async def open_upstream(
-    request: web.Request, flight: Flight, raw: bytes
+    request: web.Request, state: RouterState, flight: Flight, raw: bytes
 ) -> tuple[aiohttp.ClientResponse, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
     stream's silence is aiohttp's read timeout; from then on the watchdog's, which costs
     nothing per chunk (aiohttp re-arms a timer at each)."""
-    state, backend, stream = flight.state, flight.backend, flight.stream
+    backend, stream = flight.backend, flight.stream
     assert state.session is not None  # set at startup, before any request is served
     try:
         upstream = await state.session.post(
@@ -122,7 +122,7 @@ def upstream_failed(
     """The backend's failure, counted once, here, by its kind, and told to its breaker (a
     stream that then ends broken is not told twice)."""
     state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
-    state.request_ended(backend, kind)
+    state.verdicts.request_ended(backend, kind)
     if message is None:
         # never the cause's repr: aiohttp's carries the request's headers, the backend key too
         said = "answered 503" if cause is None else f"{type(cause).__name__}: {cause}"

@@ -401,7 +401,7 @@ async def test_a_retried_request_leaves_no_kv_tokens_behind(tmp_path: Path) -> N
             model="m", messages=[{"role": "user", "content": LONG}], max_tokens=4
         )
         assert raw.headers["x-specroute-backend"].startswith("base:")
-        assert [d["reason"] for d in state.recent] == ["inside_band_at_context", "retry"]
+        assert [d["reason"] for d in state.decisions.recent] == ["inside_band_at_context", "retry"]
         assert set((await drained(url)).values()) == {0}
 
 
@@ -444,8 +444,8 @@ async def test_expected_latency_reads_the_context_live(tmp_path: Path) -> None:
                 )
                 served.append(raw.headers["x-specroute-backend"].split(":")[0])
             assert served == pools, context
-            assert [d["reason"] for d in state.recent] == ["expected_latency"] * 2
-            described = state.policy.describe()["curve_contexts"]
+            assert [d["reason"] for d in state.decisions.recent] == ["expected_latency"] * 2
+            described = state.in_force.policy.describe()["curve_contexts"]
             assert described == (None if context == "off" else [1000.0, 16000.0])
 
 

@@ -372,7 +372,7 @@ async def test_failing_requests_eject_a_backend_whose_health_checks_pass() -> No
             eject_max_seconds=2,
         ) as (url, state),
     ):
-        backend = state.backends[0]
+        backend = state.roster.backends[0]
         assert (await status_of(url, "spec"))["breaker"]["state"] == "closed"
         flaky.answer = "hang up"
         for _ in range(3):  # each fails there, is retried on base and answered
@@ -382,7 +382,7 @@ async def test_failing_requests_eject_a_backend_whose_health_checks_pass() -> No
         assert (await status_of(url, "spec"))["breaker"]["state"] == "open"
 
         assert await served_by(url) == "base"  # ejected: not even tried
-        assert state.recent[-1]["reason"] == "failover" and flaky.posts == 3
+        assert state.decisions.recent[-1]["reason"] == "failover" and flaky.posts == 3
 
         await asyncio.sleep(0.4)
         assert shown(await scrape(url), backend.name) == (1, 1, 1)  # half-open
@@ -402,7 +402,7 @@ async def test_failing_requests_eject_a_backend_whose_health_checks_pass() -> No
         assert state.inflight() == 0
         text = await scrape(url)
     assert shown(text, backend.name) == (0, 1, 2)
-    assert shown(text, state.backends[1].name) == (0, 1, 0)
+    assert shown(text, state.roster.backends[1].name) == (0, 1, 0)
     assert samples(text, "specroute_upstream_errors_total") == {
         (("backend", backend.name), ("kind", "connect")): 4
     }
@@ -432,7 +432,7 @@ async def test_failed_health_checks_eject_only_in_a_row(
             eject_seconds=0.3,
         ) as (url, state),
     ):
-        backend = state.backends[0]
+        backend = state.roster.backends[0]
 
         async def states_until_probed(more: int) -> set[BreakerState]:
             seen, until = set(), flaky.probes + more
@@ -451,7 +451,7 @@ async def test_failed_health_checks_eject_only_in_a_row(
         flaky.health.extend(["503", "garbage", "500"])
         assert await states_until_probed(4) == {CLOSED, OPEN}
         assert await served_by(url) == "base"
-        assert state.recent[-1]["reason"] == "failover"
+        assert state.decisions.recent[-1]["reason"] == "failover"
         assert CLOSED in await states_until_probed(10)
         assert f"{backend.name} readmitted (health check)" in caplog.text
         assert await served_by(url) == "spec"
@@ -521,7 +521,8 @@ async def test_garbage_metrics_neither_stop_polling_nor_routing() -> None:
         text = await scrape(url)
     assert (spec_status["running"], spec_status["queued"]) == (2, 1)
     assert sum(samples(text, "specroute_background_errors_total").values()) == 0
-    assert samples(text, "specroute_backend_healthy")[(("backend", state.backends[0].name),)] == 1
+    first = (("backend", state.roster.backends[0].name),)
+    assert samples(text, "specroute_backend_healthy")[first] == 1
 
 
 async def test_out_of_file_descriptors_a_health_check_blames_the_router(tmp_path: Path) -> None:

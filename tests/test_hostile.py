@@ -585,7 +585,7 @@ async def test_a_slow_body_gets_408_and_never_reaches_a_backend() -> None:
         waited = time.monotonic() - started
         dribbling.cancel()
         writer.close()
-        assert state.inflight() == 0 and not state.recent  # no decision was even made
+        assert state.inflight() == 0 and not state.decisions.recent  # no decision was even made
     assert answer is not None and answer.status == 408
     assert "0.5 s" in error_of(answer)["message"]
     assert 0.4 < waited < 1.5
@@ -731,8 +731,8 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
         aiohttp.ClientSession() as s,
     ):
         faults = (
-            f"{state.backends[0].url}/emulator/faults",
-            f"{state.backends[1].url}/emulator/faults",
+            f"{state.roster.backends[0].url}/emulator/faults",
+            f"{state.roster.backends[1].url}/emulator/faults",
         )
         for key in (CLIENT, ADMIN, wrong, None):
             for path in (
@@ -762,7 +762,7 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
             ("cut_mid:2", {200}),
         ):
             for _ in range(100):  # readmitted after the last step's ejections
-                if all(b.healthy for b in state.backends):
+                if all(b.healthy for b in state.roster.backends):
                     break
                 await asyncio.sleep(0.05)
             for at in faults:

@@ -104,7 +104,7 @@ async def test_routing_switches_at_the_crossover(backends: tuple[str, str]) -> N
                 r.close()
         assert pools == ["spec", "spec", "base", "base"]
         await settled(state, 2.0)
-        assert [b.inflight for b in state.backends] == [0, 0]
+        assert [b.inflight for b in state.roster.backends] == [0, 0]
         assert await metric(url, "specroute_route_decisions_total") == 4
         assert await metric(url, "specroute_crossover") == 2
 
@@ -150,7 +150,7 @@ async def test_inflight_returns_to_zero_after_cancellations(backends: tuple[str,
                 pending.clear()
         await asyncio.gather(*pending, return_exceptions=True)
         await settled(state)
-        assert [b.inflight for b in state.backends] == [0, 0]
+        assert [b.inflight for b in state.roster.backends] == [0, 0]
         assert await metric(url, "specroute_inflight") == 0
         assert await metric(url, "specroute_requests_total") > 500
 
@@ -188,13 +188,14 @@ async def test_failover_when_a_backend_is_down(backends: tuple[str, str]) -> Non
     _, base = backends
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
     async with running_router(spec=[dead], base=[base], crossover=8) as (url, state):
-        assert not state.backends[0].healthy  # the first health check ran at start
+        assert not state.roster.backends[0].healthy  # the first health check ran at start
         raw = await client(url).chat.completions.with_raw_response.create(
             model="m", messages=CHAT, max_tokens=3
         )
         assert raw.headers["x-specroute-backend"].startswith("base:")
-        assert state.recent[-1]["reason"] == "failover"
-        state.backends[0].breaker = Breaker(Ejection())  # as if no check had run: retried on base
+        assert state.decisions.recent[-1]["reason"] == "failover"
+        # as if no check had run: retried on base
+        state.roster.backends[0].breaker = Breaker(Ejection())
         raw = await client(url).chat.completions.with_raw_response.create(
             model="m", messages=CHAT, max_tokens=3
         )

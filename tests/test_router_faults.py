@@ -45,7 +45,7 @@ async def test_a_slow_non_streamed_answer_is_waited_for_not_cut_and_run_twice() 
         text = await _metrics(url)
     assert sum(samples(text, "specroute_upstream_errors_total").values()) == 0
     assert list(samples(text, "specroute_requests_total").values()) == [1]
-    assert [d["reason"] for d in state.recent] == ["below_crossover"]
+    assert [d["reason"] for d in state.decisions.recent] == ["below_crossover"]
 
 
 async def test_past_its_deadline_a_non_streamed_request_gets_504_and_is_not_retried() -> None:
@@ -65,14 +65,14 @@ async def test_past_its_deadline_a_non_streamed_request_gets_504_and_is_not_retr
         assert "not retried" in raised.value.message
         await settled(state)
         text = await _metrics(url)
-    spec_name = state.backends[0].name
+    spec_name = state.roster.backends[0].name
     assert samples(text, "specroute_upstream_errors_total") == {
         (("backend", spec_name), ("kind", "timeout")): 1
     }
     assert samples(text, "specroute_requests_total") == {
         (("backend", spec_name), ("pool", "spec"), ("status", "timeout")): 1
     }
-    assert [d["reason"] for d in state.recent] == ["below_crossover"]  # no retry
+    assert [d["reason"] for d in state.decisions.recent] == ["below_crossover"]  # no retry
 
 
 @asynccontextmanager
@@ -168,13 +168,13 @@ async def test_a_client_that_leaves_is_not_charged_to_the_backend(
         await settled(state)
         await asyncio.sleep(0.3)  # a health check or two
         text = await _metrics(url)
-        assert all(b.healthy for b in state.backends)
-    spec_name = state.backends[0].name
+        assert all(b.healthy for b in state.roster.backends)
+    spec_name = state.roster.backends[0].name
     assert samples(text, "specroute_upstream_errors_total") == {}
     assert samples(text, "specroute_requests_total") == {
         (("backend", spec_name), ("pool", "spec"), ("status", "cancelled")): 3
     }
-    assert {d["reason"] for d in state.recent} == {"below_crossover"}  # never re-sent
+    assert {d["reason"] for d in state.decisions.recent} == {"below_crossover"}  # never re-sent
     assert "Error handling request" not in caplog.text  # nothing unhandled in the router
     assert "closing transport" not in caplog.text
 
@@ -233,7 +233,7 @@ async def test_two_busy_backends_answer_503_with_retry_after() -> None:
         assert r.status == 503
         assert r.headers["Retry-After"] == "1"
         assert "busy" in (await r.json())["error"]["message"]
-        assert [d["reason"] for d in state.recent] == ["below_crossover", "retry"]
+        assert [d["reason"] for d in state.decisions.recent] == ["below_crossover", "retry"]
 
 
 async def test_a_non_streamed_body_cut_short_is_never_relayed_as_whole() -> None:
@@ -295,7 +295,7 @@ async def test_an_unexpected_error_in_the_router_is_counted_as_its_own(
             assert r.status == 500
         await settled(state)
         text = await _metrics(url)
-    spec_name = state.backends[0].name
+    spec_name = state.roster.backends[0].name
     assert samples(text, "specroute_requests_total") == {
         (("backend", spec_name), ("pool", "spec"), ("status", "internal_error")): 1
     }

@@ -103,7 +103,7 @@ async def test_without_an_admin_key_routing_cannot_be_changed(keys: dict[str, An
                 assert r.status == 403
                 error = (await r.json())["error"]
                 assert error["type"] == "permission_error" and "admin key" in error["message"]
-        assert state.policy.describe()["crossover"] == 4
+        assert state.in_force.policy.describe()["crossover"] == 4
 
 
 async def test_profile_swaps_live_without_dropping_streams(tmp_path: Path) -> None:
@@ -131,7 +131,8 @@ async def test_profile_swaps_live_without_dropping_streams(tmp_path: Path) -> No
             assert r.status == 400 and "not loaded" in (await r.json())["error"]["message"]
         async with s.post(f"{url}/router/profile", json={"schema": "other"}) as r:
             assert r.status == 400 and "schema" in (await r.json())["error"]["message"]
-        assert state.policy.describe()["crossover"] == 1  # a refused profile changes nothing
+        # a refused profile changes nothing
+        assert state.in_force.policy.describe()["crossover"] == 1
 
         async with s.post(f"{url}/router/profile", json=profile(100)) as r:
             assert r.status == 200
@@ -179,14 +180,14 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event() -> None:
         assert state.inflight() == 0
         assert await metric(url, "specroute_upstream_errors_total") >= 1
         for _ in range(50):  # the health check notices; new work fails over
-            if not state.backends[0].healthy:
+            if not state.roster.backends[0].healthy:
                 break
             await asyncio.sleep(0.1)
         raw = await client(url).chat.completions.with_raw_response.create(
             model="m", messages=CHAT, max_tokens=3
         )
         assert raw.headers["x-specroute-backend"].startswith("base:")
-        assert state.recent[-1]["reason"] == "failover"
+        assert state.decisions.recent[-1]["reason"] == "failover"
 
 
 @asynccontextmanager
@@ -255,7 +256,7 @@ async def test_an_answer_broken_before_its_first_byte_is_retried_and_counted_onc
         running_router(spec=[spec], base=[base], crossover=8) as (url, state),
         aiohttp.ClientSession() as s,
     ):
-        assert state.backends[0].healthy
+        assert state.roster.backends[0].healthy
         stream = await client(url).chat.completions.create(
             model="m", messages=CHAT, max_tokens=4, stream=True
         )
@@ -263,14 +264,14 @@ async def test_an_answer_broken_before_its_first_byte_is_retried_and_counted_onc
         await settled(state)
         async with s.get(f"{url}/metrics") as r:
             text = await r.text()
-    names = {b.pool: b.name for b in state.backends}
+    names = {b.pool: b.name for b in state.roster.backends}
     assert samples(text, "specroute_upstream_errors_total") == {
         (("backend", names["spec"]), ("kind", "midstream")): 1
     }
     assert samples(text, "specroute_requests_total") == {
         (("backend", names["base"]), ("pool", "base"), ("status", "200")): 1
     }
-    assert [d["reason"] for d in state.recent] == ["below_crossover", "retry"]
+    assert [d["reason"] for d in state.decisions.recent] == ["below_crossover", "retry"]
 
 
 def test_recent_decisions_keeps_as_many_as_set() -> None:
@@ -278,8 +279,9 @@ def test_recent_decisions_keeps_as_many_as_set() -> None:
     given: dict[str, Any] = {"spec": ["http://s:1"], "base": ["http://b:2"], "crossover": 4}
     state = build_state(RouterSettings(**given, recent_decisions=2))
     for _ in range(3):
-        state.record(state.policy.choose(RequestInfo("/generate"), state.view()), 0)
-    assert len(state.recent) == 2
+        decision = state.in_force.policy.choose(RequestInfo("/generate"), state.view())
+        state.decisions.record(decision, 0)
+    assert len(state.decisions.recent) == 2
 
 
 async def _stream_text(response: aiohttp.ClientResponse) -> str:
@@ -354,7 +356,7 @@ async def test_metrics_have_the_right_values() -> None:
         running_router(spec=[spec], base=[base], crossover=1, poll_interval=0.1) as (url, state),
         aiohttp.ClientSession() as s,
     ):
-        names = {b.pool: b.name for b in state.backends}
+        names = {b.pool: b.name for b in state.roster.backends}
         long = await s.post(f"{url}/v1/chat/completions", json={**LONG_STREAM, "max_tokens": 600})
         for _ in range(3):  # one running on spec: these go to base
             await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=4)
@@ -478,11 +480,11 @@ async def test_a_pool_shunned_for_its_acceptance_is_probed_and_comes_back(
 
         await traffic_at(1.2)
         shunned = await traffic_at(1.2)
-        assert state.policy.crossover() == 0  # at 1.2, speculation pays at no load
+        assert state.in_force.policy.crossover() == 0  # at 1.2, speculation pays at no load
         assert 2 <= shunned.count("spec") <= 6  # one in four, to keep measuring it
         recovered = await traffic_at(3.0)
         assert recovered[-4:] == ["spec"] * 4  # the probes saw the drafter recover
-        assert state.policy.crossover() >= 0.9 * predicted["crossover"]["value"]
+        assert state.in_force.policy.crossover() >= 0.9 * predicted["crossover"]["value"]
 
 
 async def test_a_profile_without_a_crossover_is_said_and_shown(

@@ -90,7 +90,7 @@ async def test_failures_before_the_first_byte_are_retried_transparently(
     async with faulty(fault) as (url, state):
         text, served = await _ask(url, stream)
         assert served.startswith("base:") and len(text.split()) >= 10
-        assert [d["reason"] for d in state.recent] == ["below_crossover", "retry"]
+        assert [d["reason"] for d in state.decisions.recent] == ["below_crossover", "retry"]
 
 
 async def test_an_error_the_backend_answers_is_relayed_not_retried() -> None:
@@ -98,7 +98,7 @@ async def test_an_error_the_backend_answers_is_relayed_not_retried() -> None:
         with pytest.raises(openai.InternalServerError) as raised:
             await _ask(url, stream=False)
         assert "injected" in raised.value.message
-        assert [d["reason"] for d in state.recent] == ["below_crossover"]
+        assert [d["reason"] for d in state.decisions.recent] == ["below_crossover"]
 
 
 ENDED = [  # (fault, stream, error): after the first byte, an error the client can read
@@ -118,7 +118,7 @@ async def test_failures_after_the_first_byte_end_with_an_error_event(
         with pytest.raises(openai.APIError, match=error):
             await _ask(url, stream)
         assert time.monotonic() - started < 5 * IDLE + 2  # never a hang past the idle limit
-        assert [d["reason"] for d in state.recent] == ["below_crossover"]
+        assert [d["reason"] for d in state.decisions.recent] == ["below_crossover"]
 
 
 async def test_a_stream_gone_silent_after_its_first_byte_is_the_backends_timeout() -> None:
@@ -130,7 +130,7 @@ async def test_a_stream_gone_silent_after_its_first_byte_is_the_backends_timeout
             await _ask(url, stream=True)
         assert IDLE <= time.monotonic() - started < 2 * IDLE + 1
         sample = state.metrics.exposed.get_sample_value
-        spec = state.backends[0].name
+        spec = state.roster.backends[0].name
         assert sample("specroute_upstream_errors_total", {"backend": spec, "kind": "timeout"}) == 1
         requests = {"pool": "spec", "backend": spec, "status": "broken"}
         assert sample("specroute_requests_total", requests) == 1
@@ -144,7 +144,7 @@ async def test_a_silent_backend_times_out_with_504_and_no_second_run(stream: boo
             await _ask(url, stream)
         assert raised.value.status_code == 504 and "not retried" in raised.value.message
         assert time.monotonic() - started < 5 * IDLE + 2
-        assert [d["reason"] for d in state.recent] == ["below_crossover"]
+        assert [d["reason"] for d in state.decisions.recent] == ["below_crossover"]
 
 
 @pytest.mark.parametrize("fault", ["slow:3", "compress", "stall_mid:3,seconds=0.2"])
@@ -179,9 +179,9 @@ async def test_traffic_leaves_a_refusing_pool_and_comes_back() -> None:
         async with s.post(f"{spec}/emulator/faults", json={"faults": ["refuse"]}) as r:
             assert r.status == 200
         await asyncio.sleep(0.5)  # health checks fail: the breaker opens
-        assert not state.backends[0].healthy
+        assert not state.roster.backends[0].healthy
         assert await served_by() == ["base"] * 4  # straight to the healthy pool
-        assert {d["reason"] for d in list(state.recent)[-4:]} == {"failover"}
+        assert {d["reason"] for d in list(state.decisions.recent)[-4:]} == {"failover"}
         async with s.delete(f"{spec}/emulator/faults") as r:
             assert r.status == 200
         await asyncio.sleep(2.5)  # the cool-down, then a half-open probe that succeeds

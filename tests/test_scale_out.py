@@ -144,8 +144,8 @@ def write_targets(path: Path, spec: list[str], base: list[str]) -> None:
 
 async def until(state: RouterState, names: set[str], seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
-    while {b.name for b in state.backends} != names:
-        assert time.monotonic() < deadline, sorted(b.name for b in state.backends)
+    while {b.name for b in state.roster.backends} != names:
+        assert time.monotonic() < deadline, sorted(b.name for b in state.roster.backends)
         await asyncio.sleep(0.05)
 
 
@@ -165,7 +165,8 @@ async def test_servers_join_and_leave_from_a_watched_file(
         running_router(backends_file=targets, watch_interval=0.1, crossover=8) as (url, state),
         aiohttp.ClientSession() as s,
     ):
-        assert {b.name for b in state.backends} == {named("spec", spec[0]), named("base", base[0])}
+        names = {b.name for b in state.roster.backends}
+        assert names == {named("spec", spec[0]), named("base", base[0])}
         leaving = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
         assert leaving.headers["x-specroute-backend"] == named("spec", spec[0])
         write_targets(targets, spec[1:], base)
@@ -176,7 +177,7 @@ async def test_servers_join_and_leave_from_a_watched_file(
         assert text.rstrip().endswith("data: [DONE]") and '"error"' not in text
         targets.write_text("[{")
         await asyncio.sleep(0.3)
-        assert len(state.backends) == 3
+        assert len(state.roster.backends) == 3
         assert await metric(url, "specroute_watch_failures_total") >= 1
         await settled(state)
         assert state.board.inflight(0) == 0  # the column of the server that left
@@ -235,7 +236,7 @@ async def test_a_name_is_resolved_by_the_system(two_pairs: tuple[list[str], list
     async with running_router(
         spec=[f"dns+http://localhost:{port}"], base=base[:1], crossover=8
     ) as (url, state):
-        assert named("spec", spec[0]) in {b.name for b in state.backends}
+        assert named("spec", spec[0]) in {b.name for b in state.roster.backends}
         async with (
             aiohttp.ClientSession() as s,
             s.post(f"{url}/v1/chat/completions", json={**LONG_STREAM, "max_tokens": 4}) as r,
@@ -253,13 +254,13 @@ async def test_the_profile_file_is_watched(
     async with running_router(
         spec=spec[:1], base=base[:1], profile=profile, watch_interval=0.1
     ) as (url, state):
-        assert state.policy.crossover() == 4
+        assert state.in_force.policy.crossover() == 4
         document["crossover"] = {"value": 9, "ci": [8, 10]}
         profile.write_text(json.dumps(document))
         await asyncio.sleep(0.4)
-        assert state.policy.crossover() == 9
+        assert state.in_force.policy.crossover() == 9
         assert await metric(url, "specroute_crossover") == 9
         profile.write_text('{"schema": "specroute.profile/v1"}')  # no crossover: refused
         await asyncio.sleep(0.4)
-        assert state.policy.crossover() == 9
+        assert state.in_force.policy.crossover() == 9
         assert await metric(url, "specroute_watch_failures_total") == 1

@@ -1,0 +1,69 @@
+"""What the workers of one router tell each other beyond the board's counts: the leader's
+set of backends, and the profile posted last to any worker. Each is a file in the workers'
+folder, written whole, and announced by a count on the board that only grows; a worker
+that sees a count it has not seen reads the file. A router of one worker has no folder and
+nothing to tell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specroute.router.board import Board
+
+POSTED_FILE = "posted-profile.json"
+SERVERS_FILE = "servers.json"  # the leader's set of backends, for the other workers
+
+
+class WorkerSync:
+    def __init__(self, board: Board, folder: Path | None) -> None:
+        """``folder``: the workers' folder, or ``None`` for a router of one worker."""
+        self.board, self.folder = board, folder
+        self._servers_seen = 0  # the board's count of published sets of backends, last seen
+        self._profiles_seen = 0  # the board's count of posted profiles, likewise
+
+    @property
+    def alone(self) -> bool:
+        return self.folder is None
+
+    def publish_servers(self, listed: list[dict[str, Any]]) -> None:
+        """The leader's set of backends, for the other workers; it has seen it itself."""
+        if self.folder is None:
+            return
+        _write_whole(self.folder / SERVERS_FILE, json.dumps(listed), self.board.worker)
+        self.board.publish_servers()
+        self._servers_seen = self.board.servers_published()
+
+    def new_servers(self) -> list[dict[str, Any]] | None:
+        """The set of backends the leader published last, if this worker has not seen it."""
+        published = self.board.servers_published()
+        if published == self._servers_seen or self.folder is None:
+            return None  # (a leader started again takes up the set it published before)
+        self._servers_seen = published
+        listed: list[dict[str, Any]] = json.loads((self.folder / SERVERS_FILE).read_text())
+        return listed
+
+    def post_profile(self, raw: dict[str, Any]) -> None:
+        """A profile posted to this worker, for every worker to adopt (this one too, at its
+        next ``new_profile``). Only with a folder: alone, a worker adopts it at once."""
+        if self.folder is None:
+            raise RuntimeError("a router of one worker has no folder to post a profile in")
+        _write_whole(self.folder / POSTED_FILE, json.dumps(raw), self.board.worker)
+        self.board.post_profile()
+
+    def new_profile(self) -> dict[str, Any] | None:
+        """The profile posted last to any worker, if this worker has not seen it."""
+        posted = self.board.profiles_posted()
+        if posted == self._profiles_seen or self.folder is None:
+            return None
+        self._profiles_seen = posted
+        raw: dict[str, Any] = json.loads((self.folder / POSTED_FILE).read_text())
+        return raw
+
+
+def _write_whole(path: Path, text: str, worker: int) -> None:
+    """Whole or not at all, for a worker reading it now."""
+    written = path.with_suffix(f".{worker}")
+    written.write_text(text)
+    written.replace(path)
