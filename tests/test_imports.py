@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,15 @@ def test_a_back_import_breaks_the_contract(
     done = _lint(tree)
     assert done.returncode != 0
     assert broken in done.stdout and "BROKEN" in done.stdout
+
+
+def test_every_part_of_the_package_has_its_layer() -> None:
+    """A module the layers do not name is bound by none of them."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    named = {m.strip() for layer in layers for m in layer.split("|")}
+    parts = {f"specroute.{p.stem}" for p in (ROOT / "specroute").glob("*.py")} - {
+        "specroute.__init__"
+    }
+    parts |= {f"specroute.{name}" for name in PACKAGES}
+    assert parts == named
