@@ -64,8 +64,9 @@ def parse_spec(text: str) -> tuple[str, dict[str, str]]:
     """``NAME[:KEY=VALUE...]``: a policy and its parameters as text, checked against its
     dataclass, as ``--policy-param`` gives them too."""
     name, *items = text.strip().split(":")
+    found = entry(name)  # an unknown policy first, whatever follows it
     given = params.pairs(items, f"policy {name!r}")
-    checked(name, given)
+    params.checked(name, found.params, given)
     return name, given
 
 

@@ -192,6 +192,7 @@ def test_the_spec_form_reads_name_and_parameters(text: str, found: tuple[str, An
             id="bad value",
         ),
         pytest.param("nope:crossover=3", "unknown policy 'nope'", id="unknown policy"),
+        pytest.param("nope:3", "unknown policy 'nope'", id="unknown policy, then no key"),
     ],
 )
 def test_the_spec_form_refuses_by_name(text: str, said: str) -> None:
