@@ -28,7 +28,7 @@ from specroute.loadgen.spawn import spawned
 from specroute.loadgen.trace import Trace, prompt_label
 from specroute.loadgen.trace_loop import play
 from specroute.policies.decision import PolicyError
-from specroute.policies.registry import entry
+from specroute.policies.registry import parse_spec
 
 BASELINES = ("always-spec", "always-base")
 
@@ -45,24 +45,13 @@ class PolicySpec:
 
     @classmethod
     def parse(cls, text: str) -> PolicySpec:
-        name, *pairs = text.strip().split(":")
-        known = entry(name).keys()  # an unknown policy is refused by name
-        params = []
-        for pair in pairs:
-            key, eq, value = pair.partition("=")
-            if not eq or not value:
-                raise PolicyError(f"{text!r}: parameters are KEY=VALUE, got {pair!r}")
-            if key not in known:
-                raise PolicyError(
-                    f"{text!r}: the {name!r} policy has no parameter {key!r}; "
-                    f"known: {', '.join(sorted(known)) or 'none'}"
-                )
-            params.append((key, value))
-        return cls(text.strip(), name, tuple(params))
+        """An unknown policy, key or value is refused here, by name, before any router runs."""
+        name, params = parse_spec(text)
+        return cls(text.strip(), name, tuple(params.items()))
 
     def serve_flags(self) -> tuple[str, ...]:
         """``specroute serve`` flags choosing it."""
-        flags = [f for key, value in self.params for f in (f"--{key.replace('_', '-')}", value)]
+        flags = [f for key, value in self.params for f in ("--policy-param", f"{key}={value}")]
         return ("--policy", self.name, *flags)
 
 

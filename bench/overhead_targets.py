@@ -3,8 +3,8 @@ started by the project's one spawner as a process of its own on loopback:
 
 - ``direct``: nothing; the clients talk to the backends (client ``i`` to backend ``i % 2``);
 - ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
-- ``specroute-wN``: ``specroute serve`` with ``--crossover 1e9`` (every request goes to the
-  speculative backend, through the whole routing path), with N worker processes;
+- ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
+  goes to the speculative backend, through the whole routing path), with N worker processes;
 - ``sglang-router``: SGLang's router in Rust, round robin, when the optional extra is
   installed.
 """
@@ -86,8 +86,8 @@ async def start_targets(
             spec,
             "--base",
             base,
-            "--crossover",
-            "1e9",
+            "--policy-param",
+            "crossover=1e9",
             "--drain-grace",
             "0",
             "--drain-timeout",

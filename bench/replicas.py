@@ -100,8 +100,8 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
             spec.url,
             "--base",
             base.url,
-            "--crossover",
-            str(plan.crossover),
+            "--policy-param",
+            f"crossover={plan.crossover}",
         )
 
         async def run(replicas: int, source: str, poll: float) -> Ramp:

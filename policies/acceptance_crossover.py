@@ -19,11 +19,18 @@ Parameters as ``crossover`` (``topology``, ``hysteresis``), ``accept_max_age`` (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specroute.crossing import Band
-from specroute.policies.crossover import CrossoverParams, CrossoverPolicy, first_top, within
+from specroute.policies.crossover import (
+    TOPOLOGY,
+    CrossoverParams,
+    CrossoverPolicy,
+    Topology,
+    first_top,
+    within,
+)
 from specroute.policies.curves import Curves, curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
@@ -34,10 +41,18 @@ from specroute.policies.view import RequestInfo, View
 
 @dataclass(frozen=True)
 class AcceptanceParams:
-    topology: str = "shared"
-    hysteresis: float = 0.0
-    accept_max_age: float = 60.0  # seconds: an older live accept length is no longer believed
-    probe_share: float = 0.02  # of requests kept from speculation by the live accept length
+    topology: Topology = field(default="shared", metadata={"help": TOPOLOGY})
+    hysteresis: float = field(default=0.0, metadata={"help": "as crossover's"})
+    accept_max_age: float = field(
+        default=60.0, metadata={"help": "seconds: an older live accept length is not believed"}
+    )
+    probe_share: float = field(
+        default=0.02,
+        metadata={
+            "help": "of the requests the live accept length keeps from speculating, "
+            "the share sent to speculate anyway, so that it is measured again"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.accept_max_age <= 0:

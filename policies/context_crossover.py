@@ -27,11 +27,11 @@ the plain pool. Parameters: ``topology`` (shared) and ``hysteresis`` (0; the ban
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from specroute.crossing import Band
-from specroute.policies.crossover import Hysteresis, first_top
+from specroute.policies.crossover import TOPOLOGY, Hysteresis, Topology, first_top
 from specroute.policies.curves import context_curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.expected_latency import ExpectedLatencyPolicy
@@ -43,8 +43,8 @@ from specroute.policies.view import UNSAID_MAX_TOKENS, RequestInfo, Seat, View, 
 
 @dataclass(frozen=True)
 class ContextCrossoverParams:
-    topology: Literal["shared", "partitioned"] = "shared"
-    hysteresis: float = 0.0
+    topology: Topology = field(default="shared", metadata={"help": TOPOLOGY})
+    hysteresis: float = field(default=0.0, metadata={"help": "as crossover's, at every edge"})
 
     def __post_init__(self) -> None:
         if self.hysteresis < 0:

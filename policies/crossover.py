@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from specroute.crossing import Band
@@ -30,12 +30,23 @@ from specroute.policies.policy import seated
 from specroute.policies.profile import Profile, up_to
 from specroute.policies.view import RequestInfo, View
 
+Topology = Literal["shared", "partitioned"]
+TOPOLOGY = (  # the help of every policy's topology parameter
+    "shared: a speculative server shares its GPUs with a plain one; partitioned: each server "
+    "has GPUs of its own"
+)
+
 
 @dataclass(frozen=True)
 class CrossoverParams:
-    crossover: float | None = None  # from the profile when not given
-    topology: Literal["shared", "partitioned"] = "shared"
-    hysteresis: float = 0.0
+    crossover: float | None = field(
+        default=None, metadata={"help": "the threshold of load; the profile's when not given"}
+    )
+    topology: Topology = field(default="shared", metadata={"help": TOPOLOGY})
+    hysteresis: float = field(
+        default=0.0,
+        metadata={"help": "out of a band, a server or group speculates again only this far in"},
+    )
 
     def __post_init__(self) -> None:
         if self.crossover is not None and self.crossover < 0:

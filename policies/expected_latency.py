@@ -20,9 +20,10 @@ a v1 profile has it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from specroute.policies.crossover import TOPOLOGY, Topology
 from specroute.policies.curves import ContextCurves, Curves, context_curves, curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
@@ -32,8 +33,14 @@ from specroute.policies.view import POOLS, TOKENS_PER_BYTE, Pool, RequestInfo, V
 
 @dataclass(frozen=True)
 class ExpectedLatencyParams:
-    topology: Literal["shared", "partitioned"] = "partitioned"
-    context: Literal["auto", "off"] = "auto"
+    topology: Topology = field(default="partitioned", metadata={"help": TOPOLOGY})
+    context: Literal["auto", "off"] = field(
+        default="auto",
+        metadata={
+            "help": "auto: read the curves at the context mix a request would join, when the "
+            "profile has curves per context; off: the top-level curves only"
+        },
+    )
 
 
 class ExpectedLatencyPolicy:

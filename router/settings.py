@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -14,17 +15,22 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from specroute.policies.registry import entry
+from specroute.policies.decision import PolicyError
+from specroute.policies.registry import FLAT_KEYS, checked, entry
 from specroute.policies.view import ConcurrencySource, Pool
 from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
+from specroute.router.layers import PARAMS, Layers
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
+_DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"
 
 
 class RouterSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPECROUTE_", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="SPECROUTE_", extra="forbid", populate_by_name=True
+    )
 
     spec: list[str] = Field(
         default_factory=list,
@@ -52,12 +58,20 @@ class RouterSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     policy: str = "crossover"
-    crossover: float | None = Field(None, ge=0)
-    topology: str | None = None
-    hysteresis: float | None = Field(None, ge=0)
-    accept_max_age: float | None = Field(None, gt=0)
-    probe_share: float | None = Field(None, ge=0, le=1)
-    context: Literal["auto", "off"] | None = None
+    given_params: dict[str, Any] = Field(
+        default_factory=dict,
+        validation_alias=PARAMS,
+        description="the policy's parameters: --policy-param KEY=VALUE, "
+        "SPECROUTE_POLICY_PARAMS='{\"crossover\": 40}' (JSON), or [policy.params] in the file; "
+        "each checked against the policy's own",
+    )
+    # deprecated: each a policy parameter given as a setting of its own (FLAT_KEYS)
+    crossover: float | None = Field(None, ge=0, description=_DEPRECATED)
+    topology: str | None = Field(None, description=_DEPRECATED)
+    hysteresis: float | None = Field(None, ge=0, description=_DEPRECATED)
+    accept_max_age: float | None = Field(None, gt=0, description=_DEPRECATED)
+    probe_share: float | None = Field(None, ge=0, le=1, description=_DEPRECATED)
+    context: Literal["auto", "off"] | None = Field(None, description=_DEPRECATED)
     profile: Path | None = None
     concurrency_source: ConcurrencySource = ConcurrencySource.ROUTER
     poll_interval: float = Field(0.5, gt=0)
@@ -115,6 +129,7 @@ class RouterSettings(BaseSettings):
         description="router processes on one port (SO_REUSEPORT) that share one view of load",
     )
     config: Path | None = Field(None, exclude=True)
+    _params: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("spec", "base")
     @classmethod
@@ -159,6 +174,24 @@ class RouterSettings(BaseSettings):
                 f"eject_max_seconds ({self.eject_max_seconds:g}) must be at least "
                 f"eject_seconds ({self.eject_seconds:g})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _resolve_params(self) -> RouterSettings:
+        """The policy's parameters, checked against its dataclass: from ``given_params``,
+        and from the deprecated flat settings the policy takes (one config serves every
+        policy, as a comparison runs them all, so it ignores the others); a key given both
+        ways with different values is refused."""
+        given = checked(self.policy, self.given_params)
+        flat = {k: getattr(self, k) for k in self.deprecated()}
+        for key, value in checked(self.policy, flat).items():
+            if given.setdefault(key, value) != value:
+                raise PolicyError(
+                    f"policy {self.policy!r}: {key} is given twice with different values, "
+                    f"{value!r} as the deprecated setting {key} and {given[key]!r} as a policy "
+                    f"parameter; give it once, as a policy parameter"
+                )
+        self._params = checked(self.policy, given)
         return self
 
     def servers(self) -> list[Server]:
@@ -207,19 +240,14 @@ class RouterSettings(BaseSettings):
         )
 
     def policy_params(self) -> dict[str, Any]:
-        """The routing settings the chosen policy takes: one config serves every policy
-        (a comparison runs them all), and each policy still refuses what it does not know
-        when given it directly."""
-        params = {
-            "crossover": self.crossover,
-            "topology": self.topology,
-            "hysteresis": self.hysteresis,
-            "accept_max_age": self.accept_max_age,
-            "probe_share": self.probe_share,
-            "context": self.context,
-        }
+        """The parameters given to the chosen policy, typed; those not given are its
+        defaults."""
+        return dict(self._params)
+
+    def deprecated(self) -> list[str]:
+        """The deprecated flat settings given, that the chosen policy takes."""
         keys = entry(self.policy).keys()
-        return {k: v for k, v in params.items() if v is not None and k in keys}
+        return [k for k in FLAT_KEYS if getattr(self, k) is not None and k in keys]
 
     @classmethod
     def settings_customise_sources(
@@ -230,9 +258,12 @@ class RouterSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Flags over environment over the ``--config`` TOML file."""
+        """Flags over environment over the ``--config`` TOML file, as layers (``Layers``)."""
         path = getattr(init_settings, "init_kwargs", {}).get("config")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(path)))
-        return tuple(sources)
+            try:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(path)))
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{path}: {exc}") from None
+        return (Layers(settings_cls, sources),)

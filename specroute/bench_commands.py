@@ -505,7 +505,7 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
     def build(spec: PolicySpec) -> Policy:
         """As its router process would be: its parameters over the config's, validated."""
         ours: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        mine = RouterSettings(**ours | {"policy": spec.name} | dict(spec.params))
+        mine = RouterSettings(**ours | {"policy": spec.name, "given_params": dict(spec.params)})
         return build_policy(spec.name, mine.policy_params(), profile)
 
     built = {label: build(PolicySpec.parse(label)) for label in policies}

@@ -9,13 +9,12 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from specroute import bench_commands, measure
+from specroute import bench_commands, measure, serve_command
 from specroute.emulator.hardware import load_hardware
 from specroute.flags import lengths, levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
-from specroute.policies.registry import REGISTRY
 
 if TYPE_CHECKING:
     from specroute.emulator.config import EmulatorConfig
@@ -55,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"specroute {_version()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
-        _add_serve,
+        serve_command.add_serve,
         measure.add_calibrate,
         measure.add_profile,
         bench_commands.add_bench,
@@ -64,104 +63,6 @@ def parser() -> argparse.ArgumentParser:
     ):
         add(sub)
     return root
-
-
-def _add_serve(sub: Subcommands) -> None:
-    serve = sub.add_parser(
-        "serve",
-        help="run the router in front of speculative and plain backends",
-        description="An OpenAI-compatible proxy that routes by live concurrency.",
-    )
-    serve.add_argument(
-        "--spec",
-        action="append",
-        metavar="URL",
-        help="a speculative backend (repeatable); dns+http://NAME:PORT: each address of NAME",
-    )
-    serve.add_argument("--base", action="append", metavar="URL", help="a plain backend, likewise")
-    serve.add_argument(
-        "--backends-file",
-        metavar="FILE",
-        help="backends from a watched file_sd JSON file (labels pool=spec|base, group)",
-    )
-    serve.add_argument(
-        "--group",
-        dest="groups",
-        action="append",
-        metavar="URL,URL",
-        type=_urls,
-        help="servers sharing GPUs (the shared topology), compared with the crossover together",
-    )
-    serve.add_argument(
-        "--watch-interval",
-        type=float,
-        metavar="S",
-        help="seconds between readings of names, the backends file and the profile (default 5)",
-    )
-    serve.add_argument(
-        "--policy",
-        help=", ".join(f"{name} (default)" if name == "crossover" else name for name in REGISTRY),
-    )
-    serve.add_argument("--crossover", type=float, metavar="N")
-    serve.add_argument("--topology", choices=["shared", "partitioned"])
-    serve.add_argument("--hysteresis", type=float)
-    serve.add_argument(
-        "--accept-max-age",
-        type=float,
-        metavar="SECONDS",
-        help="acceptance-crossover: a live accept length older than this is not believed",
-    )
-    serve.add_argument(
-        "--probe-share",
-        type=float,
-        metavar="SHARE",
-        help="acceptance-crossover: the share sent to speculate while acceptance keeps it idle",
-    )
-    serve.add_argument(
-        "--context",
-        choices=["auto", "off"],
-        help="expected-latency: read the curves at the context mix a request would join, "
-        "when the profile has curves per context (auto, the default), or not (off)",
-    )
-    serve.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
-    serve.add_argument(
-        "--concurrency-source",
-        choices=["router", "backend", "max", "replicas"],
-        help="replicas: for several routers in front of the same servers",
-    )
-    serve.add_argument(
-        "--poll-interval",
-        type=float,
-        metavar="S",
-        help="seconds between readings of each backend's load and metrics (default 0.5)",
-    )
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--config", metavar="FILE", help="a TOML file of settings")
-    keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
-    serve.add_argument(
-        "--api-key",
-        dest="api_keys",
-        action="append",
-        metavar="KEY",
-        help=f"a client key (repeatable); {keys}",
-    )
-    serve.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
-    serve.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
-    serve.add_argument(
-        "--drain-grace",
-        type=float,
-        metavar="S",
-        help="after SIGTERM, seconds of answering not-ready while still serving (default 5)",
-    )
-    serve.add_argument("--drain-timeout", type=float, metavar="S")
-    serve.add_argument(
-        "--workers",
-        type=int,
-        metavar="N",
-        help="router processes sharing the port and one view of load (default 1)",
-    )
-    serve.set_defaults(handler=_serve)
 
 
 def _add_emulate(sub: Subcommands) -> None:
@@ -265,32 +166,6 @@ def _add_demo(sub: Subcommands) -> None:
     demo.set_defaults(handler=_demo)
 
 
-def _urls(text: str) -> list[str]:
-    return [u.strip() for u in text.split(",") if u.strip()]
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from specroute.router.serve import run
-    from specroute.router.settings import RouterSettings
-
-    try:
-        settings = RouterSettings(**given_settings(args))
-    except ValidationError as exc:
-        for error in exc.errors():
-            key = ".".join(str(p) for p in error["loc"])
-            value = "***" if "key" in key else error.get("input")
-            print(f"specroute serve: bad setting {key}={value!r}: {error['msg']}", file=sys.stderr)
-        return 2
-    return run(settings)
-
-
-def given_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """What ``serve``'s flags set: every flag given, none of the parser's own entries."""
-    return {k: v for k, v in vars(args).items() if k not in _DISPATCH and v is not None}
-
-
 def _emulate(args: argparse.Namespace) -> int:
     config = emulator_config(args)
     if (args.predict or args.calibrate) and config.share_gpus is not None:
@@ -357,9 +232,6 @@ def _demo(args: argparse.Namespace) -> int:
     )
     demo(plan)
     return 0
-
-
-_DISPATCH = ("command", "handler")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

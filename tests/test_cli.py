@@ -94,3 +94,13 @@ def test_serve_help_names_every_policy(capsys: pytest.CaptureFixture[str]) -> No
         main(["serve", "--help"])
     text = "".join(capsys.readouterr().out.split())  # argparse wraps it, at hyphens too
     assert all(name in text for name in REGISTRY), [n for n in REGISTRY if n not in text]
+
+
+def test_a_check_of_settings_together_never_echoes_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """A setting refused on its own is named with its value; a check across settings says
+    what it found, without the settings it read, keys among them."""
+    assert main(["serve", "--spec", "http://a:1", "--api-key", "client-secret"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "specroute serve: give both pools' backends (--spec and --base) or a backends file\n"
+    )

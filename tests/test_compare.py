@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from specroute.bench.compare import PolicySpec, policy_summary, render_row
-from specroute.cli import given_settings, parser
+from specroute.cli import parser
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, named_trace
 from specroute.policies.registry import REGISTRY
 from specroute.router.settings import RouterSettings
+from specroute.serve_command import given_settings
 from tests.processes import emulator_pair
 from tests.test_bench import run
 

@@ -125,18 +125,19 @@ def test_a_policy_with_parameters_is_a_policy_of_its_own() -> None:
     assert specs[1].serve_flags() == (
         "--policy",
         "crossover",
-        "--crossover",
-        "21",
-        "--hysteresis",
-        "2",
+        "--policy-param",
+        "crossover=21",
+        "--policy-param",
+        "hysteresis=2",
     )
     assert PolicySpec.parse("context-crossover:topology=partitioned").params == (
         ("topology", "partitioned"),
     )
     for bad, said in [
-        ("crossover:bands=3", "no parameter 'bands'"),
+        ("crossover:bands=3", "policy 'crossover': unknown parameter 'bands'"),
         ("crossover:21", "KEY=VALUE"),
-        ("always-spec:crossover=2", "no parameter"),
+        ("always-spec:crossover=2", "policy 'always-spec': unknown parameter 'crossover'"),
+        ("crossover:topology=mesh", "topology='mesh'"),  # the value too, before any router runs
         ("nope", "unknown policy"),
         ("crossover,crossover", "distinct"),
     ]:

@@ -285,7 +285,7 @@ V1 = parse_profile({"schema": "specroute.profile/v1", "crossover": {"value": 4, 
     [
         ({}, None, "needs a profile with a context axis.*none was given"),
         ({}, V1, "needs a profile with a context axis.*this one has none"),
-        ({"crossover": 4}, PROFILE, r"'context-crossover'.*unknown key\(s\) crossover"),
+        ({"crossover": 4}, PROFILE, "'context-crossover': unknown parameter 'crossover'"),
         ({"hysteresis": -1}, PROFILE, "'context-crossover'.*hysteresis must be >= 0"),
         ({"topology": "mesh"}, PROFILE, "'context-crossover'.*topology='mesh'"),
     ],

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - the dev extra installs both
 from specroute.cli import parser
 from specroute.policies.profile import parse_profile
 from specroute.router.settings import RouterSettings
+from specroute.serve_command import given_settings
 from tests.sglang_launch import parse, render
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,8 +147,7 @@ def router_settings(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RouterS
         args = parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"specroute refuses the flags: {argv}")
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "handler")}
-    return RouterSettings(**{k: v for k, v in flags.items() if v is not None})
+    return RouterSettings(**given_settings(args))
 
 
 def test_there_is_something_to_check() -> None:
@@ -206,7 +206,8 @@ def test_the_router_flags_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = router_settings(argv, monkeypatch)
     assert settings.workers == 2 and settings.port == 8000 and settings.host == "0.0.0.0"
     assert settings.spec[0].startswith("dns+http://") and settings.base[0].startswith("dns+http://")
-    assert settings.concurrency_source == "replicas" and settings.topology == "partitioned"
+    assert settings.concurrency_source == "replicas"
+    assert settings.policy_params() == {"topology": "partitioned"} and not settings.deprecated()
     assert [key.get_secret_value() for key in settings.api_keys] == [PLACEHOLDER]
     assert settings.admin_key is not None and settings.backend_api_key is not None
     assert settings.drain_grace == 5 and settings.drain_timeout == 30

@@ -153,9 +153,9 @@ def test_round_robin_alternates() -> None:
         ("crossover", {"crossover": "many"}, "crossover='many'"),
         ("crossover", {"topology": "mesh"}, "topology='mesh'"),
         ("crossover", {"crossover": -1}, "crossover must be >= 0"),
-        ("crossover", {"crosover": 3}, "unknown key"),
+        ("crossover", {"crosover": 3}, "policy 'crossover': unknown parameter 'crosover'"),
         ("crossover", {}, "give crossover=N or a profile"),
-        ("always-spec", {"x": 1}, "'always-spec' policy"),
+        ("always-spec", {"x": 1}, r"'always-spec': unknown parameter 'x' \(it takes none"),
         ("fastest", {}, "unknown policy 'fastest'"),
     ],
 )

@@ -1,0 +1,174 @@
+"""``specroute serve``: its flags, and the handler that reads them with the environment and
+the ``--config`` file into the router's settings and runs it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from specroute.policies.params import pairs
+from specroute.policies.registry import FLAT_KEYS, REGISTRY, help_text, kind_of
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from specroute.flags import Subcommands
+
+_DISPATCH = ("command", "handler")  # the parser's own entries, no settings
+
+_POLICY_PARAMETERS = """\
+policy parameters: --policy-param KEY=VALUE (repeatable); in the environment as JSON,
+SPECROUTE_POLICY_PARAMS='{"crossover": 40}'; in the --config file as a table:
+  [policy]
+  name = "crossover"
+  [policy.params]
+  crossover = 40
+flag over environment over file, key by key. Each policy's:
+"""
+
+
+def add_serve(sub: Subcommands) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the router in front of speculative and plain backends",
+        description="An OpenAI-compatible proxy that routes by live concurrency.",
+        epilog=_POLICY_PARAMETERS + help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_backend_flags(serve.add_argument_group("backends"))
+    _add_policy_flags(serve.add_argument_group("routing"))
+    _add_serving_flags(serve.add_argument_group("serving"))
+    _add_timing_flags(serve.add_argument_group("timing, in seconds"))
+    serve.set_defaults(handler=_serve)
+
+
+def _add_backend_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--spec",
+        action="append",
+        metavar="URL",
+        help="a speculative backend (repeatable); dns+http://NAME:PORT: each address of NAME",
+    )
+    group.add_argument("--base", action="append", metavar="URL", help="a plain backend, likewise")
+    group.add_argument(
+        "--backends-file",
+        metavar="FILE",
+        help="backends from a watched file_sd JSON file (labels pool=spec|base, group)",
+    )
+    group.add_argument(
+        "--group",
+        dest="groups",
+        action="append",
+        metavar="URL,URL",
+        type=_urls,
+        help="servers sharing GPUs (the shared topology), compared with the crossover together",
+    )
+
+
+def _add_policy_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--policy",
+        help=", ".join(f"{name} (default)" if name == "crossover" else name for name in REGISTRY),
+    )
+    group.add_argument(
+        "--policy-param",
+        dest="given_params",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a parameter of the policy (repeatable); each policy's are listed below",
+    )
+    for key in FLAT_KEYS:  # each a setting of its own once; kept for one release
+        group.add_argument(
+            f"--{key.replace('_', '-')}",
+            metavar=kind_of(key),
+            help=f"deprecated: use --policy-param {key}=VALUE",
+        )
+    group.add_argument("--profile", metavar="FILE", help="a specroute.profile/v1 file")
+    group.add_argument(
+        "--concurrency-source",
+        choices=["router", "backend", "max", "replicas"],
+        help="replicas: for several routers in front of the same servers",
+    )
+
+
+def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--host")
+    group.add_argument("--port", type=int)
+    group.add_argument("--config", metavar="FILE", help="a TOML file of settings")
+    keys = "prefer the environment (SPECROUTE_API_KEYS='[\"k\"]', SPECROUTE_ADMIN_KEY) over flags"
+    group.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        metavar="KEY",
+        help=f"a client key (repeatable); {keys}",
+    )
+    group.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
+    group.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
+    group.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="router processes sharing the port and one view of load (default 1)",
+    )
+
+
+_TIMES = (
+    (
+        "--watch-interval",
+        "between readings of names, the backends file and the profile (default 5)",
+    ),
+    ("--poll-interval", "between readings of each backend's load and metrics (default 0.5)"),
+    ("--drain-grace", "after SIGTERM: answering not-ready, still serving (default 5)"),
+    ("--drain-timeout", "then: the longest the requests in flight get to finish (default 30)"),
+)
+
+
+def _add_timing_flags(group: argparse._ArgumentGroup) -> None:
+    for flag, about in _TIMES:
+        group.add_argument(flag, type=float, metavar="S", help=about)
+
+
+def _urls(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from specroute.router.serve import run
+    from specroute.router.settings import RouterSettings
+
+    try:
+        settings = RouterSettings(**given_settings(args))
+    except ValidationError as exc:
+        for error in exc.errors():
+            print(f"specroute serve: {_refused(error)}", file=sys.stderr)
+        return 2
+    for key in settings.deprecated():
+        print(
+            f"specroute serve: the setting {key} is deprecated; give it as a policy parameter "
+            f"(--policy-param {key}=VALUE, SPECROUTE_POLICY_PARAMS or [policy.params])",
+            file=sys.stderr,
+        )
+    return run(settings)
+
+
+def _refused(error: ErrorDetails) -> str:
+    """One refused setting in a line: its key and value, unless it is a key (a secret); a
+    check of settings together says what it found, and never echoes them all."""
+    key = ".".join(str(p) for p in error["loc"])
+    if not key:
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    value = "***" if "key" in key else error.get("input")
+    return f"bad setting {key}={value!r}: {error['msg']}"
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``serve``'s flags set: every flag given, none of the parser's own entries; the
+    policy's parameters as a table."""
+    given = {k: v for k, v in vars(args).items() if k not in _DISPATCH and v is not None}
+    if "given_params" in given:
+        given["given_params"] = pairs(given["given_params"], "--policy-param")
+    return given
