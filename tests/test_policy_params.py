@@ -548,4 +548,4 @@ async def test_the_parameters_reach_a_live_router(flags: list[str]) -> None:
                 policy = (await r.json())["policy"]
     assert policy["name"] == "crossover"
     assert policy["parameters"] == {"crossover": 0.0, "topology": "shared", "hysteresis": 1.5}
-    assert [d["reason"] for d in state.recent] == ["above_crossover"]
+    assert [d["reason"] for d in state.decisions.recent] == ["above_crossover"]
