@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hmac
 import re
 import time
@@ -256,11 +257,16 @@ async def _loads(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    """SGLang's multiprocess collector exports no ``_created`` samples, so neither do we."""
+    """SGLang's multiprocess collector exports no ``_created`` samples, so neither do we;
+    and like SGLang's (prometheus_client's ASGI app) the text is gzipped for a client that
+    accepts gzip."""
     text = generate_latest(request.app[LOOP].metrics.registry).decode()
     kept = [line for line in text.splitlines() if not _CREATED.match(line)]
-    body = "\n".join(kept) + "\n"
-    return web.Response(body=body.encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    body = ("\n".join(kept) + "\n").encode()
+    headers = {"Content-Type": CONTENT_TYPE_LATEST}
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+    return web.Response(body=body, headers=headers)
 
 
 async def _get_acceptance(request: web.Request) -> web.Response:

@@ -3,12 +3,11 @@ board that the workers share (in flight, health verdicts, the leader's readings)
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
-from specroute.router.backend_stats import BackendStats, window_accept_length
+from specroute.router.backend_stats import BackendStats, live_accept_length
 from specroute.router.board import Board, Reading
 from specroute.router.health import Breaker, BreakerState
 
@@ -40,6 +39,7 @@ class Backend:
         self._previous: BackendStats | None = None  # the leader's last scrape
         self._accept: tuple[float, float] | None = None  # the leader's: (accept length, at)
         self.serves_loads = True  # the leader's: until it answers 404 to /v1/loads
+        self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
 
     @property
     def inflight(self) -> int:
@@ -83,12 +83,10 @@ class Backend:
         return ok
 
     def record_stats(self, stats: BackendStats, at: float) -> None:
-        """The leader's reading: the live accept length over the window since the last one
-        that had verify steps, published with the counts for every worker."""
-        if self._previous is not None:
-            window = window_accept_length(self._previous, stats)
-            if window is not None and math.isfinite(window):
-                self._accept = (window, at)
+        """The leader's reading, published with the counts for every worker: the live
+        accept length (``live_accept_length``), stamped when it has news."""
+        if (accept := live_accept_length(self._previous, stats)) is not None:
+            self._accept = (accept, at)
         self._previous = stats
         counts = stats.running, stats.queued, stats.max_running
         self.board.publish_reading(self.index, counts, self._accept, stats.engine, at)

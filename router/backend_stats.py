@@ -4,8 +4,8 @@ reader (``specroute.prometheus``); ``parse`` is pure, tested on captured scrapes
 Understands SGLang (``sglang:``) and vLLM (``vllm:``) names. Counts add up over label sets
 (one engine reports per data-parallel rank); the accept-length gauge is averaged over them.
 SGLang's per-priority breakdown (``priority="<n>"``) repeats its total, so it is skipped.
-Counters are kept raw: the poller takes deltas between two snapshots for a window's accept
-length, never the cumulative average.
+Counters are kept raw: where the engine exports no accept-length gauge, the poller takes
+deltas between two snapshots for a window's accept length, never the cumulative average.
 """
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ class BackendStats:
     accepted_tokens: float | None = None
     max_running: float | None = None  # from /v1/loads
     engine: str | None = None  # "sglang" or "vllm", by the names of its metrics
+
+    @property
+    def empty(self) -> bool:
+        """No number routing reads: names that were not SGLang's or vLLM's, or no finite
+        value."""
+        numbers = (
+            self.running,
+            self.queued,
+            self.accept_length_gauge,
+            self.generation_tokens,
+            self.verify_calls,
+            self.accepted_tokens,
+        )
+        return all(n is None or not math.isfinite(n) for n in numbers)
 
 
 def parse_loads(answer: object) -> tuple[float, float, float | None] | None:
@@ -103,3 +117,23 @@ def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
         return tokens / steps if steps > 0 else None
     verifies = _delta(old.verify_calls, new.verify_calls)
     return tokens / verifies if verifies is not None and verifies > 0 else None
+
+
+def live_accept_length(old: BackendStats | None, new: BackendStats) -> float | None:
+    """The accept length a scrape tells of, or None when it has no news. SGLang's own gauge
+    (``sglang:spec_accept_length``, over its last decode-log interval) where it has one:
+    news when it moved, or while requests decode (the engine refreshes it as it goes, where
+    its counters move only when a request finishes). Elsewhere (vLLM, or a gauge of 0: a
+    server that does not speculate) the counters' window since the last scrape that had
+    decoding in it."""
+    gauge = new.accept_length_gauge
+    if gauge is not None and gauge > 0 and math.isfinite(gauge):
+        moved = old is None or old.accept_length_gauge != gauge
+        decoding = bool(new.running) or (
+            old is not None and (_delta(old.generation_tokens, new.generation_tokens) or 0) > 0
+        )
+        return gauge if moved or decoding else None
+    if old is None:
+        return None
+    window = window_accept_length(old, new)
+    return window if window is not None and math.isfinite(window) else None

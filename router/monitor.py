@@ -11,7 +11,6 @@ load it last saw, with nothing to say so.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ import orjson
 
 from specroute.router.backend import Backend
 from specroute.router.backend_stats import BackendStats, parse, parse_loads
+from specroute.router.content_coding import decoded
 from specroute.router.discovery import Discovery
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.state import RouterState
@@ -53,34 +53,68 @@ async def check_health(state: RouterState, backend: Backend) -> None:
 async def poll_metrics(state: RouterState, backend: Backend) -> None:
     """The backend's load from ``/v1/loads`` (SGLang's, current), else from the ``/metrics``
     gauges, and its counters from ``/metrics``. A backend that answers 404 to
-    ``/v1/loads`` (an older SGLang, vLLM) is not asked again."""
+    ``/v1/loads`` (an older SGLang, vLLM) is not asked again. An answer that is not empty
+    but yields nothing is an unreadable one: counted, logged, and the readings go stale."""
     loads = None
     if backend.serves_loads:
-        status, answer = await _get(state, f"{backend.url}/v1/loads")
+        status, answer = await _get(state, backend, "/v1/loads")
         backend.serves_loads = status != 404
-        with contextlib.suppress(ValueError):
-            loads = None if answer is None else parse_loads(orjson.loads(answer))
-    _, body = await _get(state, f"{backend.url}/metrics")
-    if body is None and loads is None:
+        if answer:
+            try:
+                loads = parse_loads(orjson.loads(answer))
+            except ValueError:
+                loads = None
+            if loads is None:
+                _unreadable(state, backend, "/v1/loads", "not SGLang's loads")
+    _, body = await _get(state, backend, "/metrics")
+    stats = None
+    if body:
+        # The text format is UTF-8 whatever the header says; bytes that are not become
+        # U+FFFD, and the reader skips the lines they spoil.
+        stats = parse(body.decode("utf-8", errors="replace"))
+        if stats.empty:
+            _unreadable(state, backend, "/metrics", "no number of SGLang's or vLLM's")
+            stats = None
+    if stats is None and loads is None:
         return  # the readings go stale
-    # The text format is UTF-8 whatever the header says; bytes that are not become U+FFFD,
-    # and the reader skips the lines they spoil.
-    stats = BackendStats() if body is None else parse(body.decode("utf-8", errors="replace"))
+    if stats is not None and (loads is not None or not backend.serves_loads):
+        backend.poll_problem = None
+    stats = stats or BackendStats()
     if loads is not None:
         stats = replace(stats, running=loads[0], queued=loads[1], max_running=loads[2])
     backend.record_stats(stats, time.monotonic())
 
 
-async def _get(state: RouterState, url: str) -> tuple[int, bytes | None]:
-    """The status and, if 200, the body; (0, None) when no answer came in a poll's time."""
+def _unreadable(state: RouterState, backend: Backend, path: str, why: str) -> None:
+    """Counted each time (``specroute_background_errors_total{task="poll"}``), logged when
+    it starts or changes."""
+    state.metrics.background_errors.labels(task="poll").inc()
+    problem = f"{path}: {why}"
+    if backend.poll_problem != problem:
+        backend.poll_problem = problem
+        _log.warning("Cannot read %s from %s (%s); its readings go stale.", path, backend.name, why)
+
+
+async def _get(state: RouterState, backend: Backend, path: str) -> tuple[int, bytes | None]:
+    """The status and, if 200, the body, decompressed; (0, None) when no answer came in a
+    poll's time. The session leaves bodies as sent (the proxy relays them so), and SGLang
+    compresses ``/metrics`` for a client that accepts it."""
     assert state.session is not None
     timeout = aiohttp.ClientTimeout(total=max(state.settings.poll_interval, 1.0))
+    headers = {"Accept-Encoding": "gzip, deflate"}
     try:
-        async with state.session.get(url, timeout=timeout) as r:
-            return r.status, (await r.read() if r.status == 200 else None)
+        async with state.session.get(backend.url + path, timeout=timeout, headers=headers) as r:
+            if r.status != 200:
+                return r.status, None
+            coding, body = r.headers.get("Content-Encoding", "identity"), await r.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
         _router_out_of_fds(state, exc)  # counted if so
         return 0, None
+    try:
+        return 200, decoded(body, coding)
+    except ValueError as exc:
+        _unreadable(state, backend, path, str(exc))
+        return 200, None
 
 
 async def watch_silence(state: RouterState) -> None:

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specroute import bench_commands, measure, serve_command
+from specroute import bench_commands, logs, measure, serve_command
 from specroute.emulator.hardware import load_hardware
 from specroute.flags import lengths, levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
@@ -235,6 +235,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logs.configure()
     args = parser().parse_args(argv)
     handler: Handler = args.handler
     try:

@@ -10,7 +10,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specroute import prometheus
-from specroute.router.backend_stats import BackendStats, parse, window_accept_length
+from specroute.router.backend_stats import (
+    BackendStats,
+    live_accept_length,
+    parse,
+    window_accept_length,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -116,3 +121,72 @@ def test_the_reader_agrees_with_prometheus_client_on_the_vllm_capture() -> None:
     ]
     ours = [(s.name, dict(s.labels), s.value) for s in prometheus.samples(text)]
     assert ours == theirs
+
+
+_SPEC = BackendStats(generation_tokens=1000, verify_calls=300, accept_length_gauge=2.5)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, _SPEC, 2.5),  # the first scrape: the gauge is news
+        (
+            _SPEC,
+            BackendStats(generation_tokens=1000, verify_calls=300, accept_length_gauge=2.8),
+            2.8,
+        ),
+        (_SPEC, _SPEC, None),  # nothing moved, nothing decoding: no news
+        (
+            _SPEC,
+            BackendStats(
+                running=3, generation_tokens=1000, verify_calls=300, accept_length_gauge=2.5
+            ),
+            2.5,
+        ),
+        (
+            _SPEC,
+            BackendStats(generation_tokens=1100, verify_calls=300, accept_length_gauge=2.5),
+            2.5,
+        ),
+        (
+            _SPEC,
+            BackendStats(generation_tokens=1350, verify_calls=400, accept_length_gauge=0.0),
+            3.5,
+        ),
+        (None, BackendStats(generation_tokens=10, verify_calls=3), None),  # no window yet
+        (
+            _SPEC,
+            BackendStats(generation_tokens=1700, verify_calls=500, accept_length_gauge=math.nan),
+            3.5,
+        ),
+    ],
+    ids=[
+        "first scrape",
+        "gauge moved",
+        "no news",
+        "decoding, same value",
+        "tokens made, same value",
+        "gauge of 0: the counters",
+        "counters, first scrape",
+        "gauge not a number: the counters",
+    ],
+)
+def test_the_live_accept_length_is_the_engines_gauge_where_it_has_one(
+    old: BackendStats | None, new: BackendStats, expected: float | None
+) -> None:
+    assert live_accept_length(old, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "empty"),
+    [
+        ("<html>maintenance</html>", True),
+        ("sglang:num_running_reqs NaN\nsglang:num_queue_reqs +Inf\n", True),
+        ("foo_total 3\n", True),
+        ("sglang:num_queue_reqs 0\n", False),
+        ((DATA / "sglang-metrics.txt").read_text(), False),
+    ],
+    ids=["not metrics", "no finite value", "another engine's", "one zero", "SGLang's"],
+)
+def test_a_scrape_without_a_number_is_empty(text: str, empty: bool) -> None:
+    assert parse(text).empty is empty

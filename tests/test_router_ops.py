@@ -412,7 +412,7 @@ def kimi_predicted(tmp_path: Path) -> tuple[dict[str, Any], Path]:
 
 async def test_crossover_gauge_follows_live_acceptance(tmp_path: Path) -> None:
     """``acceptance-crossover`` behind the router: when the speculative server's drafter
-    gets worse, the accept length the router reads from its counters falls, and so does
+    gets worse, the accept length the router reads from its gauge falls, and so does
     the threshold it routes by and shows as ``specroute_crossover``."""
     predicted, path = kimi_predicted(tmp_path)
     async with (
