@@ -253,9 +253,8 @@ async def run_level(
     if cut_off and duration is None:
         raise ValueError("cut_off needs a duration")
     loop = _Loop(level, requests, duration)
-    run = _Level(
-        session, url, bodies, backend, repeat, loop, ramp == "staggered", headers, on_record
-    )
+    staggered = ramp == "staggered"
+    run = _Level(session, url, bodies, backend, repeat, loop, staggered, headers, on_record)
     tasks = [asyncio.create_task(run.client(i)) for i in range(level)]
     watcher = asyncio.create_task(run.window(at_window, duration if cut_off else None))
     with contextlib.suppress(TimeoutError):
