@@ -7,10 +7,9 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from specroute.emulator.hardware import load_hardware
 from specroute.event_loop import run as run_loop
@@ -21,8 +20,6 @@ from specroute.model_flags import add_model_flags, emulator_config, positive
 if TYPE_CHECKING:
     from specroute.flags import Subcommands
     from specroute.loadgen.trace import Trace
-
-_Plan = TypeVar("_Plan")
 
 
 def add_bench(sub: Subcommands) -> None:
@@ -415,8 +412,15 @@ def _overhead(args: argparse.Namespace) -> int:
 def _chaos(args: argparse.Namespace) -> int:
     from specroute.bench.chaos import ChaosPlan, render, run_chaos
 
-    flags = ("requests", "concurrency", "seed", "spec_backends", "base_backends", "events")
-    plan = _plan(ChaosPlan, args, *flags, "time_scale")
+    plan = ChaosPlan(
+        requests=args.requests,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        spec_backends=args.spec_backends,
+        base_backends=args.base_backends,
+        events=args.events,
+        time_scale=args.time_scale,
+    )
     result = run_loop(run_chaos(plan, _note))
     return _verdict(render(result), result.as_json(), result.ok, args.out)
 
@@ -424,14 +428,15 @@ def _chaos(args: argparse.Namespace) -> int:
 def _soak(args: argparse.Namespace) -> int:
     from specroute.bench.soak import SoakPlan, render, run_soak
 
-    plan = _plan(SoakPlan, args, "requests", "concurrency", "every", "seed", "idle")
+    plan = SoakPlan(
+        requests=args.requests,
+        concurrency=args.concurrency,
+        every=args.every,
+        seed=args.seed,
+        idle=args.idle,
+    )
     result = run_loop(run_soak(plan, _note))
     return _verdict(render(result), result.as_json(), result.ok, args.out)
-
-
-def _plan(kind: Callable[..., _Plan], args: argparse.Namespace, *fields: str) -> _Plan:
-    """A benchmark's plan, these fields from the flags of the same names."""
-    return kind(**{name: getattr(args, name) for name in fields})
 
 
 def _note(line: str) -> None:
