@@ -128,7 +128,7 @@ class Truth:
     def fine(self, highest: int) -> float:
         """The first crossing over powers of two up to ``highest``, narrowed by bisection
         to adjacent integer levels and interpolated between them."""
-        grid = [2**i for i in range(int(math.log2(highest)) + 1)]
+        grid = _grid(highest)
         found = self.at(grid)
         if found is None:
             raise ValueError(f"{self.config.hardware.name}: no crossover up to {highest}")
@@ -172,35 +172,12 @@ def run_trial(
         adaptive = _outcome(
             result.analysis.tpot_crossover, result.backend_seconds, sorted(result.runs)
         )
-        if not with_grid:
-            return Trial(
-                config.hardware.name,
-                seed,
-                truth.fine(highest),
-                truth.at(adaptive.levels),
-                adaptive,
-                Outcome(None, None, None, 0.0, []),
-                time.monotonic() - started,
-            )
-        out = Path(folder) / "grid"
         grid_plan = replace(sweep_plan, repeats=plan.grid_repeats)
-        grid = VirtualSweep(
-            grid_plan,
-            out,
-            config,
-            input_len=plan.input_len,
-            output_len=plan.output_len,
-            seed=seed + 1_000_000,
+        fixed = (
+            _sweep_grid(plan, grid_plan, Path(folder) / "grid", config, seed, highest)
+            if with_grid
+            else Outcome(None, None, None, 0.0, [])
         )
-
-        async def sweep_grid() -> None:
-            async with grid:
-                for level in _grid(highest):
-                    await grid.measure(level)
-
-        run_loop(sweep_grid())
-        analysis = analyse(load_sweep(out))
-        fixed = _outcome(analysis.tpot_crossover, grid.backend_seconds, _grid(highest))
     return Trial(
         config.hardware.name,
         seed,
@@ -210,6 +187,35 @@ def run_trial(
         fixed,
         time.monotonic() - started,
     )
+
+
+def _sweep_grid(
+    plan: CoveragePlan,
+    grid_plan: SweepPlan,
+    out: Path,
+    config: EmulatorConfig,
+    seed: int,
+    highest: int,
+) -> Outcome:
+    """The fixed grid beside a calibration: every power of two up to ``highest``, seeded
+    apart from it, analysed as calibration's sweeps are."""
+    grid = VirtualSweep(
+        grid_plan,
+        out,
+        config,
+        input_len=plan.input_len,
+        output_len=plan.output_len,
+        seed=seed + 1_000_000,
+    )
+
+    async def sweep_grid() -> None:
+        async with grid:
+            for level in _grid(highest):
+                await grid.measure(level)
+
+    run_loop(sweep_grid())
+    analysis = analyse(load_sweep(out))
+    return _outcome(analysis.tpot_crossover, grid.backend_seconds, _grid(highest))
 
 
 def summary(trials: list[Trial]) -> dict[str, Any]:

@@ -94,24 +94,15 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
         spawned("emulate", "--mode", "spec", *scale) as spec,
         spawned("emulate", "--mode", "base", *scale) as base,
     ):
-        common = (
-            "serve",
-            "--spec",
-            spec.url,
-            "--base",
-            base.url,
-            "--policy-param",
-            f"crossover={plan.crossover}",
-        )
+        backends = ("--spec", spec.url, "--base", base.url)
 
         async def run(replicas: int, source: str, poll: float) -> Ramp:
             note(f"{replicas} router(s), load source {source}, poll {poll:g} s")
-            env = ("--concurrency-source", source)
+            load = ("--concurrency-source", source, "--poll-interval", f"{poll:g}")
+            flags = ("--policy-param", f"crossover={plan.crossover}", *load)
             async with AsyncExitStack() as stack:
                 routers = [
-                    await stack.enter_async_context(
-                        spawned(*common, *env, "--poll-interval", f"{poll:g}")
-                    )
+                    await stack.enter_async_context(spawned("serve", *backends, *flags))
                     for _ in range(replicas)
                 ]
                 return await ramp(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
@@ -38,15 +40,20 @@ class EngineMetrics:
 
     def __init__(self, model_name: str) -> None:
         self.registry = CollectorRegistry()
-        scheduler = {
+        self.scheduler_labels = {
             "model_name": model_name,
             "engine_type": "unified",
             "tp_rank": "0",
             "pp_rank": "0",
         }
-        self.scheduler_labels = scheduler
         self.model_name = model_name
-        names = list(scheduler)
+        self._scheduler_gauges()
+        self._tokenizer_metrics()
+        self._emulator_metrics()
+
+    def _scheduler_gauges(self) -> None:
+        """SGLang's scheduler gauges, labelled as its scheduler labels them."""
+        names = list(self.scheduler_labels)
 
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(
@@ -66,70 +73,57 @@ class EngineMetrics:
             "spec_accept_rate", "The average acceptance rate of speculative decoding."
         )
 
+    def _tokenizer_metrics(self) -> None:
+        """SGLang's tokenizer-side counters and histograms; ``streaming`` ones also by
+        whether the request streamed."""
         tokenizer = ["model_name", "engine_type"]
         streaming = [*tokenizer, "is_streaming"]
-        self.prompt_tokens = Counter(
-            "sglang:prompt_tokens",
-            "Number of prefill tokens processed.",
-            streaming,
-            registry=self.registry,
+        counter, histogram = self._counter, self._histogram
+        self.prompt_tokens = counter(
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", streaming
         )
-        self.generation_tokens = Counter(
-            "sglang:generation_tokens",
-            "Number of generation tokens processed.",
-            streaming,
-            registry=self.registry,
+        self.generation_tokens = counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", streaming
         )
-        self.num_requests = Counter(
-            "sglang:num_requests",
-            "Number of requests processed.",
-            streaming,
-            registry=self.registry,
+        self.num_requests = counter(
+            "sglang:num_requests", "Number of requests processed.", streaming
         )
-        self.num_aborted_requests = Counter(
-            "sglang:num_aborted_requests",
-            "Number of requests aborted.",
-            tokenizer,
-            registry=self.registry,
+        self.num_aborted_requests = counter(
+            "sglang:num_aborted_requests", "Number of requests aborted.", tokenizer
         )
-        self.spec_verify_calls = Counter(
-            "sglang:spec_verify_calls",
-            "Number of speculative verify calls.",
-            tokenizer,
-            registry=self.registry,
+        self.spec_verify_calls = counter(
+            "sglang:spec_verify_calls", "Number of speculative verify calls.", tokenizer
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "sglang:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             streaming,
-            buckets=TTFT_BUCKETS,
-            registry=self.registry,
+            TTFT_BUCKETS,
         )
-        self.itl = Histogram(
+        self.itl = histogram(
             "sglang:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             tokenizer,
-            buckets=ITL_BUCKETS,
-            registry=self.registry,
+            ITL_BUCKETS,
         )
-        self.e2e = Histogram(
+        self.e2e = histogram(
             "sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds",
             streaming,
-            buckets=E2E_BUCKETS,
-            registry=self.registry,
+            E2E_BUCKETS,
         )
 
-        self.step_intended = Counter(
+    def _emulator_metrics(self) -> None:
+        """The emulator's own: how far the machine keeps up with the model, steps, faults."""
+        counter = self._counter
+        self.step_intended = counter(
             "specroute_emulator_step_intended_seconds",
             "Wall time the engine model asked for (step time x time scale, and any wait "
             "for GPUs shared with other servers).",
-            registry=self.registry,
         )
-        self.step_actual = Counter(
+        self.step_actual = counter(
             "specroute_emulator_step_actual_seconds",
             "Wall time the steps really took, delivery included.",
-            registry=self.registry,
         )
         self.lag_ratio = Gauge(
             "specroute_emulator_lag_ratio",
@@ -137,19 +131,21 @@ class EngineMetrics:
             "above 0.05 the machine, not the model, sets the pace.",
             registry=self.registry,
         )
-        self.steps = Counter(
-            "specroute_emulator_steps",
-            "Engine steps run, by kind.",
-            ["kind"],
-            registry=self.registry,
-        )
-        self.faults = Counter(
+        self.steps = counter("specroute_emulator_steps", "Engine steps run, by kind.", ["kind"])
+        self.faults = counter(
             "specroute_emulator_faults",
             "Faults injected, by kind (see /emulator/faults); slow counts the generation "
             "requests that arrived while it was in force.",
             ["kind"],
-            registry=self.registry,
         )
+
+    def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
     def tokenizer(self, streaming: bool | None = None) -> dict[str, str]:
         labels = {"model_name": self.model_name, "engine_type": "unified"}

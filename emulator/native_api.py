@@ -59,12 +59,7 @@ class NativeHandlers:
         seq, stream = parse_generate(await read_json(request), self.context_length)
         active = ActiveRequest(self.loop, seq, streaming=stream)
         if not stream:
-            try:
-                async with active:
-                    async for _ in active.emissions():
-                        pass
-            except QueueFull as exc:
-                raise BadRequest(str(exc), 503, "503") from None
+            await active.run_whole()
             return web.json_response(self._payload(active))
         response = self.faults.event_stream(request)
         await response.prepare(request)

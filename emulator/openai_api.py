@@ -156,12 +156,7 @@ class OpenAIHandlers:
         active = ActiveRequest(self.loop, completion.seq, streaming=completion.stream)
         if completion.stream:
             return await self._stream(request, completion, active)
-        try:
-            async with active:
-                async for _ in active.emissions():
-                    pass
-        except QueueFull as exc:
-            raise BadRequest(str(exc), 503, "503") from None
+        await active.run_whole()
         return web.json_response(self._response(completion, active))
 
     def _response(self, c: Completion, active: ActiveRequest) -> dict[str, Any]:

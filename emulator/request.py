@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 
 from specroute.emulator.engine import Emission, Finish, Sequence
-from specroute.emulator.loop import EngineLoop
+from specroute.emulator.errors import BadRequest
+from specroute.emulator.loop import EngineLoop, QueueFull
 
 
 class ActiveRequest:
@@ -44,6 +45,16 @@ class ActiveRequest:
     @property
     def e2e_latency(self) -> float:
         return (self.finished_at or time.monotonic()) - self.started
+
+    async def run_whole(self) -> None:
+        """Runs the request to its end, for an answer sent whole; a full queue refuses it
+        with SGLang's 503."""
+        try:
+            async with self:
+                async for _ in self.emissions():
+                    pass
+        except QueueFull as exc:
+            raise BadRequest(str(exc), 503, "503") from None
 
     async def emissions(self) -> AsyncIterator[Emission]:
         while True:

@@ -148,6 +148,85 @@ class _Loop:
         self.done.set()
 
 
+@dataclass
+class _Level:
+    """One level's clients and the watcher of its window, and what they gathered."""
+
+    session: aiohttp.ClientSession
+    url: str
+    bodies: Iterator[dict[str, Any]]
+    backend: str
+    repeat: int
+    loop: _Loop
+    staggered: bool  # each client starts once the one before has its first token
+    headers: dict[str, str] | None
+    on_record: Callable[[RequestRecord], None] | None
+    records: list[RequestRecord] = field(default_factory=list)
+    scrapes: dict[str, BackendStats | None] = field(default_factory=dict)
+    watched: bool = False  # the window opened and at_window was awaited at its start
+    first_token: list[asyncio.Event] = field(init=False)  # by client
+
+    def __post_init__(self) -> None:
+        self.first_token = [asyncio.Event() for _ in range(self.loop.level)]
+
+    async def client(self, worker: int) -> None:
+        loop, level = self.loop, self.loop.level
+        if self.staggered and worker > 0:
+            await self.first_token[worker - 1].wait()
+        ramped: asyncio.Event | None = self.first_token[worker]
+        failures = 0
+        while not loop.done.is_set():
+            measured = loop.measure_next()
+            record = RequestRecord(
+                self.backend, level, self.repeat, time.monotonic(), measured=measured
+            )
+            self.records.append(record)
+            if measured:
+                loop.pending.add(id(record))
+            await send(self.session, self.url, next(self.bodies), record, self.headers, ramped)
+            ramped = None
+            if self.on_record is not None:
+                self.on_record(record)
+            failures = failures + 1 if record.error else 0
+            if failures >= _GIVE_UP_AFTER:
+                loop.stop()
+            loop.finished(worker, record, warming=self.staggered)
+
+    async def window(
+        self, at_window: Callable[[], Awaitable[None]] | None, cut_off: float | None
+    ) -> None:
+        """Reads the counters as the window opens; ``cut_off``: closes it that many seconds
+        after it opened."""
+        loop = self.loop
+        if not self.staggered:
+            await asyncio.gather(*(e.wait() for e in self.first_token))
+            loop.open()
+        await loop.opened.wait()
+        self.scrapes["before"] = await _scrape(self.session, self.url)
+        if at_window is not None:
+            await at_window()
+        self.watched = True
+        if cut_off is not None:
+            assert loop.t0 is not None
+            await asyncio.sleep(loop.t0 + cut_off - time.monotonic())
+            loop.stop()
+
+    def result(self) -> LevelRun:
+        """The level once its clients stopped: what still ran is marked cancelled."""
+        for record in self.records:
+            if record.end is None and record.error is None:
+                record.error = CANCELLED
+        loop = self.loop
+        assert loop.t1 is not None
+        t0 = loop.t0 if loop.t0 is not None else loop.t1
+        before, after = self.scrapes.get("before"), self.scrapes["after"]
+        accept = None if before is None or after is None else window_accept_length(before, after)
+        stats = {name: asdict(snap) for name, snap in self.scrapes.items() if snap is not None}
+        return LevelRun(
+            self.backend, loop.level, self.repeat, t0, loop.t1, self.records, accept, stats
+        )
+
+
 async def run_level(
     session: aiohttp.ClientSession,
     url: str,
@@ -174,65 +253,17 @@ async def run_level(
     if cut_off and duration is None:
         raise ValueError("cut_off needs a duration")
     loop = _Loop(level, requests, duration)
-    records: list[RequestRecord] = []
-    scrapes: dict[str, BackendStats | None] = {}
-    first_token = [asyncio.Event() for _ in range(level)]
     staggered = ramp == "staggered"
-
-    async def client(worker: int) -> None:
-        if staggered and worker > 0:
-            await first_token[worker - 1].wait()
-        ramped: asyncio.Event | None = first_token[worker]
-        failures = 0
-        while not loop.done.is_set():
-            measured = loop.measure_next()
-            record = RequestRecord(backend, level, repeat, time.monotonic(), measured=measured)
-            records.append(record)
-            if measured:
-                loop.pending.add(id(record))
-            await send(session, url, next(bodies), record, headers, ramped)
-            ramped = None
-            if on_record is not None:
-                on_record(record)
-            failures = failures + 1 if record.error else 0
-            if failures >= _GIVE_UP_AFTER:
-                loop.stop()
-            loop.finished(worker, record, warming=staggered)
-
-    watched = False
-
-    async def window() -> None:
-        nonlocal watched
-        if not staggered:
-            await asyncio.gather(*(e.wait() for e in first_token))
-            loop.open()
-        await loop.opened.wait()
-        scrapes["before"] = await _scrape(session, url)
-        if at_window is not None:
-            await at_window()
-        watched = True
-        if cut_off:
-            assert loop.t0 is not None and duration is not None
-            await asyncio.sleep(loop.t0 + duration - time.monotonic())
-            loop.stop()
-
-    tasks = [asyncio.create_task(client(i)) for i in range(level)]
-    watcher = asyncio.create_task(window())
+    run = _Level(session, url, bodies, backend, repeat, loop, staggered, headers, on_record)
+    tasks = [asyncio.create_task(run.client(i)) for i in range(level)]
+    watcher = asyncio.create_task(run.window(at_window, duration if cut_off else None))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(loop.done.wait(), give_up_after)
     loop.stop()
-    scrapes["after"] = await _scrape(session, url)
-    if at_window is not None and watched:
+    run.scrapes["after"] = await _scrape(session, url)
+    if at_window is not None and run.watched:
         await at_window()
     for task in (*tasks, watcher):
         task.cancel()
     await asyncio.gather(*tasks, watcher, return_exceptions=True)
-    for record in records:
-        if record.end is None and record.error is None:
-            record.error = CANCELLED
-    assert loop.t1 is not None
-    t0 = loop.t0 if loop.t0 is not None else loop.t1
-    before, after = scrapes.get("before"), scrapes["after"]
-    accept = None if before is None or after is None else window_accept_length(before, after)
-    stats = {name: asdict(snap) for name, snap in scrapes.items() if snap is not None}
-    return LevelRun(backend, level, repeat, t0, loop.t1, records, accept, stats)
+    return run.result()

@@ -56,17 +56,8 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
             low, high = crossover["ci"]
             span = (x[0] if low is None else low, x[-1] if high is None else high)
             ax.axvspan(*span, color="grey", alpha=0.2, linewidth=0)
-            left = crossover["value"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
-            ax.annotate(
-                f"crossover {crossover['value']:.1f}\n95% {interval_text(crossover['ci'])}",
-                (crossover["value"], 0.95),
-                xycoords=("data", "axes fraction"),
-                xytext=(-6 if left else 6, 0),
-                textcoords="offset points",
-                va="top",
-                ha="right" if left else "left",
-                fontsize=9,
-            )
+            text = f"crossover {crossover['value']:.1f}\n95% {interval_text(crossover['ci'])}"
+            _beside(ax, text, crossover["value"], 0.95, x, gap=6, fontsize=9)
         else:
             side = "wins" if crossover["bound"] == "above" else "loses"
             ax.text(
@@ -109,17 +100,26 @@ def _draw_bands(ax: Any, crossover: dict[str, Any], x: list[int]) -> None:
         ax.axvline(turn["at"], color="black", linestyle="--", linewidth=1)
         if turn.get("ci"):
             ax.axvspan(*turn["ci"], color="grey", alpha=0.15, linewidth=0)
-        left = turn["at"] > (x[0] * x[-1]) ** 0.5  # the log axis' middle
-        ax.annotate(
-            f"{turn['direction']} {edge_text(crossover, turn['at'])}",
-            (turn["at"], 0.96 - 0.1 * (i % 4)),
-            xycoords=("data", "axes fraction"),
-            xytext=(-4 if left else 4, 0),
-            textcoords="offset points",
-            va="top",
-            ha="right" if left else "left",
-            fontsize=8,
-        )
+        text = f"{turn['direction']} {edge_text(crossover, turn['at'])}"
+        _beside(ax, text, turn["at"], 0.96 - 0.1 * (i % 4), x, gap=4, fontsize=8)
+
+
+def _beside(
+    ax: Any, text: str, at: float, height: float, x: list[int], *, gap: float, fontsize: float
+) -> None:
+    """A label beside the line at ``at``, ``height`` up the axes, on the side towards the
+    log axis' middle so that it stays inside the plot."""
+    left = at > (x[0] * x[-1]) ** 0.5
+    ax.annotate(
+        text,
+        (at, height),
+        xycoords=("data", "axes fraction"),
+        xytext=(-gap if left else gap, 0),
+        textcoords="offset points",
+        va="top",
+        ha="right" if left else "left",
+        fontsize=fontsize,
+    )
 
 
 def _label(profile: dict[str, Any], backend: str) -> str:

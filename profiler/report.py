@@ -147,30 +147,47 @@ def measured_when(meta: dict[str, Any]) -> str:
 
 
 def render_report(profile: dict[str, Any]) -> str:
+    by_context = context_lines(profile)
+    lines = [*_heading(profile, bool(by_context)), *_meaning(profile)]
+    if by_context:
+        lines += ["", "## Crossover by context", "", *by_context]
+    lines += _caveats(profile)
+    lines += _level_table(profile["levels"])
+    lines += _setup(profile)
+    return "\n".join(lines)
+
+
+def _heading(profile: dict[str, Any], by_context: bool) -> list[str]:
+    """The title, and what was measured, when and for how long."""
     levels = profile["levels"]
     concurrency = [row["concurrency"] for row in levels]
-    meta, workload = profile["measurement"], profile["workload"]
-    spec, base = profile["servers"]["spec"], profile["servers"]["base"]
-    when = measured_when(meta)
-    by_context = context_lines(profile)
-    lines = [
+    meta = profile["measurement"]
+    shortest = (
+        [
+            "The sections below are of the shortest context measured, "
+            f"{profile['context']['buckets'][0]['context']:g} KV tokens per request; "
+            "*Crossover by context* gives each.",
+            "",
+        ]
+        if by_context
+        else []
+    )
+    return [
         "# Speculative decoding crossover",
         "",
-        *(
-            [
-                "The sections below are of the shortest context measured, "
-                f"{profile['context']['buckets'][0]['context']:g} KV tokens per request; "
-                "*Crossover by context* gives each.",
-                "",
-            ]
-            if by_context
-            else []
-        ),
-        f"Model `{meta.get('model')}`, {when} "
+        *shortest,
+        f"Model `{meta.get('model')}`, {measured_when(meta)} "
         f"at {len(levels)} concurrency levels ({', '.join(map(str, concurrency))}); "
         f"runs per level and backend: {_runs_text(levels)}; "
         f"{(meta.get('backend_seconds') or 0) / 60:.1f} minutes of backend time.",
         "",
+    ]
+
+
+def _meaning(profile: dict[str, Any]) -> list[str]:
+    """Both crossovers in words, what the router does with them, and what moves them."""
+    concurrency = [row["concurrency"] for row in profile["levels"]]
+    lines = [
         "## What it means",
         "",
         "- Per-request speed (time per output token, TPOT): "
@@ -195,15 +212,19 @@ def render_report(profile: dict[str, Any]) -> str:
             "step (over every step, from counter deltas). Traffic with a different accept "
             "length (code versus chat) moves the crossover: recalibrate with your own prompts."
         )
-    if by_context:
-        lines += ["", "## Crossover by context", "", *by_context]
-    warnings = meta.get("fairness_warnings") or []
+    return lines
+
+
+def _caveats(profile: dict[str, Any]) -> list[str]:
+    """Why the comparison may be unfair, and the runs left out."""
+    lines: list[str] = []
+    warnings = profile["measurement"].get("fairness_warnings") or []
     if warnings:
         lines += ["", "## Warnings: the comparison may be unfair", ""]
         lines += [f"- {w}" for w in warnings]
     invalid = [
         (row["concurrency"], b)
-        for row in levels
+        for row in profile["levels"]
         for b in ("spec", "base")
         if row[b]["invalid_runs"]
     ]
@@ -214,7 +235,11 @@ def render_report(profile: dict[str, Any]) -> str:
             + ", ".join(f"{b} at {c}" for c, b in invalid)
             + ".",
         ]
-    lines += [
+    return lines
+
+
+def _level_table(levels: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "",
         "## Per level (medians, 95% bootstrap intervals)",
         "",
@@ -232,7 +257,14 @@ def render_report(profile: dict[str, Any]) -> str:
             f"| {_ci(s['output_tps'], 0)} | {_ci(b['output_tps'], 0)} "
             f"| {s['accept_length'] if s['accept_length'] is not None else '-'} |"
         )
-    lines += [
+    return lines
+
+
+def _setup(profile: dict[str, Any]) -> list[str]:
+    """The workload and the servers measured."""
+    workload = profile["workload"]
+    spec, base = profile["servers"]["spec"], profile["servers"]["base"]
+    return [
         "",
         f"Workload: {workload.get('kind')} ({workload.get('source')}), mean "
         f"{workload.get('mean_prompt_tokens')} prompt and {workload.get('mean_output_tokens')} "
@@ -242,7 +274,6 @@ def render_report(profile: dict[str, Any]) -> str:
         f"{base.get('max_running_requests')}).",
         "",
     ]
-    return "\n".join(lines)
 
 
 def _ci(stat: dict[str, Any], digits: int = 2) -> str:

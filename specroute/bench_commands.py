@@ -28,8 +28,45 @@ def add_bench(sub: Subcommands) -> None:
         help="measure backends and the router: sweep, compare, capacity, overhead",
         description="Benchmarks, each a command of its own.",
     )
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    sweep = bench_sub.add_parser(
+    commands = bench.add_subparsers(dest="bench_command", required=True)
+    for add in (
+        _add_sweep,
+        _add_compare,
+        _add_capacity,
+        _add_overhead,
+        _add_replicas,
+        _add_chaos,
+        _add_soak,
+        _add_coverage,
+    ):
+        add(commands)
+
+
+def _counts(
+    p: argparse.ArgumentParser, flag: str, default: list[int], help: str | None = None
+) -> None:
+    """A comma-separated list of counts (levels, workers, replicas)."""
+    p.add_argument(flag, type=levels, default=default, metavar="N1,N2,...", help=help)
+
+
+def _duration(
+    p: argparse.ArgumentParser, flag: str, default: float, help: str | None = None
+) -> None:
+    p.add_argument(flag, type=positive(float), default=default, metavar="S", help=help)
+
+
+def _clients(p: argparse.ArgumentParser, *, requests: int, concurrency: int) -> None:
+    """How many mixed requests, from how many closed-loop clients, through one router."""
+    p.add_argument("--requests", type=positive(int), default=requests)
+    p.add_argument("--concurrency", type=positive(int), default=concurrency)
+
+
+def _time_scale(p: argparse.ArgumentParser, default: float, help: str | None = None) -> None:
+    p.add_argument("--time-scale", type=positive(float), default=default, metavar="F", help=help)
+
+
+def _add_sweep(commands: Subcommands) -> None:
+    sweep = commands.add_parser(
         "sweep",
         help="both backends across concurrency levels, kept raw in a folder",
         description="Closed-loop load at each level, both backends interleaved.",
@@ -38,7 +75,10 @@ def add_bench(sub: Subcommands) -> None:
     sweep.add_argument("--concurrency", type=levels, default=[1, 2, 4, 8, 16, 32, 64])
     sweep.add_argument("--out", required=True, metavar="DIR")
     sweep.set_defaults(handler=_sweep)
-    compare = bench_sub.add_parser(
+
+
+def _add_compare(commands: Subcommands) -> None:
+    compare = commands.add_parser(
         "compare",
         help="the same time-varying load through the router, one policy at a time",
         description="Each policy in turn through router processes from one config, per phase; "
@@ -52,6 +92,29 @@ def add_bench(sub: Subcommands) -> None:
     compare.add_argument(
         "--profile", metavar="FILE", help="--offline: the profile to route by, over the config's"
     )
+    _add_trace_flags(compare)
+    compare.add_argument(
+        "--offline",
+        action="store_true",
+        help="no servers: replay the trace in virtual time through the emulator's engine "
+        "model (the flags below) and report the gap to an oracle",
+    )
+    add_model_flags(compare, seed=False)
+    _time_scale(compare, 1.0, "--offline: the emulated servers' time scale")
+    compare.add_argument(
+        "--policies",
+        default="crossover,always-spec,always-base",
+        help="comma-separated, run in this order; NAME:KEY=VALUE[:...] "
+        "sets a policy's parameters (crossover:crossover=21)",
+    )
+    add_dataset_flags(compare)
+    compare.add_argument("--out", required=True, metavar="DIR")
+    compare.add_argument("--plot", metavar="compare.png")
+    compare.set_defaults(handler=_compare)
+
+
+def _add_trace_flags(compare: argparse.ArgumentParser) -> None:
+    """The time-varying load a comparison plays."""
     compare.add_argument(
         "--trace",
         default="ramp",
@@ -79,31 +142,10 @@ def add_bench(sub: Subcommands) -> None:
         metavar="S",
         help="leave each phase's first S seconds (the load changing) out of its figures",
     )
-    compare.add_argument(
-        "--offline",
-        action="store_true",
-        help="no servers: replay the trace in virtual time through the emulator's engine "
-        "model (the flags below) and report the gap to an oracle",
-    )
-    add_model_flags(compare, seed=False)
-    compare.add_argument(
-        "--time-scale",
-        type=positive(float),
-        default=1.0,
-        metavar="F",
-        help="--offline: the emulated servers' time scale",
-    )
-    compare.add_argument(
-        "--policies",
-        default="crossover,always-spec,always-base",
-        help="comma-separated, run in this order; NAME:KEY=VALUE[:...] "
-        "sets a policy's parameters (crossover:crossover=21)",
-    )
-    add_dataset_flags(compare)
-    compare.add_argument("--out", required=True, metavar="DIR")
-    compare.add_argument("--plot", metavar="compare.png")
-    compare.set_defaults(handler=_compare)
-    cap = bench_sub.add_parser(
+
+
+def _add_capacity(commands: Subcommands) -> None:
+    cap = commands.add_parser(
         "capacity",
         help="how many concurrent streams one emulator process serves in real time",
         description="Closed-loop streams at rising levels against one emulated server, and "
@@ -115,32 +157,17 @@ def add_bench(sub: Subcommands) -> None:
         help="a shipped hardware model or a JSON file",
     )
     cap.add_argument("--mode", choices=["spec", "base"], default="spec")
-    cap.add_argument(
-        "--levels",
-        type=levels,
-        default=[16, 32, 64, 128, 256, 512],
-        metavar="N1,N2,...",
-        help="concurrent streams per level",
-    )
-    cap.add_argument(
-        "--seconds-per-level",
-        type=positive(float),
-        default=8.0,
-        metavar="S",
-        help="the measured window per level",
-    )
-    cap.add_argument(
-        "--warmup",
-        type=positive(float),
-        default=20.0,
-        metavar="S",
-        help="at most this long for every stream's first token",
-    )
+    _counts(cap, "--levels", [16, 32, 64, 128, 256, 512], "concurrent streams per level")
+    _duration(cap, "--seconds-per-level", 8.0, "the measured window per level")
+    _duration(cap, "--warmup", 20.0, "at most this long for every stream's first token")
     cap.add_argument("--max-tokens", type=positive(int), default=256)
-    cap.add_argument("--time-scale", type=positive(float), default=1.0, metavar="F")
+    _time_scale(cap, 1.0)
     cap.add_argument("--out", metavar="FILE.json", help="every number as JSON")
     cap.set_defaults(handler=_capacity)
-    overhead = bench_sub.add_parser(
+
+
+def _add_overhead(commands: Subcommands) -> None:
+    overhead = commands.add_parser(
         "overhead",
         help="what a router adds: direct, a bare proxy, specroute, sglang-router",
         description="Two stub SGLang backends on loopback and, in front of them in turn: "
@@ -150,20 +177,8 @@ def add_bench(sub: Subcommands) -> None:
         "and target the time to first chunk, the gaps between chunks, throughput and the "
         "CPU the router used per request, and what each adds over direct.",
     )
-    overhead.add_argument(
-        "--levels",
-        type=levels,
-        default=[1, 4, 16, 64, 256, 512],
-        metavar="N1,N2,...",
-        help="concurrent requests per level",
-    )
-    overhead.add_argument(
-        "--workers",
-        type=levels,
-        default=[1, 2],
-        metavar="N1,N2,...",
-        help="specroute serve --workers, one target each",
-    )
+    _counts(overhead, "--levels", [1, 4, 16, 64, 256, 512], "concurrent requests per level")
+    _counts(overhead, "--workers", [1, 2], "specroute serve --workers, one target each")
     overhead.add_argument("--repeats", type=positive(int), default=3)
     overhead.add_argument(
         "--modes",
@@ -172,16 +187,8 @@ def add_bench(sub: Subcommands) -> None:
         metavar="M1,M2",
         help="stream, whole (unstreamed answers) or both",
     )
-    overhead.add_argument(
-        "--warmup",
-        type=positive(float),
-        default=0.75,
-        metavar="S",
-        help="load before each window, at its concurrency",
-    )
-    overhead.add_argument(
-        "--seconds", type=positive(float), default=1.5, metavar="S", help="each measured window"
-    )
+    _duration(overhead, "--warmup", 0.75, "load before each window, at its concurrency")
+    _duration(overhead, "--seconds", 1.5, "each measured window")
     overhead.add_argument("--chunks", type=positive(int), default=16, help="chunks per answer")
     overhead.add_argument(
         "--gap-ms",
@@ -202,14 +209,17 @@ def add_bench(sub: Subcommands) -> None:
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
     overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
     overhead.set_defaults(handler=_overhead)
-    replicas = bench_sub.add_parser(
+
+
+def _add_replicas(commands: Subcommands) -> None:
+    replicas = commands.add_parser(
         "replicas",
         help="several router replicas against one router: the speculative share",
         description="Emulated servers, then one router and several replicas in front of them "
         "in turn under the same ramp; how far the replicas' share of speculative requests "
         "strays from one router's, by load source, replicas and poll interval.",
     )
-    replicas.add_argument("--replicas", type=levels, default=[2, 4], metavar="N1,N2,...")
+    _counts(replicas, "--replicas", [2, 4])
     replicas.add_argument(
         "--polls",
         type=_seconds,
@@ -217,16 +227,13 @@ def add_bench(sub: Subcommands) -> None:
         metavar="S1,S2",
         help="poll intervals of the replicas load source",
     )
-    replicas.add_argument(
-        "--seconds",
-        type=positive(float),
-        default=2.0,
-        metavar="S",
-        help="at each level of the ramp",
-    )
+    _duration(replicas, "--seconds", 2.0, "at each level of the ramp")
     replicas.add_argument("--out", metavar="FILE.json")
     replicas.set_defaults(handler=_replicas)
-    chaos = bench_sub.add_parser(
+
+
+def _add_chaos(commands: Subcommands) -> None:
+    chaos = commands.add_parser(
         "chaos",
         help="mixed traffic through one router while backends are killed, stalled, cut",
         description="A router process in front of emulator processes that a schedule drawn "
@@ -234,8 +241,7 @@ def add_bench(sub: Subcommands) -> None:
         "requests and cancel some; every request must be accounted for, and the router's "
         "counters must agree with the clients'. Exits 1 when a check fails.",
     )
-    chaos.add_argument("--requests", type=positive(int), default=3000)
-    chaos.add_argument("--concurrency", type=positive(int), default=16)
+    _clients(chaos, requests=3000, concurrency=16)
     chaos.add_argument("--seed", type=int, default=0, help="the requests and the schedule")
     chaos.add_argument("--spec-backends", type=positive(int), default=2)
     chaos.add_argument("--base-backends", type=positive(int), default=2)
@@ -245,10 +251,13 @@ def add_bench(sub: Subcommands) -> None:
         metavar="N",
         help="kills and fault changes (default: one per 150 requests)",
     )
-    chaos.add_argument("--time-scale", type=positive(float), default=0.1, metavar="F")
+    _time_scale(chaos, 0.1)
     chaos.add_argument("--out", metavar="FILE.json", help="the tally, counters and events")
     chaos.set_defaults(handler=_chaos)
-    soak = bench_sub.add_parser(
+
+
+def _add_soak(commands: Subcommands) -> None:
+    soak = commands.add_parser(
         "soak",
         help="a long run through one router, watching its memory and descriptors",
         description="Mixed requests through a router process in front of two fast emulators; "
@@ -256,8 +265,7 @@ def add_bench(sub: Subcommands) -> None:
         "in-flight gauges, and once more after the client left and --idle seconds passed. "
         "Exits 1 when a check fails.",
     )
-    soak.add_argument("--requests", type=positive(int), default=100_000)
-    soak.add_argument("--concurrency", type=positive(int), default=32)
+    _clients(soak, requests=100_000, concurrency=32)
     soak.add_argument(
         "--every",
         type=positive(int),
@@ -275,7 +283,10 @@ def add_bench(sub: Subcommands) -> None:
     )
     soak.add_argument("--out", metavar="FILE.json", help="every sample and the tally")
     soak.set_defaults(handler=_soak)
-    cov = bench_sub.add_parser(
+
+
+def _add_coverage(commands: Subcommands) -> None:
+    cov = commands.add_parser(
         "coverage",
         help="how often calibration's 95%% interval holds the true crossover",
         description="Calibrations of noisy emulated servers in virtual time (no servers, "
@@ -341,10 +352,7 @@ def _capacity(args: argparse.Namespace) -> int:
     if not results:
         return 1
     print(capacity.render(results))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(capacity.as_json(plan, results), indent=1) + "\n")
-        print(f"written to {args.out}")
+    _save(capacity.as_json(plan, results), args.out)
     return 0
 
 
@@ -379,7 +387,7 @@ def _overhead(args: argparse.Namespace) -> int:
 
     def note(text: str) -> None:
         notes.append(text)
-        print(text, file=sys.stderr, flush=True)
+        _note(text)
 
     began = time.monotonic()
     try:
@@ -413,10 +421,8 @@ def _chaos(args: argparse.Namespace) -> int:
         events=args.events,
         time_scale=args.time_scale,
     )
-    result = run_loop(run_chaos(plan, lambda line: print(line, file=sys.stderr, flush=True)))
-    print(render(result))
-    _save(result.as_json(), args.out)
-    return 0 if result.ok else 1
+    result = run_loop(run_chaos(plan, _note))
+    return _verdict(render(result), result.as_json(), result.ok, args.out)
 
 
 def _soak(args: argparse.Namespace) -> int:
@@ -429,17 +435,31 @@ def _soak(args: argparse.Namespace) -> int:
         seed=args.seed,
         idle=args.idle,
     )
-    result = run_loop(run_soak(plan, lambda line: print(line, file=sys.stderr, flush=True)))
-    print(render(result))
-    _save(result.as_json(), args.out)
-    return 0 if result.ok else 1
+    result = run_loop(run_soak(plan, _note))
+    return _verdict(render(result), result.as_json(), result.ok, args.out)
+
+
+def _note(line: str) -> None:
+    """A benchmark's progress, on stderr so that its report alone goes to stdout."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _verdict(report: str, document: dict[str, Any], ok: bool, out: str | None) -> int:
+    """A benchmark that checks itself: its report, its JSON kept, 1 when a check failed."""
+    print(report)
+    _save(document, out)
+    return 0 if ok else 1
 
 
 def _save(document: dict[str, Any], out: str | None) -> None:
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(document, indent=1) + "\n")
+        _write(document, Path(out))
         print(f"written to {out}")
+
+
+def _write(document: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(document, indent=1) + "\n")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -509,10 +529,9 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
         return build_policy(spec.name, mine.policy_params(), profile)
 
     built = {label: build(PolicySpec.parse(label)) for label in policies}
-    results = compare_offline(plan, built, lambda text: print(text, file=sys.stderr))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    results = compare_offline(plan, built, _note)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    _write(results, Path(args.out) / "compare.json")
     return results
 
 
@@ -529,11 +548,10 @@ def _replicas(args: argparse.Namespace) -> int:
     plan = ReplicasPlan(
         replicas=tuple(args.replicas), polls=tuple(args.polls), seconds=args.seconds
     )
-    rows = run_loop(measure_replicas(plan, lambda text: print(text, file=sys.stderr, flush=True)))
+    rows = run_loop(measure_replicas(plan, _note))
     print(render(rows))
     if args.out:
-        document = {"plan": asdict(plan), "rows": [r.as_json() for r in rows]}
-        Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+        _write({"plan": asdict(plan), "rows": [r.as_json() for r in rows]}, Path(args.out))
     return 0
 
 
@@ -572,7 +590,7 @@ def _coverage(args: argparse.Namespace) -> int:
     result = coverage(plan)
     print(render(result))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        _write(result, Path(args.out))
     if args.plot:
         draw(lambda: plot_coverage(result, Path(args.plot)), args.plot)
     return 0

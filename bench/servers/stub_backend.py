@@ -40,6 +40,84 @@ def _json(status: str, document: object) -> bytes:
     return _head(status, "application/json", len(body)) + body
 
 
+def _openai(kind: str, model: str, **fields: object) -> dict[str, object]:
+    """An OpenAI-shaped object: the fields every one of the stub's answers begins with."""
+    return {"id": "stub", "object": kind, "created": 0, "model": model, **fields}
+
+
+def _chat_chunk(model: str, n: int, i: int) -> object:
+    end = "length" if i == n - 1 else None
+    delta = {"role": "assistant", "content": "tok"} if i == 0 else {"content": "tok"}
+    choice = {"index": 0, "delta": delta, "finish_reason": end}
+    return _openai("chat.completion.chunk", model, choices=[choice])
+
+
+def _completion_chunk(model: str, n: int, i: int) -> object:
+    end = "length" if i == n - 1 else None
+    choice = {"index": 0, "text": "tok", "finish_reason": end}
+    return _openai("text_completion", model, choices=[choice])
+
+
+def _generate_chunk(model: str, n: int, i: int) -> object:
+    """SGLang's /generate streams the text so far."""
+    end = {"type": "length", "length": n} if i == n - 1 else None
+    meta = {"id": "stub", "prompt_tokens": 8, "completion_tokens": i + 1, "finish_reason": end}
+    return {"text": "tok" * (i + 1), "meta_info": meta}
+
+
+def _streams(model: str, n: int) -> dict[str, list[bytes]]:
+    """Each streamed path's answer as chunked SSE frames, the head on the first."""
+    events = {}
+    chunks = (_chat_chunk, _completion_chunk, _generate_chunk)
+    for path, event in zip(_STREAMED, chunks, strict=True):
+        frames = [
+            _chunked(b"data: %b\n\n" % json.dumps(event(model, n, i)).encode()) for i in range(n)
+        ]
+        frames[-1] += _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        frames[0] = _head("200 OK", "text/event-stream", None) + frames[0]
+        events[path] = frames
+    return events
+
+
+def _wholes(model: str, n: int) -> dict[str, bytes]:
+    """Each streamed path's answer when it is not streamed."""
+    text = "tok" * n
+    usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+    message = {"role": "assistant", "content": text}
+    chat = {"index": 0, "finish_reason": "length", "message": message}
+    completion = {"index": 0, "text": text, "finish_reason": "length"}
+    finish = {"type": "length", "length": n}
+    meta = {"id": "stub", "prompt_tokens": 8, "completion_tokens": n, "finish_reason": finish}
+    return {
+        "/v1/chat/completions": _json(
+            "200 OK", _openai("chat.completion", model, choices=[chat], usage=usage)
+        ),
+        "/v1/completions": _json(
+            "200 OK", _openai("text_completion", model, choices=[completion], usage=usage)
+        ),
+        "/generate": _json("200 OK", {"text": text, "meta_info": meta}),
+    }
+
+
+def _fixed(model: str) -> dict[str, bytes]:
+    """The GET paths' answers."""
+    # no model_path: sglang-router would fetch a tokenizer by that name from a model hub
+    info = {"is_generation": True, "model_type": "stub"}
+    server = {**info, "version": "stub", "max_total_num_tokens": 1 << 20}
+    card = {"id": model, "object": "model", "owned_by": "sglang", "root": model}
+    models = {"object": "list", "data": [card | {"max_model_len": 131072}]}
+    empty = _head("200 OK", "text/plain", 0)
+    return {
+        "/health": empty,
+        "/health_generate": empty,
+        "/v1/models": _json("200 OK", models),
+        "/model_info": _json("200 OK", info),
+        "/get_model_info": _json("200 OK", info),
+        "/server_info": _json("200 OK", server),
+        "/get_server_info": _json("200 OK", server),
+    }
+
+
 @dataclass
 class Answers:
     """Every byte the server sends, encoded once."""
@@ -51,113 +129,9 @@ class Answers:
     fixed: dict[str, bytes] = field(default_factory=dict)  # GET path: its response
 
     def __post_init__(self) -> None:
-        m, n = self.model, self.chunks
-        usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
-
-        def chat(i: int) -> object:
-            end = "length" if i == n - 1 else None
-            delta = {"role": "assistant", "content": "tok"} if i == 0 else {"content": "tok"}
-            return {
-                "id": "stub",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": m,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": end}],
-            }
-
-        def completion(i: int) -> object:
-            end = "length" if i == n - 1 else None
-            return {
-                "id": "stub",
-                "object": "text_completion",
-                "created": 0,
-                "model": m,
-                "choices": [{"index": 0, "text": "tok", "finish_reason": end}],
-            }
-
-        def generate(i: int) -> object:  # SGLang's /generate streams the text so far
-            end = {"type": "length", "length": n} if i == n - 1 else None
-            meta = {
-                "id": "stub",
-                "prompt_tokens": 8,
-                "completion_tokens": i + 1,
-                "finish_reason": end,
-            }
-            return {"text": "tok" * (i + 1), "meta_info": meta}
-
-        for path, event in zip(_STREAMED, (chat, completion, generate), strict=True):
-            frames = [_chunked(b"data: %b\n\n" % json.dumps(event(i)).encode()) for i in range(n)]
-            frames[-1] += _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-            frames[0] = _head("200 OK", "text/event-stream", None) + frames[0]
-            self.events[path] = frames
-        text = "tok" * n
-        self.whole = {
-            "/v1/chat/completions": _json(
-                "200 OK",
-                {
-                    "id": "stub",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": m,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "length",
-                            "message": {"role": "assistant", "content": text},
-                        }
-                    ],
-                    "usage": usage,
-                },
-            ),
-            "/v1/completions": _json(
-                "200 OK",
-                {
-                    "id": "stub",
-                    "object": "text_completion",
-                    "created": 0,
-                    "model": m,
-                    "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
-                    "usage": usage,
-                },
-            ),
-            "/generate": _json(
-                "200 OK",
-                {
-                    "text": text,
-                    "meta_info": {
-                        "id": "stub",
-                        "prompt_tokens": 8,
-                        "completion_tokens": n,
-                        "finish_reason": {"type": "length", "length": n},
-                    },
-                },
-            ),
-        }
-        # no model_path: sglang-router would fetch a tokenizer by that name from a model hub
-        info = {"is_generation": True, "model_type": "stub"}
-        server = {**info, "version": "stub", "max_total_num_tokens": 1 << 20}
-        models = {
-            "object": "list",
-            "data": [
-                {
-                    "id": m,
-                    "object": "model",
-                    "owned_by": "sglang",
-                    "root": m,
-                    "max_model_len": 131072,
-                }
-            ],
-        }
-        empty = _head("200 OK", "text/plain", 0)
-        self.fixed = {
-            "/health": empty,
-            "/health_generate": empty,
-            "/v1/models": _json("200 OK", models),
-            "/model_info": _json("200 OK", info),
-            "/get_model_info": _json("200 OK", info),
-            "/server_info": _json("200 OK", server),
-            "/get_server_info": _json("200 OK", server),
-        }
+        self.events.update(_streams(self.model, self.chunks))
+        self.whole = _wholes(self.model, self.chunks)
+        self.fixed = _fixed(self.model)
 
     def metrics(self, running: int, generated: int) -> bytes:
         label = f'{{model_name="{self.model}"}}'
