@@ -47,6 +47,15 @@ class EmulatorConfig:
         return SPEC_DEFAULT_MAX_RUNNING if self.speculative else self.hardware.max_running_requests
 
     @property
+    def resolved_max_running(self) -> int | None:
+        """The cap as SGLang's arguments resolve it (``/server_info``): a speculative server's
+        default is set there; a plain server's stays None and its scheduler sizes it from
+        memory (``effective_max_running``, in ``internal_states`` and ``/v1/loads``)."""
+        if self.max_running_requests is not None or not self.speculative:
+            return self.max_running_requests
+        return SPEC_DEFAULT_MAX_RUNNING
+
+    @property
     def effective_cuda_graph_max_bs(self) -> int:
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
@@ -68,7 +77,7 @@ class EmulatorConfig:
             "tp_size": int(self.hardware.raw.get("tp_size", 1)),
             "dp_size": 1,
             "context_length": self.context_length,
-            "max_running_requests": self.effective_max_running,
+            "max_running_requests": self.resolved_max_running,
             "max_queued_requests": self.max_queued_requests,
             "cuda_graph_max_bs": self.effective_cuda_graph_max_bs,
             "chunked_prefill_size": 8192,

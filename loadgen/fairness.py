@@ -23,8 +23,31 @@ _COMPARED = (
         "(vLLM: --max-num-seqs)",
     ),
     ("cuda_graph_max_bs", "batches past it run without CUDA graphs, slower on one side only"),
+    ("disable_cuda_graph", "CUDA graphs on one side only"),
+    ("attention_backend", "different attention kernels run at different speeds"),
+    ("prefill_attention_backend", "different prefill attention kernels"),
+    ("decode_attention_backend", "different decode attention kernels"),
+    ("sampling_backend", "different sampling kernels"),
+    ("moe_runner_backend", "different expert kernels"),
+    ("device", "the servers run on different devices"),
+    ("dtype", "different weight precision"),
+    ("quantization", "different quantization"),
+    ("kv_cache_dtype", "different KV cache precision"),
     ("tp_size", "different tensor parallelism"),
+    ("dp_size", "different data parallelism"),
+    ("pp_size", "different pipeline parallelism"),
+    ("ep_size", "different expert parallelism"),
+    ("enable_dp_attention", "data-parallel attention on one side only"),
     ("context_length", "different context lengths"),
+    ("chunked_prefill_size", "prefills are cut into different chunks"),
+    ("max_prefill_tokens", "different prefill batch budgets"),
+    ("max_total_tokens", "different KV cache sizes: one side may queue or retract sooner"),
+    ("mem_fraction_static", "different memory for the KV cache"),
+    ("schedule_policy", "different scheduling"),
+    ("schedule_conservativeness", "different admission of new requests"),
+    ("disable_radix_cache", "prefix caching on one side only"),
+    ("enable_torch_compile", "torch.compile on one side only"),
+    ("disable_overlap_schedule", "CPU scheduling overlaps the forward pass on one side only"),
     ("stream_interval", "different --stream-interval changes the chunking clients see"),
     (
         "async_scheduling",
@@ -42,7 +65,7 @@ async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any
     if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
         return _from_vllm(info["vllm_config"]) | await _version(session, url)
     if isinstance(info, dict) and "vllm_config" not in info:
-        return info  # SGLang's, its version among them
+        return _effective_cap(info)  # SGLang's, its version among them
     models = await _json(session, f"{url}/v1/models")
     cards = models.get("data") if isinstance(models, dict) else None
     if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
@@ -54,6 +77,20 @@ async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any
         PARTIAL: "its running-request limit and speculation could not be read (a vLLM "
         "server shows them at /server_info with VLLM_SERVER_DEV_MODE=1)",
     } | await _version(session, url)
+
+
+def _effective_cap(info: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's settings with the running cap it chose: ``max_running_requests`` is None
+    unless given, and the scheduler's own (``effective_max_running_requests_per_dp``,
+    from the memory it has) is in each data-parallel rank's ``internal_states``."""
+    if info.get("max_running_requests") is not None:
+        return info
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states else None
+    cap = first.get("effective_max_running_requests_per_dp") if isinstance(first, dict) else None
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        return info | {"max_running_requests": cap, "max_running_requests_effective": True}
+    return info
 
 
 async def _version(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:

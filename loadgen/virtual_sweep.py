@@ -127,16 +127,7 @@ class VirtualSweep(Sweep):
         for name in ("levels.jsonl", "requests.jsonl"):
             (self.out / name).write_text("")
         info: dict[str, Any] = {
-            backend: {
-                "url": "virtual",
-                "server_info": replace(self.config, mode=backend).server_args()
-                | {
-                    "emulator": {
-                        "hardware": self.config.hardware.name,
-                        "noise": self.config.noise.describe(),
-                    }
-                },
-            }
+            backend: {"url": "virtual", "server_info": self._server_info(backend)}
             for backend in ("spec", "base")
         }
         self.meta = {
@@ -155,6 +146,16 @@ class VirtualSweep(Sweep):
         }
         self._write_meta()
         return self
+
+    def _server_info(self, backend: str) -> dict[str, Any]:
+        """What the live sweep reads of an emulated server, the running cap as it resolves
+        it (``loadgen.fairness``) from the one the engine chose."""
+        config = replace(self.config, mode="spec" if backend == "spec" else "base")
+        emulator = {"hardware": config.hardware.name, "noise": config.noise.describe()}
+        cap: dict[str, Any] = {"max_running_requests": config.effective_max_running}
+        if config.resolved_max_running is None:
+            cap["max_running_requests_effective"] = True
+        return config.server_args() | cap | {"emulator": emulator}
 
     async def run_one(self, backend: str, level: int, repeat: int) -> tuple[LevelRun, float]:
         seed = _seed(self.seed, level, repeat)

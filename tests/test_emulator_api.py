@@ -306,7 +306,8 @@ async def test_server_info_and_loads(spec_url: str, base_url: str) -> None:
     assert (await get_json(f"{spec_url}/get_server_info"))["version"] == spec["version"]
     base = await get_json(f"{base_url}/server_info")
     assert base["speculative_algorithm"] is None
-    assert base["max_running_requests"] == 512
+    assert base["max_running_requests"] is None  # as SGLang's: its scheduler sizes it
+    assert base["internal_states"][0]["effective_max_running_requests_per_dp"] == 512
     await client(spec_url).completions.create(
         model="m", prompt="p", max_tokens=40, extra_body={"ignore_eos": True}
     )

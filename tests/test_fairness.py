@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from specroute.loadgen.fairness import fairness_notes, fairness_warnings, server_info
@@ -84,3 +85,53 @@ async def test_sglang_is_read_as_it_is() -> None:
     assert spec is not None and spec["speculative_algorithm"] == "EAGLE3"
     assert any(w.startswith("max_running_requests differs") for w in fairness_warnings(spec, base))
     assert fairness_notes(spec, base) == []
+
+
+async def test_sglangs_own_cap_is_read_where_its_arguments_leave_it_unset() -> None:
+    """A plain SGLang server given no ``--max-running-requests`` says None in its arguments;
+    the cap its scheduler chose is in ``internal_states``, and that is what is compared."""
+    async with (
+        running_emulator("--mode", "spec") as spec_url,
+        running_emulator("--mode", "base") as base_url,
+        aiohttp.ClientSession() as session,
+    ):
+        async with session.get(f"{base_url}/server_info") as r:
+            assert (await r.json())["max_running_requests"] is None
+        spec = await server_info(session, spec_url)
+        base = await server_info(session, base_url)
+    assert spec is not None and base is not None
+    assert (spec["max_running_requests"], base["max_running_requests"]) == (48, 512)
+    assert base["max_running_requests_effective"] is True
+    assert "max_running_requests_effective" not in spec  # its arguments said 48
+    assert fairness_warnings(spec, base)[0].startswith("max_running_requests differs")
+
+
+SGLANG = {
+    "model_path": "/models/tiny",
+    "speculative_algorithm": "NGRAM",
+    "max_running_requests": 64,
+    "attention_backend": "intel_amx",
+    "dtype": "bfloat16",
+    "chunked_prefill_size": 8192,
+}
+
+
+@pytest.mark.parametrize(
+    ("base_differs", "said"),
+    [
+        ({"attention_backend": "torch_native"}, "attention_backend differs: spec 'intel_amx', "),
+        ({"dtype": "float16"}, "dtype differs"),
+        ({"chunked_prefill_size": 4096}, "chunked_prefill_size differs"),
+        ({"kv_cache_dtype": "fp8_e4m3"}, None),  # said by one side only: not compared
+    ],
+    ids=["attention backend", "dtype", "prefill chunks", "one side only"],
+)
+def test_every_setting_that_changes_speed_is_compared(
+    base_differs: dict[str, Any], said: str | None
+) -> None:
+    base = SGLANG | {"speculative_algorithm": None} | base_differs
+    warnings = fairness_warnings(SGLANG, base)
+    if said is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(said)
