@@ -4,6 +4,7 @@ each build from the code and the committed JSON."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 import sys
 from pathlib import Path
@@ -21,15 +22,26 @@ from docsgen.blocks import render
 MARKER = re.compile(r"<!-- docsgen: (?P<name>[\w-]+)(?P<args>[^>]*?) -->")
 
 
-def fill(markdown: str) -> str:
-    def block(match: re.Match[str]) -> str:
-        return render(match["name"], match["args"].split())
+# where blocks link to (``(@data/x.json)``), from the docs folder's root
+FOLDERS = {"@data": "results/data", "@figures": "figures"}
 
+
+def fill(markdown: str, page: str = "index.md") -> str:
+    """The page's markers filled; ``page``: its path in the docs folder, which the blocks'
+    links are made relative to."""
+
+    def block(match: re.Match[str]) -> str:
+        text = render(match["name"], match["args"].split())
+        for mark, folder in FOLDERS.items():
+            text = text.replace(f"({mark}/", f"({posixpath.relpath(folder, where)}/")
+        return text
+
+    where = posixpath.dirname(page) or "."
     return MARKER.sub(block, markdown)
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     try:
-        return fill(markdown)
+        return fill(markdown, page.file.src_uri)
     except (KeyError, OSError, ValueError) as exc:
         raise PluginError(f"{page.file.src_uri}: {exc}") from exc

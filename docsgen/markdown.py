@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
+_CODE = re.compile(r"(`[^`]*`)")
+
+
 def cell(text: object) -> str:
-    """One table cell: no line breaks, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: no line breaks, pipes escaped outside code (inside it the table
+    reads them as text, and an escape would show)."""
+    parts = _CODE.split(" ".join(str(text).split()))
+    return "".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
 
 
 def code(text: object) -> str:

@@ -15,7 +15,7 @@ from docsgen.runs import MACHINE, RUNS
 from specroute.bench.coverage import render as coverage_table
 from specroute.profiler.report import interval_text, render_report
 
-DATA_LINK = "data"  # the results pages' folder, relative to them
+DATA_LINK = "@data"  # the hook makes it relative to the page (docsgen.hooks.fill)
 
 
 @cache
@@ -40,7 +40,7 @@ def made_by(*names: str) -> str:
 def runs_table() -> str:
     rows = []
     for name, run in RUNS.items():
-        figure = f"[{run.figure}](../figures/{run.figure})" if run.figure else ""
+        figure = f"[{run.figure}](@figures/{run.figure})" if run.figure else ""
         rows.append(
             [f"[{name}.json]({DATA_LINK}/{name}.json)", code(run.command), run.date, figure]
         )
