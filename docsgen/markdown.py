@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-
 _CODE = re.compile(r"(`[^`]*`)")
 
 

@@ -165,6 +165,18 @@ RUNS: dict[str, Run] = {
             ("folded-2.0", "llama3.1-8b-h200-folded", " --accept-length 2.0", 256),
         )
     },
+    "day-predicted": Run(
+        "specroute emulate --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
+        "--predict 1,2,4,6,8,12,16 --input-len 128 --output-len 128 --profile day-predicted.json",
+        "2026-12-01",
+    ),
+    "day-offline": Run(
+        "specroute bench compare --offline --profile day-predicted.json --trace poisson-day "
+        "--peak 16 --phase-seconds 3 --time-scale 0.1 --hardware kimi-k2.5-8x-pcie-fitted "
+        "--max-running-requests 256 --input-len 128 --output-len 128 "
+        "--policies crossover,expected-latency --out day/",
+        "2026-12-01",
+    ),
     "demo": Run(
         "specroute demo --out demo/", "2026-12-01", note="the file is demo/compare/compare.json"
     ),
