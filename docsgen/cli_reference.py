@@ -35,7 +35,7 @@ def _summaries(root: argparse.ArgumentParser) -> dict[str, str]:
 
 def _usage(command: argparse.ArgumentParser) -> str:
     """The usage line at a fixed width, whatever the terminal building the docs."""
-    formatter = argparse.HelpFormatter(prog=command.prog, width=96)
+    formatter = argparse.HelpFormatter(prog=command.prog, width=88)
     formatter.add_usage(command.usage, command._actions, command._mutually_exclusive_groups)
     first, *more = formatter.format_help().strip().splitlines()
     indent = len("usage: ")
@@ -68,8 +68,6 @@ def _rows(command: argparse.ArgumentParser, serve: bool) -> list[list[str]]:
         if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
             continue
         about = _help(command, action)
-        if action.choices and not isinstance(action.choices, dict):
-            about = f"{about} (one of {', '.join(str(c) for c in action.choices)})".strip()
         default = _default(action)
         if serve and action.dest in fields:  # serve's defaults are the settings'
             about = f"{about} [setting `{action.dest}`]({_SETTINGS_PAGE}#{action.dest})".strip()

@@ -30,44 +30,46 @@ def _cell(key: str, value: float | None) -> str:
 
 
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """One row per policy; for each run (``label``, its results) its figures over the
-    trace, and where it is offline, the gap to the oracle."""
-    policies = list(dict.fromkeys(p for _, results in runs for p in results["policies"]))
-    header = ["policy"]
+    """For each run (``label``, its results), one row per policy with its figures over the
+    trace, and where the run is offline, the gap to the oracle."""
+    parts = []
     for label, results in runs:
-        header += [f"{label}: {heading}" for _, heading in _FIGURES]
-        if "gap" in results:
-            header.append(f"{label}: gap to the oracle, TPOT / tok/s")
-    rows = []
-    for policy in policies:
-        row = [code(policy)]
-        for _, results in runs:
-            overall = results["policies"].get(policy, {}).get("overall", {})
-            row += [_cell(key, overall.get(key)) for key, _ in _FIGURES]
-            if "gap" in results:
+        header = ["policy", *(heading for _, heading in _FIGURES)]
+        offline = "gap" in results
+        if offline:
+            header.append("gap to the oracle: TPOT / tok/s")
+        rows = []
+        for policy, figures in results["policies"].items():
+            overall = figures.get("overall", {})
+            row = [code(policy), *(_cell(key, overall.get(key)) for key, _ in _FIGURES)]
+            if offline:
                 gap = results["gap"].get(policy)
                 row.append(
                     "" if gap is None else f"{_pct(gap['tpot'])} / {_pct(gap['output_tps'])}"
                 )
-        rows.append(row)
-    return table(header, rows, "l" + "r" * (len(header) - 1))
+            rows.append(row)
+        if len(runs) > 1:
+            parts.append(f"**{label.capitalize()}**\n")
+        parts.append(table(header, rows, "l" + "r" * (len(header) - 1)))
+    return "\n".join(parts)
 
 
 def phases_table(results: dict[str, Any]) -> str:
     """Per phase: its load and prompts, and each policy's median TPOT (speculative share)."""
     policies = list(results["policies"])
-    header = ["phase", "load", "prompts", *(code(p) for p in policies)]
+    phases = results["trace"]["phases"]
+    named = any(phase.get("input_len") for phase in phases)  # a column only if some say
+    header = ["phase", "load", *(["prompts"] if named else []), *(code(p) for p in policies)]
     rows = []
-    for i, phase in enumerate(results["trace"]["phases"]):
+    for i, phase in enumerate(phases):
         load = f"{phase['rate']:g}/s" if phase.get("rate") is not None else phase["concurrency"]
-        prompts = phase.get("input_len") or ["dataset"]
-        shown = ", ".join(str(n) for n in dict.fromkeys(prompts))
+        prompts = ", ".join(str(n) for n in dict.fromkeys(phase.get("input_len") or ["-"]))
         cells = []
         for p in policies:
             row = results["policies"][p]["phases"][i]
             cells.append(f"{number(row['tpot_ms_p50'], 3)} ({_share(row['spec_share'])})")
-        rows.append([str(i + 1), str(load), shown, *cells])
-    return table(header, rows, "rrl" + "r" * len(policies))
+        rows.append([str(i + 1), str(load), *([prompts] if named else []), *cells])
+    return table(header, rows, "rr" + ("l" if named else "") + "r" * len(policies))
 
 
 def prompts_table(results: dict[str, Any]) -> str:

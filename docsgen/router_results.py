@@ -121,9 +121,9 @@ def soak(document: dict[str, Any]) -> str:
     header = ["point", "router RSS", "descriptors", "client / upstream connections"]
     growth = document.get("rss_growth_per_10k_kb")
     summary = (
-        f"{document['end']['requests']:,} requests in {document['seconds']:.0f} s; memory grew "
-        f"{'-' if growth is None else f'{growth:.0f} kB'} per 10,000 requests after the first "
-        f"sample; every check {'held' if document['ok'] else 'did not hold'}.\n"
+        f"{document['end']['requests']:,} requests in {document['seconds']:.0f} s; the router's "
+        f"memory moved by {'-' if growth is None else f'{growth:+.0f} kB'} per 10,000 requests "
+        f"after the first sample; every check {'held' if document['ok'] else 'did not hold'}.\n"
     )
     return "\n".join(
         [summary, table([*header, "threads", "tasks"], rows, "lrrrrr"), checks(document)]

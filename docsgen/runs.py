@@ -177,8 +177,15 @@ RUNS: dict[str, Run] = {
         "--policies crossover,expected-latency --out day/",
         "2026-12-01",
     ),
-    "demo": Run(
-        "specroute demo --out demo/", "2026-12-01", note="the file is demo/compare/compare.json"
+    "demo-live": Run(
+        "specroute demo --out demo/",
+        "2026-12-01",
+        note="the demo writes it as demo/compare/compare.json",
+    ),
+    "demo-offline": Run(
+        "specroute demo --out demo/",
+        "2026-12-01",
+        note="the demo writes it as demo/offline.json",
     ),
     "chaos": Run("specroute bench chaos --requests 5000 --seed 0 --out chaos.json", "2026-12-01"),
     "soak": Run("specroute bench soak --requests 100000 --out soak.json", "2026-12-01"),
