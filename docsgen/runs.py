@@ -143,7 +143,8 @@ RUNS: dict[str, Run] = {
     **{
         f"predict-{model}-{a}": Run(
             f"specroute emulate --hardware {hardware} --accept-length {a} "
-            "--max-running-requests 256 --predict 1,2,4,8,16,24,32,48,64,96,128,192,256 --json",
+            "--max-running-requests 256 --predict 1,2,4,8,16,24,32,48,64,96,128,192,256 "
+            f"--json > predict-{model}-{a}.json",
             "2026-12-01",
         )
         for model, hardware, accepts in (
@@ -156,7 +157,7 @@ RUNS: dict[str, Run] = {
         f"predict-{name}": Run(
             f"specroute emulate --hardware {hardware}{accept} --max-running-requests 256 "
             "--predict 1,2,4,8,16,32,64,128,256 --input-len 512,2048,8192 "
-            f"--output-len {out} --json",
+            f"--output-len {out} --json > predict-{name}.json",
             "2026-12-01",
         )
         for name, hardware, accept, out in (
