@@ -6,7 +6,7 @@ CONFORMANCE := .venv-sglang
 DEPLOY := .venv-deploy
 VLLM := .venv-vllm
 
-.PHONY: demo test environments check lint imports tree types unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not clean
+.PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +59,7 @@ environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 vllm-env-or-not: $(BIN)/.installed
 	$(MAKE) vllm-env || echo "make: vLLM's CPU build did not install; the real-engine stage will skip" >&2
 
-check: lint types unit
+check: lint types docs unit
 
 lint: $(BIN)/.installed imports
 	$(BIN)/ruff format --check .
@@ -84,6 +84,15 @@ types: $(BIN)/.installed tree
 imports: $(BIN)/.installed tree
 	cd $(TREE) && $(CURDIR)/$(BIN)/lint-imports --no-cache --no-logo $(CURDIR)/pyproject.toml
 
+# the docs site: its reference pages are read from the code, its results from the committed
+# JSON (docsgen/); a broken link, a missing page or a block that fails stops the build
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# the results figures, drawn again from their JSON (docs/results/data/) by the project's plots
+figures: $(BIN)/.installed
+	$(BIN)/python -m docsgen.figures
+
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 	$(BIN)/pytest -m "not vllm"
 
@@ -96,4 +105,4 @@ soak: $(BIN)/.installed
 	$(BIN)/specroute bench soak --requests 100000 --out soak.json
 
 clean:
-	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(VLLM) .vllm-cpu build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(VLLM) .vllm-cpu build site .mypy_cache .ruff_cache .pytest_cache

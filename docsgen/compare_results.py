@@ -1,0 +1,93 @@
+"""Tables of ``bench compare`` results (its ``compare.json``): each policy's figures over
+the trace, live and offline side by side, per phase, and per prompt length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from docsgen.markdown import code, number, table
+
+# (key in a policy's overall figures, column heading)
+_FIGURES = (
+    ("tpot_ms_p50_phases", "TPOT p50 per phase, ms"),
+    ("tpot_ms_p99", "TPOT p99, ms"),
+    ("output_tps", "output tok/s"),
+    ("spec_share", "speculative share"),
+)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _cell(key: str, value: float | None) -> str:
+    return _share(value) if key == "spec_share" else number(value, 3 if "ms" in key else 0)
+
+
+def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """For each run (``label``, its results), one row per policy with its figures over the
+    trace, and where the run is offline, the gap to the oracle."""
+    parts = []
+    for label, results in runs:
+        header = ["policy", *(heading for _, heading in _FIGURES)]
+        offline = "gap" in results
+        if offline:
+            header.append("gap to the oracle: TPOT / tok/s")
+        rows = []
+        for policy, figures in results["policies"].items():
+            overall = figures.get("overall", {})
+            row = [code(policy), *(_cell(key, overall.get(key)) for key, _ in _FIGURES)]
+            if offline:
+                gap = results["gap"].get(policy)
+                row.append(
+                    "" if gap is None else f"{_pct(gap['tpot'])} / {_pct(gap['output_tps'])}"
+                )
+            rows.append(row)
+        if len(runs) > 1:
+            parts.append(f"**{label.capitalize()}**\n")
+        parts.append(table(header, rows, "l" + "r" * (len(header) - 1)))
+    return "\n".join(parts)
+
+
+def phases_table(results: dict[str, Any]) -> str:
+    """Per phase: its load and prompts, and each policy's median TPOT (speculative share)."""
+    policies = list(results["policies"])
+    phases = results["trace"]["phases"]
+    named = any(phase.get("input_len") for phase in phases)  # a column only if some say
+    header = ["phase", "load", *(["prompts"] if named else []), *(code(p) for p in policies)]
+    rows = []
+    for i, phase in enumerate(phases):
+        load = f"{phase['rate']:g}/s" if phase.get("rate") is not None else phase["concurrency"]
+        prompts = ", ".join(str(n) for n in dict.fromkeys(phase.get("input_len") or ["-"]))
+        cells = []
+        for p in policies:
+            row = results["policies"][p]["phases"][i]
+            cells.append(f"{number(row['tpot_ms_p50'], 3)} ({_share(row['spec_share'])})")
+        rows.append([str(i + 1), str(load), *([prompts] if named else []), *cells])
+    return table(header, rows, "rr" + ("l" if named else "") + "r" * len(policies))
+
+
+def prompts_table(results: dict[str, Any]) -> str:
+    """Per prompt length of the trace, each policy's median and p99 TPOT and requests."""
+    policies = list(results["policies"])
+    lengths = list(results["policies"][policies[0]].get("prompts", {}))
+    header = ["policy"]
+    for n in lengths:
+        header += [f"{n}-token prompts: TPOT p50, ms", "p99, ms", "requests"]
+    rows = []
+    for p in policies:
+        row = [code(p)]
+        for n in lengths:
+            figures = results["policies"][p]["prompts"][n]
+            row += [
+                number(figures["tpot_ms_p50"], 3),
+                number(figures["tpot_ms_p99"], 3),
+                str(figures["requests"]),
+            ]
+        rows.append(row)
+    return table(header, rows, "l" + "r" * (len(header) - 1))

@@ -1,0 +1,151 @@
+"""The results tables, each read from a committed run's JSON (``runs.RUNS``), and the note
+that says which command made a page's numbers and when."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from docsgen import router_results
+from docsgen.compare_results import compare_table, phases_table, prompts_table
+from docsgen.markdown import code, number, table
+from docsgen.runs import MACHINE, RUNS
+from specroute.bench.coverage import render as coverage_table
+from specroute.profiler.report import interval_text, render_report
+
+DATA_LINK = "@data"  # the hook makes it relative to the page (docsgen.hooks.fill)
+
+
+@cache
+def load(name: str) -> Any:
+    if name not in RUNS:
+        raise KeyError(f"no run named {name!r} in docsgen/runs.py")
+    return json.loads(RUNS[name].data(name).read_text())
+
+
+def made_by(*names: str) -> str:
+    """An admonition naming each run's command, day and JSON."""
+    lines = ['!!! info "How these numbers were made"', ""]
+    for name in names:
+        run = RUNS[name]
+        lines.append(f"    - `{run.command}`")
+        where = f"on {run.date}, on {MACHINE}"
+        note = f"; {run.note}" if run.note else ""
+        lines.append(f"      ({where}{note}): [{name}.json]({DATA_LINK}/{name}.json)")
+    return "\n".join(lines) + "\n"
+
+
+def runs_table() -> str:
+    rows = []
+    for name, run in RUNS.items():
+        figure = f"[{run.figure}](@figures/{run.figure})" if run.figure else ""
+        rows.append(
+            [f"[{name}.json]({DATA_LINK}/{name}.json)", code(run.command), run.date, figure]
+        )
+    return table(["JSON", "command", "day", "figure"], rows)
+
+
+def _crossing_rows(metric: str, crossover: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in crossover.get("crossings") or []:
+        turn = "starts paying" if c["direction"] == "up" else "stops paying"
+        rows.append(
+            [metric, turn, number(c["at"], 1), interval_text(c["ci"]), f"{c['support']:.0%}"]
+        )
+    return rows
+
+
+def crossings(name: str) -> str:
+    """Every crossing of a calibrated profile, per-request speed and throughput."""
+    profile = load(name)
+    rows = _crossing_rows("per-request speed (TPOT)", profile["crossover"])
+    rows += _crossing_rows("total throughput", profile["throughput_crossover"])
+    header = ["metric", "speculation", "at (concurrent requests)", "95% interval", "support"]
+    return table(header, rows, "llrlr")
+
+
+def levels(name: str) -> str:
+    """A calibrated profile's per-level table, as its report gives it."""
+    report = render_report(load(name))
+    section = report.split("## Per level", 1)[1]
+    body = section.split("\n## ", 1)[0]
+    lines = body.strip().splitlines()
+    return "\n".join(line for line in lines if line.startswith("|")) + "\n"
+
+
+def report_summary(name: str) -> str:
+    """The first paragraph of a calibrated profile's report: levels, runs, backend time."""
+    report = render_report(load(name))
+    return report.split("\n\n")[1] + "\n"
+
+
+def buckets(name: str) -> str:
+    """A v2 profile's crossover per context bucket."""
+    rows = []
+    for b in load(name)["context"]["buckets"]:
+        c = b["crossover"]
+        bands = ", ".join(
+            f"{'1' if lo is None else number(lo, 1)} to {'∞' if hi is None else number(hi, 1)}"
+            for lo, hi in c.get("bands") or []
+        )
+        value = "none" if c["value"] is None else number(c["value"], 1)
+        ci = interval_text(c["ci"]) if c.get("ci") else ""
+        seconds = b.get("backend_seconds")
+        rows.append([number(b["context"], 0), value, ci, bands, number(seconds, 0)])
+    header = ["context (KV tokens)", "crossover", "95% interval", "bands", "backend s"]
+    return table(header, rows, "rrlrr")
+
+
+def coverage() -> str:
+    return coverage_table(load("coverage")) + "\n"
+
+
+def predictions(model: str) -> str:
+    """Speculative over plain at each level, per accept length: ``kimi`` or ``qwen``."""
+    names = [n for n in RUNS if n.startswith(f"predict-{model}-")]
+    first = load(names[0])
+    header = ["accept length", *(str(r["concurrency"]) for r in first["levels"])]
+    rows = []
+    for name in names:
+        cells = [f"{r['speedup']:.2f}/{r['total_speedup']:.2f}" for r in load(name)["levels"]]
+        rows.append([name.rsplit("-", 1)[1], *cells])
+    return table(header, rows, "l" + "r" * (len(header) - 1))
+
+
+def context_predictions() -> str:
+    """Predicted crossover per prompt length, per model and accept length."""
+    rows = []
+    for name in ("predict-sdpa-2.0", "predict-sdpa-default", "predict-folded-2.0"):
+        found = load(name)
+        cells = []
+        for each in found:
+            value = each.get("crossover")
+            cells.append("above the last level" if value is None else number(value, 1))
+        rows.append([code(RUNS[name].command.split()[3]), name.rsplit("-", 1)[1], *cells])
+    lengths = [str(each["input_len"]) for each in load("predict-sdpa-2.0")]
+    header = ["model", "accept length", *(f"{n}-token prompts" for n in lengths)]
+    return table(header, rows, "llrrr")
+
+
+def _mode(name: str) -> str:
+    """A comparison's column label: live or offline, as its run's name ends."""
+    return name.rsplit("-", 1)[1] if name.endswith(("-live", "-offline")) else name
+
+
+BLOCKS: dict[str, Callable[..., str]] = {
+    "made-by": made_by,
+    "runs": runs_table,
+    "crossings": crossings,
+    "levels": levels,
+    "report-summary": report_summary,
+    "buckets": buckets,
+    "coverage": coverage,
+    "predictions": predictions,
+    "context-predictions": context_predictions,
+    "compare": lambda *names: compare_table([(_mode(n), load(n)) for n in names]),
+    "phases": lambda name: phases_table(load(name)),
+    "prompts": lambda name: prompts_table(load(name)),
+    **router_results.blocks(load),
+}

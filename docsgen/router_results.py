@@ -1,0 +1,169 @@
+"""Tables of the router's and the emulator's benchmarks: overhead, replicas, chaos, soak,
+capacity, each read from the JSON its command wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from docsgen.markdown import code, number, table
+
+Loader = Callable[[str], Any]
+
+
+def _median(spread: dict[str, float] | None, digits: int = 2) -> str:
+    return "-" if spread is None else number(spread["median"], digits)
+
+
+def _spread(spread: dict[str, float] | None, digits: int = 2) -> str:
+    if spread is None:
+        return "-"
+    low, mid, high = (number(spread[k], digits) for k in ("min", "median", "max"))
+    return f"{mid} ({low} to {high})"
+
+
+def overhead(document: dict[str, Any]) -> str:
+    """Per mode and level, each target's added first-chunk time and router CPU."""
+    parts = []
+    names = {"stream": "Streamed answers", "whole": "Whole answers"}
+    for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
+        rows = [
+            [
+                str(r["level"]),
+                code(r["target"]),
+                _spread(r["added_ttfc_p50"]),
+                _spread(r["added_ttfc_p99"], 1),
+                _median(r["requests_per_s"], 0),
+                _median(r["chunks_per_s"], 0),
+                _spread(r["router_cpu_ms_per_request"], 3),
+                _median(r["router_cores"]),
+            ]
+            for r in document["summary"]
+            if r["mode"] == mode and r["target"] != "direct"
+        ]
+        header = [
+            "level",
+            "target",
+            "added TTFC p50, ms",
+            "added TTFC p99, ms",
+            "requests/s",
+            "chunks/s",
+            "router CPU ms/request",
+            "router cores",
+        ]
+        parts.append(
+            f"**{names.get(mode, mode)}** (medians over the repeats, their range in brackets)\n"
+        )
+        parts.append(table(header, rows, "rlrrrrrr"))
+    notes = document.get("notes") or []
+    if notes:
+        parts.append("\n".join(f"- {n}" for n in notes) + "\n")
+    return "\n".join(parts)
+
+
+def replicas(document: dict[str, Any]) -> str:
+    rows = [
+        [
+            str(r["replicas"]),
+            code(r["source"]),
+            f"{r['poll']:g}",
+            f"{r['ramp']['share']:.3f}",
+            f"{r['share_off']:+.3f}",
+            f"{r['worst_level_off']:.3f}",
+        ]
+        for r in document["rows"]
+    ]
+    header = ["routers", "load source", "poll (s)", "speculative share", "off one router's"]
+    return table([*header, "worst level off"], rows, "rlrrrr")
+
+
+def _counts(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int | float))
+
+
+def checks(document: dict[str, Any]) -> str:
+    rows = [
+        [code(name), "holds" if found is None else found]
+        for name, found in document["checks"].items()
+    ]
+    return table(["check", "result"], rows)
+
+
+def chaos(document: dict[str, Any]) -> str:
+    tally = document["tally"]
+    lines = [
+        f"{document['plan']['requests']:,} requests in {document['seconds']:.0f} s; "
+        f"{len(document['events'])} events of the schedule, restarts "
+        f"{sum(document['restarts'].values())}; every check "
+        f"{'held' if document['ok'] else 'did not hold'}.\n",
+    ]
+    rows = [[code(k), _counts(v) if isinstance(v, dict) else str(v)] for k, v in tally.items()]
+    lines.append(table(["tally", "counts"], rows))
+    lines.append(checks(document))
+    return "\n".join(lines)
+
+
+def soak(document: dict[str, Any]) -> str:
+    points = [("before the first request", document["start"])]
+    points += [(f"after {s['requests']:,}", s) for s in document["samples"]]
+    points.append(("after the idle pause", document["end"]))
+    rows = [
+        [
+            label,
+            f"{s['router']['rss_kb'] / 1000:.1f} MB",
+            str(s["router"]["fds"]),
+            f"{s['router']['clients']} / {s['router']['upstream']}",
+            str(s["router"]["threads"]),
+            str(s["tasks"]),
+        ]
+        for label, s in points
+    ]
+    header = ["point", "router RSS", "descriptors", "client / upstream connections"]
+    growth = document.get("rss_growth_per_10k_kb")
+    summary = (
+        f"{document['end']['requests']:,} requests in {document['seconds']:.0f} s; the router's "
+        f"memory moved by {'-' if growth is None else f'{growth:+.0f} kB'} per 10,000 requests "
+        f"after the first sample; every check {'held' if document['ok'] else 'did not hold'}.\n"
+    )
+    return "\n".join(
+        [summary, table([*header, "threads", "tasks"], rows, "lrrrrr"), checks(document)]
+    )
+
+
+def capacity(document: dict[str, Any]) -> str:
+    rows = [
+        [
+            str(r["level"]),
+            "-" if r["lag"] is None else f"{r['lag']:+.1%}",
+            number(r["tokens_per_s"], 0),
+            number(r["chunks_per_s"], 0),
+            "-" if r["step_ms"] is None else number(r["step_ms"], 1),
+            "-" if r["emulator_cpu"] is None else f"{r['emulator_cpu']:.0%}",
+            f"{r['client_cpu']:.0%}",
+        ]
+        for r in document["results"]
+    ]
+    header = ["streams", "lag", "output tok/s", "chunks/s", "step, ms", "emulator CPU"]
+    about = (
+        f"`{document['hardware']}`, `--mode {document['mode']}`, time scale "
+        f"{document['time_scale']:g}: {document['verdict']}\n"
+    )
+    return "\n".join([about, table([*header, "load generator CPU"], rows, "rrrrrrr")])
+
+
+RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "overhead": overhead,
+    "replicas": replicas,
+    "chaos": chaos,
+    "soak": soak,
+    "capacity": capacity,
+}
+
+
+def blocks(load: Loader) -> dict[str, Callable[[], str]]:
+    """Each table as a block of no arguments: the run of the same name, rendered."""
+
+    def block(name: str) -> Callable[[], str]:
+        return lambda: RENDERS[name](load(name))
+
+    return {name: block(name) for name in RENDERS}

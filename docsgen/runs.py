@@ -1,0 +1,205 @@
+"""Every committed run behind the results pages: the JSON a command wrote, the command, the
+day it ran and, where it has one, the figure drawn from it. One dict, filled here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "results" / "data"
+FIGURES = ROOT / "docs" / "figures"
+
+MACHINE = "this project's 2-core machine, shared with other work"
+
+
+@dataclass(frozen=True)
+class Run:
+    command: str
+    date: str  # the day the command ran (UTC)
+    figure: str | None = None  # under docs/figures/, drawn by ``python -m docsgen.figures``
+    plot: str | None = None  # the project's plot that draws it: a key of figures.PLOTS
+    note: str = ""  # how the run differs from the command a user would type, if it does
+
+    def data(self, name: str) -> Path:
+        return DATA / f"{name}.json"
+
+
+_SDPA = "--hardware llama3.1-8b-h200-sdpa --accept-length 2.0 --max-running-requests 256"
+_SDPA_SERVERS = (
+    f"two `specroute emulate --mode spec|base {_SDPA} --time-scale 0.1 --stream-interval 16` "
+    "servers; router.toml names them and the profile `context-predicted.json`"
+)
+_KIMI_SERVERS = (
+    "two `specroute emulate --mode spec|base --hardware kimi-k2.5-8x-pcie --accept-length A "
+    "--max-running-requests 256 --time-scale 0.1 --stream-interval 16` servers; router.toml "
+    "names them and the profile `kimi-A-predicted.json`"
+)
+_ALTERNATING = (
+    "--trace alternating.json --settle 1 --output-len 256 --no-ignore-eos --policies "
+    "context-crossover,crossover,crossover:crossover=1.74,always-spec,always-base"
+)
+_WITHIN = (
+    "--trace mixed-within.json --settle 1 --output-len 256 --no-ignore-eos --policies "
+    "context-crossover:topology=partitioned,expected-latency:context=off,"
+    "crossover:topology=partitioned:crossover=4,...,crossover:topology=partitioned,"
+    "always-spec,always-base"
+)
+_RAMP = (
+    "--trace ramp --peak 128 --phase-seconds 3 --settle 1.5 --input-len 128 --output-len 256 "
+    "--no-ignore-eos --policies crossover,always-spec,always-base"
+)
+
+RUNS: dict[str, Run] = {
+    "llama-crossover": Run(
+        "specroute emulate --hardware llama3.1-8b-h200 --noise default "
+        "--max-running-requests 256 --input-len 512 --output-len 128 --calibrate "
+        "--profile llama-crossover.json --plot llama-crossover.png",
+        "2026-12-01",
+        "llama-crossover.png",
+        "profile",
+    ),
+    "kimi-bands": Run(
+        "specroute emulate --hardware kimi-k2.5-8x-pcie --accept-length 2.1 "
+        "--max-running-requests 512 --noise default --input-len 512 --output-len 128 "
+        "--calibrate --profile kimi-bands.json --report bands.md --plot kimi-bands.png",
+        "2026-12-01",
+        "kimi-bands.png",
+        "profile",
+    ),
+    "coverage": Run(
+        "specroute bench coverage --calibrations 50 --grid-every 2 --out coverage.json "
+        "--plot coverage.png",
+        "2026-12-01",
+        "coverage.png",
+        "coverage",
+    ),
+    "context-calibrated": Run(
+        f"specroute emulate {_SDPA} --noise default --input-len 512,2048,8192 "
+        "--output-len 128 --seed 0 --calibrate --profile context-calibrated.json "
+        "--plot context-crossover.png",
+        "2026-12-01",
+        "context-crossover.png",
+        "profile",
+    ),
+    "context-predicted": Run(
+        f"specroute emulate {_SDPA} --predict 1,2,4,8,16,32,64 --input-len 512,8192 "
+        "--output-len 128 --profile context-predicted.json",
+        "2026-12-01",
+    ),
+    "context-alternating-live": Run(
+        f"specroute bench compare --router-config router.toml {_ALTERNATING} "
+        "--out alternating/ --plot context-head-to-head.png",
+        "2026-12-01",
+        "context-head-to-head.png",
+        "compare",
+        note=_SDPA_SERVERS,
+    ),
+    "context-alternating-offline": Run(
+        f"specroute bench compare --router-config router.toml {_ALTERNATING} --offline "
+        f"{_SDPA} --time-scale 0.1 --out alternating-offline/",
+        "2026-12-01",
+    ),
+    "context-within-live": Run(
+        f"specroute bench compare --router-config router.toml {_WITHIN} "
+        "--out within/ --plot context-separate-gpus.png",
+        "2026-12-01",
+        "context-separate-gpus.png",
+        "compare",
+        note=_SDPA_SERVERS,
+    ),
+    "context-within-offline": Run(
+        f"specroute bench compare --router-config router.toml {_WITHIN} --offline {_SDPA} "
+        "--time-scale 0.1 --out within-offline/",
+        "2026-12-01",
+    ),
+    **{
+        f"kimi-{a}-{mode}": Run(
+            f"specroute bench compare --router-config router.toml {_RAMP}"
+            + (
+                f" --offline --hardware kimi-k2.5-8x-pcie --accept-length {a} "
+                "--max-running-requests 256 --time-scale 0.1"
+                if mode == "offline"
+                else ""
+            )
+            + f" --out kimi-{a}-{mode}/",
+            "2026-12-01",
+            f"kimi-{a}-live.png" if mode == "live" else None,
+            "compare" if mode == "live" else None,
+            note=_KIMI_SERVERS.replace("A", a) if mode == "live" else "",
+        )
+        for a in ("2.1", "3.0")
+        for mode in ("live", "offline")
+    },
+    **{
+        f"kimi-{a}-predicted": Run(
+            f"specroute emulate --hardware kimi-k2.5-8x-pcie --accept-length {a} "
+            "--max-running-requests 256 --predict 1,2,4,8,16,32,64,128 --input-len 128 "
+            f"--output-len 128 --profile kimi-{a}-predicted.json",
+            "2026-12-01",
+        )
+        for a in ("2.1", "3.0")
+    },
+    **{
+        f"predict-{model}-{a}": Run(
+            f"specroute emulate --hardware {hardware} --accept-length {a} "
+            "--max-running-requests 256 --predict 1,2,4,8,16,24,32,48,64,96,128,192,256 "
+            f"--json > predict-{model}-{a}.json",
+            "2026-12-01",
+        )
+        for model, hardware, accepts in (
+            ("kimi", "kimi-k2.5-8x-pcie", ("2.1", "3.0")),
+            ("qwen", "qwen3-30b-a3b-h200", ("1.6", "2.1", "3.0")),
+        )
+        for a in accepts
+    },
+    **{
+        f"predict-{name}": Run(
+            f"specroute emulate --hardware {hardware}{accept} --max-running-requests 256 "
+            "--predict 1,2,4,8,16,32,64,128,256 --input-len 512,2048,8192 "
+            f"--output-len {out} --json > predict-{name}.json",
+            "2026-12-01",
+        )
+        for name, hardware, accept, out in (
+            ("sdpa-2.0", "llama3.1-8b-h200-sdpa", " --accept-length 2.0", 128),
+            ("sdpa-default", "llama3.1-8b-h200-sdpa", "", 128),
+            ("folded-2.0", "llama3.1-8b-h200-folded", " --accept-length 2.0", 256),
+        )
+    },
+    "day-predicted": Run(
+        "specroute emulate --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
+        "--predict 1,2,4,6,8,12,16 --input-len 128 --output-len 128 --profile day-predicted.json",
+        "2026-12-01",
+    ),
+    "day-offline": Run(
+        "specroute bench compare --offline --profile day-predicted.json --trace poisson-day "
+        "--peak 16 --phase-seconds 3 --time-scale 0.1 --hardware kimi-k2.5-8x-pcie-fitted "
+        "--max-running-requests 256 --input-len 128 --output-len 128 "
+        "--policies crossover,expected-latency --out day/",
+        "2026-12-01",
+    ),
+    "demo-live": Run(
+        "specroute demo --out demo/",
+        "2026-12-01",
+        note="the demo writes it as demo/compare/compare.json",
+    ),
+    "demo-offline": Run(
+        "specroute demo --out demo/",
+        "2026-12-01",
+        note="the demo writes it as demo/offline.json",
+    ),
+    "chaos": Run("specroute bench chaos --requests 5000 --seed 0 --out chaos.json", "2026-12-01"),
+    "soak": Run("specroute bench soak --requests 100000 --out soak.json", "2026-12-01"),
+    "capacity": Run(
+        "specroute bench capacity --hardware llama3.1-8b-h100 --mode spec --levels 64,256,1024 "
+        "--seconds-per-level 10 --out capacity.json",
+        "2026-12-01",
+    ),
+    "replicas": Run("specroute bench replicas --out replicas.json", "2026-12-01"),
+    "overhead": Run(
+        "specroute bench overhead --out overhead.json --plot overhead.png",
+        "2026-12-01",
+        "overhead.png",
+        "overhead",
+    ),
+}

@@ -1,0 +1,81 @@
+"""The docs site's generated pages: the references read from the code carry what the code
+has, and every results block and figure has its committed JSON."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from docsgen.blocks import BLOCKS, render
+from docsgen.cli_reference import cli_reference
+from docsgen.hooks import MARKER, fill
+from docsgen.metrics_reference import metrics_reference
+from docsgen.profile_reference import profile_reference
+from docsgen.runs import FIGURES, RUNS
+from docsgen.settings_reference import settings_reference
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_the_cli_reference_has_every_command_and_a_known_flag() -> None:
+    text = cli_reference()
+    for command in ("serve", "calibrate", "profile", "emulate", "demo", "bench compare"):
+        assert f"## `specroute {command}`" in text
+    assert "`--max-concurrency N`" in text  # calibrate's
+    assert "`--policies POLICIES`" in text  # bench compare's
+    assert "[setting `poll_interval`](settings.md#poll_interval)" in text  # serve's
+
+
+def test_the_settings_reference_has_a_known_setting_with_its_env_and_default() -> None:
+    text = settings_reference()
+    row = next(line for line in text.splitlines() if 'id="eject_after_failures"' in line)
+    assert "`SPECROUTE_EJECT_AFTER_FAILURES`" in row and "`int`" in row and "`3`" in row
+    assert "`auto | off | None`" in text  # a Literal, as a user writes it
+
+
+@pytest.mark.parametrize(
+    ("which", "metric", "labels"),
+    [
+        ("router", "specroute_route_decisions_total", "`pool`, `reason`"),
+        ("router", "specroute_band_edge", "`band`, `edge`"),  # a gauge read at each scrape
+        ("emulator", "specroute_emulator_lag_ratio", ""),
+    ],
+)
+def test_the_metrics_reference_has_a_known_metric_with_its_labels(
+    which: str, metric: str, labels: str
+) -> None:
+    row = next(line for line in metrics_reference(which).splitlines() if f"`{metric}`" in line)
+    assert f"| {labels} |" in row
+
+
+def test_the_profile_reference_has_both_schemas_and_the_readers_rules() -> None:
+    text = profile_reference()
+    assert "`specroute.profile/v1`" in text and "`specroute.profile/v2`" in text
+    assert "`{where}.value must be a positive number`" in text
+    assert "`ContextAxis.tokens_per_byte`" in text
+
+
+def test_a_marker_is_filled_and_an_unknown_one_fails() -> None:
+    assert "specroute_requests_total" in fill("x <!-- docsgen: metrics router --> y")
+    with pytest.raises(KeyError, match="no docs block"):
+        render("no-such-block", [])
+
+
+def test_every_marker_of_every_page_names_a_block() -> None:
+    for page in DOCS.rglob("*.md"):
+        for match in MARKER.finditer(page.read_text()):
+            assert match["name"] in BLOCKS, (page, match["name"])
+
+
+def test_every_run_has_its_json_and_every_figure_its_run() -> None:
+    for name, run in RUNS.items():
+        assert run.data(name).is_file(), name
+    drawn = {run.figure for run in RUNS.values() if run.figure}
+    assert {p.name for p in FIGURES.glob("*.png")} <= drawn
+    pictures = {p.name for p in DOCS.glob("*.png")}
+    assert not pictures, f"figures belong in docs/figures/, drawn from a run: {pictures}"
+    for page in DOCS.rglob("*.md"):
+        for figure in re.findall(r"figures/([\w.-]+\.png)", page.read_text()):
+            assert figure in drawn, (page, figure)
