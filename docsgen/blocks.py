@@ -8,6 +8,7 @@ from docsgen import results
 from docsgen.cli_reference import cli_reference
 from docsgen.deploy_reference import alerts_reference, include, recording_reference
 from docsgen.endpoints_reference import endpoints_reference
+from docsgen.imports_reference import imports_reference
 from docsgen.metrics_reference import metrics_reference
 from docsgen.profile_reference import profile_example, profile_reference
 from docsgen.runs import DATA
@@ -25,6 +26,7 @@ BLOCKS: dict[str, Block] = {
     "alerts": alerts_reference,
     "recording-rules": recording_reference,
     "include": include,
+    "imports": imports_reference,
     **results.BLOCKS,
 }
 
