@@ -58,8 +58,7 @@ SERVED_NAME = "specroute-cpu"
 
 # 285 M parameters: weight-bound at batch 1, so speculation pays there, and the crossover
 # measured on a 2-core Xeon with AMX near 61 (at least 32). Smaller models cost too little
-# to lose; a larger one (629 M) looped too little for n-grams to draft from (README, "A
-# real engine").
+# to lose; a larger one (629 M) looped too little for n-grams to draft from.
 HIDDEN, LAYERS, INTERMEDIATE = 1024, 16, 4096
 
 # Drafts of up to 4 tokens from n-grams of 2 to 4 tokens of the prompt and output so far.
@@ -272,8 +271,8 @@ def make_model(model: Path, hidden: int, layers: int, intermediate: int) -> None
             str(MODEL_SCRIPT),
             "--out",
             str(model),
-            "--readme",
-            str(REPO / "README.md"),
+            "--text",
+            str(REPO / "LICENSE"),  # a text that stays put, unlike the docs
             "--hidden",
             str(hidden),
             "--layers",

@@ -1,5 +1,5 @@
 """Make a small Llama-style model for vLLM on a CPU, with nothing downloaded: a byte-level
-BPE tokenizer trained on local text (this project's README and Python's own standard
+BPE tokenizer trained on local text (this project's licence and Python's own standard
 library sources) and random weights saved in safetensors.
 
 Runs in the engine's environment (``.venv-vllm``), which has ``torch``, ``tokenizers`` and
@@ -22,11 +22,11 @@ _SPECIALS = ["<s>", "</s>", "<unk>"]
 _STDLIB_FILES = 400
 
 
-def corpus(readme: Path) -> list[str]:
-    """The README and the first standard library sources in name order: the same text on
+def corpus(text: Path) -> list[str]:
+    """``text`` and the first standard library sources in name order: the same text on
     every machine with the same Python."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = [readme, *sorted(stdlib.glob("*.py"))[:_STDLIB_FILES]]
+    files = [text, *sorted(stdlib.glob("*.py"))[:_STDLIB_FILES]]
     return [f.read_text(errors="replace") for f in files if f.is_file()]
 
 
@@ -81,7 +81,7 @@ def make_model(out: Path, hidden: int, layers: int, intermediate: int, seed: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--readme", type=Path, required=True)
+    parser.add_argument("--text", type=Path, required=True)
     parser.add_argument("--hidden", type=int, required=True)
     parser.add_argument("--layers", type=int, required=True)
     parser.add_argument("--intermediate", type=int, required=True)
@@ -90,7 +90,7 @@ def main() -> None:
     if args.hidden % _HEAD_DIM:
         sys.exit(f"--hidden {args.hidden}: must be a multiple of the head size {_HEAD_DIM}")
     args.out.mkdir(parents=True, exist_ok=True)
-    make_tokenizer(corpus(args.readme), args.out)
+    make_tokenizer(corpus(args.text), args.out)
     params = make_model(args.out, args.hidden, args.layers, args.intermediate, args.seed)
     shape = {k: getattr(args, k) for k in ("hidden", "layers", "intermediate", "seed")}
     (args.out / "specroute-model.json").write_text(json.dumps({**shape, "parameters": params}))
