@@ -10,6 +10,7 @@ from docsgen.deploy_reference import alerts_reference, include, recording_refere
 from docsgen.endpoints_reference import endpoints_reference
 from docsgen.imports_reference import imports_reference
 from docsgen.metrics_reference import metrics_reference
+from docsgen.policy_reference import policy_params_reference
 from docsgen.profile_reference import profile_example, profile_reference
 from docsgen.runs import DATA
 from docsgen.settings_reference import settings_reference
@@ -27,6 +28,7 @@ BLOCKS: dict[str, Block] = {
     "recording-rules": recording_reference,
     "include": include,
     "imports": imports_reference,
+    "policy-params": policy_params_reference,
     **results.BLOCKS,
 }
 

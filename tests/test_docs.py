@@ -79,3 +79,12 @@ def test_every_run_has_its_json_and_every_figure_its_run() -> None:
     for page in DOCS.rglob("*.md"):
         for figure in re.findall(r"figures/([\w.-]+\.png)", page.read_text()):
             assert figure in drawn, (page, figure)
+
+
+def test_the_policy_parameters_and_import_layers_are_read_from_the_code() -> None:
+    params = render("policy-params", [])
+    row = next(line for line in params.splitlines() if "| `crossover` | `topology` |" in line)
+    assert "`shared|partitioned`" in row and "`shared`" in row
+    layers = render("imports", [])
+    assert "| 1 | `__main__` |" in layers and "`router`, `emulator`" in layers
+    assert "no import circle" in layers
