@@ -19,7 +19,7 @@ request apart, a level measured inside has not narrowed it (the runs' spread, no
 spacing of levels, sets its width), or the budget is spent. The budget counts backend time
 (the runs themselves), so a virtual-time sweep spends it alike.
 The cost is reported beside an estimate of what a uniform grid as fine near the
-crossover, over the whole range, would have cost.
+crossover, over the whole range, would have cost, when a crossing was measured.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class Calibration:
     levels: list[int]  # in the order first measured
     runs: dict[int, int]  # level: runs per backend
     backend_seconds: float
-    grid_levels: int
-    grid_seconds: float
+    grid_levels: int | None  # None: no crossing measured, so no grid to compare with
+    grid_seconds: float | None
     stopped: str
 
     def as_json(self) -> dict[str, Any]:
@@ -71,7 +71,9 @@ class Calibration:
             "runs_per_level": {str(lvl): n for lvl, n in sorted(self.runs.items())},
             "backend_seconds": round(self.backend_seconds, 1),
             "uniform_grid_levels": self.grid_levels,
-            "uniform_grid_backend_seconds": round(self.grid_seconds, 1),
+            "uniform_grid_backend_seconds": None
+            if self.grid_seconds is None
+            else round(self.grid_seconds, 1),
             "stopped": self.stopped,
         }
 
@@ -350,8 +352,11 @@ async def calibrate(
     data = load_sweep(out)  # again: closing the sweep wrote its end time and cost
     analysis = analyse(data)
     measured = search.order
-    spacing = _final_spacing(analysis, measured)
-    grid_levels, grid_seconds = _grid_cost(data, measured, spacing, max(measured))
+    grid_levels: int | None = None
+    grid_seconds: float | None = None
+    if analysis.tpot_crossover.turns:  # a grid as fine near no crossing means nothing
+        spacing = _final_spacing(analysis, measured)
+        grid_levels, grid_seconds = _grid_cost(data, measured, spacing, max(measured))
     return Calibration(
         analysis,
         measured,

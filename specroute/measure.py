@@ -234,9 +234,13 @@ def _report_calibration(
 
 def _cost_line(result: Calibration) -> str:
     runs = ", ".join(f"{lvl} x{result.runs[lvl]}" for lvl in sorted(result.runs))
+    grid = (
+        "no crossing was measured, so there is no uniform grid to compare with"
+        if result.grid_levels is None or result.grid_seconds is None
+        else f"a uniform grid as fine around the crossover would take {result.grid_levels}"
+        f" levels, about {result.grid_seconds:.0f} s"
+    )
     return (
         f"calibration: {len(result.levels)} levels (runs per backend: {runs}), "
-        f"{result.backend_seconds:.0f} s of backend time; a uniform grid as fine around the "
-        f"crossover would take {result.grid_levels} levels, about {result.grid_seconds:.0f} s. "
-        f"Stopped: {result.stopped}."
+        f"{result.backend_seconds:.0f} s of backend time; {grid}. Stopped: {result.stopped}."
     )

@@ -139,3 +139,31 @@ async def test_the_case_study_model_pays_in_a_band_of_medium_load(tmp_path: Path
     )
     assert len(edges) == 2 and 16 < edges[0] < 48 and 48 < edges[1] < 128
     check_against_truth(profile, edges)
+
+
+async def test_a_calibration_that_meets_no_crossing_gives_no_grid_to_compare(
+    tmp_path: Path,
+) -> None:
+    """Speculation pays at every level up to the ceiling: no crossing was measured, so a
+    uniform grid "as fine near the crossover" means nothing and none is estimated."""
+    out = tmp_path / "p.json"
+    code, stdout, stderr = await run(
+        "emulate",
+        "--hardware",
+        "llama3.1-8b-h100",
+        "--calibrate",
+        "--max-running-requests",
+        "4",
+        "--input-len",
+        "128",
+        "--output-len",
+        "32",
+        "--profile",
+        str(out),
+    )
+    assert code == 0, stderr
+    calibration = json.loads(out.read_text())["measurement"]["calibration"]
+    assert calibration["uniform_grid_levels"] is None
+    assert calibration["uniform_grid_backend_seconds"] is None
+    assert "no crossing was measured, so there is no uniform grid to compare with" in stdout
+    assert "a uniform grid as fine" not in stdout
