@@ -8,6 +8,7 @@ servers' ``server_info``, the dataset, the settings, fairness warnings), ``level
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from specroute.loadgen import lag
 from specroute.loadgen.client import request_body, served_model
 from specroute.loadgen.closed_loop import LevelRun, run_level
 from specroute.loadgen.dataset import Dataset
@@ -28,6 +30,9 @@ from specroute.loadgen.progress import Progress
 
 SCHEMA = "specroute.sweep/v1"
 BACKENDS = ("spec", "base")
+
+
+RETRY_PAUSE = 2.0  # seconds: a machine busy for a moment may be quiet again
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Sweep:
         self._sent_bytes: list[int] = []  # the text bytes of each body the run drew, in order
         self._order = itertools.count()
         self.repeats: dict[int, int] = {}  # level: runs per backend so far, numbered on
+        self.last_lag: float | None = None  # how far the last run's server fell behind
 
     @property
     def headers(self) -> dict[str, str] | None:
@@ -125,27 +131,53 @@ class Sweep:
         for repeat in range(done, done + (self.plan.repeats if repeats is None else repeats)):
             first = next(self._order) % 2
             for backend in (BACKENDS[first], BACKENDS[1 - first]):
-                if self.progress is not None:
-                    self.progress.begin(backend, level, repeat)
-                run, seconds = await self.run_one(backend, level, repeat)
-                self.backend_seconds += seconds
-                self._append(run, seconds)
-                if self.progress is not None:
-                    self.progress.end(run, seconds)
-                runs.append(run)
+                runs.append(await self._timed_run(backend, level, repeat))
             self.repeats[level] = repeat + 1
         self.runs += runs
         return runs
 
+    async def _timed_run(self, backend: str, level: int, repeat: int) -> LevelRun:
+        """One run that kept its time: one whose emulated server fell behind its time scale
+        by more than ``lag.LIMIT`` is said, left out, and run again after a pause; a second
+        such run stops the sweep (``LagError``), since nothing can be concluded from it."""
+        for attempt in (1, 2):
+            if self.progress is not None:
+                self.progress.begin(backend, level, repeat)
+            run, seconds = await self.run_one(backend, level, repeat)
+            self.backend_seconds += seconds
+            behind = self.last_lag
+            if behind is None or behind <= lag.LIMIT:
+                self._append(run, seconds, behind)
+                if self.progress is not None:
+                    self.progress.end(run, seconds)
+                return run
+            said = (
+                f"the emulated {backend} server ran {behind:.0%} behind its time scale at "
+                f"concurrency {level}: the machine, not the model, set the pace"
+            )
+            if attempt == 2:
+                raise lag.LagError(
+                    f"{said}, twice; nothing is concluded from it. Calibrate again with a "
+                    "slower --time-scale on both servers, fewer requests at once "
+                    "(--max-concurrency), or on a quieter machine."
+                )
+            if self.progress is not None:
+                self.progress.note(f"{said}; the run is left out and tried again")
+            await asyncio.sleep(RETRY_PAUSE)
+        raise AssertionError("unreachable")
+
     async def run_one(self, backend: str, level: int, repeat: int) -> tuple[LevelRun, float]:
-        """One closed-loop run and the backend time it took."""
+        """One closed-loop run and the backend time it took; ``last_lag`` says how far an
+        emulated server fell behind its time scale meanwhile."""
         assert self._session is not None, "use the sweep as an async context manager"
         plan = self.plan
+        url = plan.spec if backend == "spec" else plan.base
+        before = await lag.clock(self._session, url)
         started = time.monotonic()
         self._sent_bytes = []
         run = await run_level(
             self._session,
-            plan.spec if backend == "spec" else plan.base,
+            url,
             self._bodies,
             backend=backend,
             level=level,
@@ -156,11 +188,16 @@ class Sweep:
         )
         for record, size in zip(run.records, self._sent_bytes, strict=True):
             record.prompt_bytes = size
-        return run, time.monotonic() - started
+        seconds = time.monotonic() - started
+        self.last_lag = lag.lag(before, await lag.clock(self._session, url))
+        return run, seconds
 
-    def _append(self, run: LevelRun, seconds: float) -> None:
+    def _append(self, run: LevelRun, seconds: float, behind: float | None = None) -> None:
+        line = run.summary() | {"seconds": round(seconds, 3)}
+        if behind is not None:
+            line["emulator_lag"] = round(behind, 4)
         with (self.out / "levels.jsonl").open("a") as f:
-            f.write(json.dumps(run.summary() | {"seconds": round(seconds, 3)}) + "\n")
+            f.write(json.dumps(line) + "\n")
         with (self.out / "requests.jsonl").open("a") as f:
             for record in run.records:
                 f.write(json.dumps(record.as_json()) + "\n")

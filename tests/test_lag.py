@@ -1,0 +1,91 @@
+"""A sweep that cannot keep its time says so and concludes nothing: each run reads how far
+its emulated server fell behind its time scale, leaves out a run that lagged over 5%, tries
+it again, and stops the sweep if it lags again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specroute.loadgen.lag import Clock, lag
+from tests.processes import emulator_pair
+from tests.test_bench import run
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (Clock(10.0, 10.5), Clock(12.0, 12.6), 0.05),
+        (Clock(0.0, 0.0), Clock(1.0, 2.4), 1.4),
+        (Clock(1.0, 1.0), Clock(1.0, 1.2), None),  # no step between them
+        (None, Clock(1.0, 1.0), None),  # a real engine: no clock
+    ],
+    ids=["on time", "2.4x slow", "no step", "no clock"],
+)
+def test_lag_is_actual_over_intended_step_time(
+    before: Clock | None, after: Clock | None, expected: float | None
+) -> None:
+    found = lag(before, after)
+    assert found == expected if expected is None else found == pytest.approx(expected)
+
+
+async def test_a_sweep_that_keeps_time_records_its_lag(tmp_path: Path) -> None:
+    async with emulator_pair("--time-scale", "0.5") as (spec, base):
+        code, _, stderr = await run(
+            "bench",
+            "sweep",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--concurrency",
+            "1",
+            "--repeats",
+            "1",
+            "--requests-per-level",
+            "4",
+            "--input-len",
+            "64",
+            "--output-len",
+            "16",
+            "--out",
+            str(tmp_path),
+        )
+    assert code == 0, stderr
+    runs = [json.loads(line) for line in (tmp_path / "levels.jsonl").read_text().splitlines()]
+    assert len(runs) == 2 and all(abs(r["emulator_lag"]) <= 0.05 for r in runs), runs
+
+
+async def test_a_sweep_whose_server_falls_behind_stops_saying_so(tmp_path: Path) -> None:
+    """At a thousandth of real time no machine keeps 64 streams' steps on time."""
+    async with emulator_pair("--time-scale", "0.001", "--max-running-requests", "64") as (
+        spec,
+        base,
+    ):
+        code, _, stderr = await run(
+            "bench",
+            "sweep",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--concurrency",
+            "64",
+            "--repeats",
+            "1",
+            "--requests-per-level",
+            "64",
+            "--input-len",
+            "64",
+            "--output-len",
+            "64",
+            "--out",
+            str(tmp_path),
+        )
+    assert code == 2
+    assert "behind its time scale at concurrency 64" in stderr
+    assert "the run is left out and tried again" in stderr
+    assert "twice; nothing is concluded from it" in stderr
+    assert (tmp_path / "levels.jsonl").read_text() == ""  # no lagging run was kept
