@@ -1,6 +1,7 @@
 """One request as a benchmark saw it, kept raw, and the metrics defined on it.
 
-Times are seconds on one monotonic clock per sweep. Definitions (the README states them):
+Times are seconds on one monotonic clock per sweep. Definitions (the crossover page of the
+docs states them):
 TTFT = first token - start; TPOT = (end - first token) / (output tokens - 1); ITL is per
 token (a chunk carrying k tokens after a gap g counts k gaps of g / k); E2E = end - start;
 decode tok/s = 1 / TPOT.

@@ -171,7 +171,7 @@ def _version() -> str:
 
 
 def document() -> dict[str, Any]:
-    status = "The status as JSON: see the README."
+    status = 'The status as JSON: see the serving guide, "Seeing what it does".'
     return {
         "openapi": "3.1.0",
         "info": {

@@ -55,9 +55,9 @@ class RouterSettings(BaseSettings):
         "profile file",
     )
     max_backends: int = Field(64, ge=1, le=4096, description="most backends known at once")
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    policy: str = "crossover"
+    host: str = Field("127.0.0.1", description="the address the router listens on")
+    port: int = Field(8000, ge=0, le=65535, description="the port it listens on")
+    policy: str = Field("crossover", description="the routing policy, by name")
     given_params: dict[str, Any] = Field(
         default_factory=dict,
         validation_alias=PARAMS,
@@ -72,12 +72,26 @@ class RouterSettings(BaseSettings):
     accept_max_age: float | None = Field(None, gt=0, description=_DEPRECATED)
     probe_share: float | None = Field(None, ge=0, le=1, description=_DEPRECATED)
     context: Literal["auto", "off"] | None = Field(None, description=_DEPRECATED)
-    profile: Path | None = None
-    concurrency_source: ConcurrencySource = ConcurrencySource.ROUTER
-    poll_interval: float = Field(0.5, gt=0)
-    stale_after: float = Field(2.0, gt=0)
-    health_interval: float = Field(2.0, gt=0)
-    health_timeout: float = Field(2.0, gt=0)
+    profile: Path | None = Field(
+        None, description="the calibrated profile to route by, watched for changes"
+    )
+    concurrency_source: ConcurrencySource = Field(
+        ConcurrencySource.ROUTER,
+        description="what counts as a server's load: the router's own requests in flight "
+        "(router), the backend's running and queued (backend), the larger of the two (max), "
+        "or, for several router replicas, the backend's report brought up to date with this "
+        "router's own requests since (replicas)",
+    )
+    poll_interval: float = Field(
+        0.5, gt=0, description="seconds between readings of each backend's load and metrics"
+    )
+    stale_after: float = Field(
+        2.0, gt=0, description="seconds after which a backend's last reading is not believed"
+    )
+    health_interval: float = Field(2.0, gt=0, description="seconds between health checks")
+    health_timeout: float = Field(
+        2.0, gt=0, description="seconds a health check may take before it counts as failed"
+    )
     eject_after_failures: int = Field(
         _EJECTION.after_failures,
         ge=1,
@@ -96,12 +110,16 @@ class RouterSettings(BaseSettings):
         ge=1,
         description="after the cool-down, successful trials in a row that readmit a backend",
     )
-    connect_timeout: float = Field(5.0, gt=0)
+    connect_timeout: float = Field(
+        5.0, gt=0, description="seconds to open a connection to a backend"
+    )
     idle_timeout: float = Field(300.0, gt=0, description="longest silence within a stream")
     request_timeout: float = Field(
         1800.0, gt=0, description="deadline of a whole non-streamed answer, sent at its end"
     )
-    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="largest request body accepted (413 past it)"
+    )
     body_timeout: float = Field(
         60.0, gt=0, description="longest time a client may take to send a whole request body"
     )
@@ -116,19 +134,32 @@ class RouterSettings(BaseSettings):
         8190, ge=1024, description="longest target in a request line, longest header name or value"
     )
     max_headers: int = Field(128, ge=8, description="most headers in one request")
-    api_keys: list[SecretStr] = Field(default_factory=list)
-    admin_key: SecretStr | None = None
-    backend_api_key: SecretStr | None = None
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="the keys clients must send as Bearer tokens; none: no key asked",
+    )
+    admin_key: SecretStr | None = Field(
+        None,
+        description="the key of the endpoints that change routing (POST /router/profile); "
+        "none: they refuse",
+    )
+    backend_api_key: SecretStr | None = Field(
+        None, description="the key the router sends to the backends"
+    )
     drain_grace: float = Field(5.0, ge=0, description="after SIGTERM: not ready, still serving")
-    drain_timeout: float = Field(30.0, ge=0)
-    recent_decisions: int = Field(50, ge=0)
+    drain_timeout: float = Field(
+        30.0, ge=0, description="after the grace: the longest requests in flight get to finish"
+    )
+    recent_decisions: int = Field(
+        50, ge=0, description="how many of the last decisions /router/status shows"
+    )
     workers: int = Field(
         1,
         ge=1,
         le=256,
         description="router processes on one port (SO_REUSEPORT) that share one view of load",
     )
-    config: Path | None = Field(None, exclude=True)
+    config: Path | None = Field(None, exclude=True, description="a TOML file of settings")
     _params: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("spec", "base")
