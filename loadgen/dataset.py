@@ -129,15 +129,38 @@ class Dataset:
 
 
 @functools.lru_cache(maxsize=8)  # each policy of a comparison draws the same ones
-def synthetic(input_len: int, output_len: int, count: int = 256, seed: int = 0) -> Dataset:
-    """Random words, one word about one token, so prompts are about ``input_len`` tokens."""
+def synthetic(
+    input_len: int, output_len: int, count: int = 256, seed: int = 0, words: int | None = None
+) -> Dataset:
+    """Random words, one word about one token, so prompts are about ``input_len`` tokens;
+    ``words``: this many words a prompt instead, where a server's tokenizer was found to
+    count otherwise (``loadgen.prompt_fit``)."""
     rng = random.Random(seed)
-    words = max(1, input_len - _TEMPLATE_TOKENS)
+    k = default_words(input_len) if words is None else words
     prompts = tuple(
-        Prompt(({"role": "user", "content": " ".join(rng.choices(_WORDS, k=words))},), output_len)
-        for _ in range(count)
+        Prompt(({"role": "user", "content": words_text(rng, k)},), output_len) for _ in range(count)
     )
-    return Dataset("synthetic", prompts, f"synthetic:{input_len}:{output_len}:{seed}")
+    fitted = "" if words is None else f":words={words}"
+    return Dataset("synthetic", prompts, f"synthetic:{input_len}:{output_len}:{seed}{fitted}")
+
+
+def default_words(input_len: int) -> int:
+    """The words of a synthetic prompt of ``input_len`` tokens, a word a token."""
+    return max(1, input_len - _TEMPLATE_TOKENS)
+
+
+def words_text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choices(_WORDS, k=words))
+
+
+def synthetic_asked(dataset: Dataset) -> tuple[int, int, int] | None:
+    """The input length, output length and seed a synthetic dataset was drawn for, or None
+    for another kind (or one already fitted to a server)."""
+    kind, *numbers = dataset.source.split(":")
+    if kind != "synthetic" or len(numbers) != 3:
+        return None
+    input_len, output_len, seed = (int(n) for n in numbers)
+    return input_len, output_len, seed
 
 
 def synthetic_tokens_per_byte(input_lens: list[int], output_len: int) -> float:

@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +27,7 @@ from specroute.loadgen.closed_loop import LevelRun, run_level
 from specroute.loadgen.dataset import Dataset
 from specroute.loadgen.fairness import banner, fairness_notes, fairness_warnings, server_info
 from specroute.loadgen.progress import Progress
+from specroute.loadgen.prompt_fit import fitted
 
 SCHEMA = "specroute.sweep/v1"
 BACKENDS = ("spec", "base")
@@ -92,9 +93,12 @@ class Sweep:
         if self.progress is not None:
             if warnings:
                 self.progress.note(banner(warnings))
-            for note in notes:
-                self.progress.note(f"fairness check: {note}")
+            for said in notes:
+                self.progress.note(f"fairness check: {said}")
         model = await served_model(session, plan.spec)
+        note = self.progress.note if self.progress is not None else _quiet
+        fit = await fitted(session, plan.spec, model, plan.dataset, note)
+        self.plan = plan = replace(plan, dataset=fit)  # prompts in the server's tokens
         self._bodies = self._drawn(model)
         self.meta = {
             "schema": SCHEMA,
@@ -217,6 +221,10 @@ class Sweep:
         self._write_meta()
         if self._session is not None:
             await self._session.close()
+
+
+def _quiet(_: str) -> None:
+    """A note nobody reads: a sweep without progress."""
 
 
 async def sweep(plan: SweepPlan, levels: list[int], out: Path) -> Sweep:
