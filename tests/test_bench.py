@@ -165,13 +165,13 @@ async def test_a_level_with_failures_is_invalid(tmp_path: Path) -> None:
             "emulate",
             "--mode",
             "spec",
-            *FAST,
+            *KEPT,
             "--max-queued-requests",
             "1",
             "--max-running-requests",
             "1",
         ) as (spec, _),
-        specroute("emulate", "--mode", "base", *FAST, "--max-running-requests", "1") as (base, _),
+        specroute("emulate", "--mode", "base", *KEPT, "--max-running-requests", "1") as (base, _),
     ):
         code, _, stderr = await run(
             "bench",
