@@ -75,6 +75,9 @@ class EngineSettings:
     context_length: int = 2048
     max_total_tokens: int = 16384
     seed: int = 0
+    # every linear layer's row as if alone (engines/sgl_kernel_cpu/sgl_kernel/invariant.py):
+    # greedy tokens equal bit for bit, at the cost of sharing weight reads across a batch
+    batch_invariant: bool = True
     extra: tuple[str, ...] = field(default=())
 
 
@@ -164,7 +167,7 @@ def command(kind: Kind, port: int, settings: EngineSettings, core: int | None) -
     return args if core is None else ["taskset", "-c", str(core), *args]
 
 
-def environment(core: int | None) -> dict[str, str]:
+def environment(core: int | None, settings: EngineSettings) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     env.update(
@@ -173,6 +176,7 @@ def environment(core: int | None) -> dict[str, str]:
         HOME=str(STATE / "home"),  # SGLang and its libraries write caches under HOME
         SGLANG_JIT_CACHE_DIR=str(STATE / "jit"),
         OMP_NUM_THREADS="1" if core is not None else str(os.cpu_count() or 1),
+        SPECROUTE_BATCH_INVARIANT="1" if settings.batch_invariant else "0",
     )
     return env
 
@@ -220,7 +224,7 @@ async def _started(
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
             *command(kind, port, settings, core),
-            env=environment(core),
+            env=environment(core, settings),
             cwd=STATE,
             start_new_session=True,
             stdin=asyncio.subprocess.DEVNULL,
