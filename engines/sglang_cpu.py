@@ -78,6 +78,9 @@ class EngineSettings:
     # every linear layer's row as if alone (engines/sgl_kernel_cpu/sgl_kernel/invariant.py):
     # greedy tokens equal bit for bit, at the cost of sharing weight reads across a batch
     batch_invariant: bool = True
+    # PyTorch's threads per server: one, as two servers and their clients share two
+    # cores, and OpenMP threads that wait by spinning slow everything when cores are few
+    threads: int = 1
     extra: tuple[str, ...] = field(default=())
 
 
@@ -159,6 +162,10 @@ def command(kind: Kind, port: int, settings: EngineSettings, core: int | None) -
         "--random-seed",
         str(settings.seed),
         "--sleep-on-idle",  # else an idle scheduler spins a core
+        # /v1/loads is a snapshot the scheduler publishes every N decode steps (15 unless
+        # told): every step, so that the load the router reads there is current
+        "--load-snapshot-publish-interval",
+        "1",
         "--skip-server-warmup",
     ]
     if kind == "spec":
@@ -175,7 +182,7 @@ def environment(core: int | None, settings: EngineSettings) -> dict[str, str]:
         HF_HUB_OFFLINE="1",
         HOME=str(STATE / "home"),  # SGLang and its libraries write caches under HOME
         SGLANG_JIT_CACHE_DIR=str(STATE / "jit"),
-        OMP_NUM_THREADS="1" if core is not None else str(os.cpu_count() or 1),
+        OMP_NUM_THREADS=str(settings.threads),
         SPECROUTE_BATCH_INVARIANT="1" if settings.batch_invariant else "0",
     )
     return env

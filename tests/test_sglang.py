@@ -199,15 +199,15 @@ async def test_a_client_that_leaves_mid_stream_aborts_the_request_on_the_server(
             await r.content.readline()
         running = parse_loads(await _get(spec.url + "/v1/loads"))
         r.close()
+    assert running is not None and running[0] == 1
     left = time.monotonic()
-    while parse_loads(await _get(spec.url + "/v1/loads")) != (0.0, 0.0, running and running[2]):
+    while parse_loads(await _get(spec.url + "/v1/loads")) != (0.0, 0.0, running[2]):
         assert time.monotonic() - left < 10, "the server still runs the abandoned request"
         await asyncio.sleep(0.05)
     freed = time.monotonic() - left
     while _aborted(await _metrics_text(spec.url)) <= before:
         assert time.monotonic() - left < 10, "sglang:num_aborted_requests_total did not rise"
         await asyncio.sleep(0.05)
-    assert running is not None and running[0] == 1
     print(f"freed {freed:.2f} s after the client left")
 
 
@@ -327,8 +327,11 @@ async def test_calibration_writes_a_profile_the_router_loads(
     assert process.returncode == 0, said
     assert "UNFAIR" not in said
     profile = json.loads(out.read_text())
-    for server in profile["servers"].values():  # what moves the crossover, on record
-        assert server["engine"] == "sglang" and server["version"] == "0.5.23", server
+    servers_on_record = profile["servers"]  # what moves the crossover
+    assert servers_on_record["spec"]["speculative_algorithm"] == "NGRAM"
+    assert servers_on_record["base"]["speculative_algorithm"] is None
+    for server in servers_on_record.values():
+        assert server["version"] == "0.5.23" and server["max_running_requests"], server
     async with specroute(
         "serve", "--spec", spec.url, "--base", base.url, "--profile", str(out)
     ) as (url, _):
@@ -338,17 +341,17 @@ async def test_calibration_writes_a_profile_the_router_loads(
 
 
 async def test_the_speculative_server_killed_mid_stream_is_ejected_then_readmitted(
-    servers: tuple[Engine, Engine],
+    servers: tuple[Engine, Engine], tmp_path: Path
 ) -> None:
     """Last in the module: the speculative server dies for good, and one started again on
     its port takes its place."""
     spec, base = servers
-    flags = _router_flags(
-        spec.url,
-        base.url,
-        *("--health-interval", "0.5", "--eject-seconds", "1", "--eject-after-failures", "1"),
+    config = tmp_path / "router.toml"
+    config.write_text(
+        f'spec = ["{spec.url}"]\nbase = ["{base.url}"]\ncrossover = 4\n'
+        "health_interval = 0.5\neject_after_failures = 1\neject_seconds = 1\n"
     )
-    async with specroute(*flags) as (url, _):
+    async with specroute("serve", "--config", str(config)) as (url, _):
         body = {"model": SERVED_NAME, "prompt": PROMPTS[0], "max_tokens": 1000}
         body |= {"temperature": 0, "ignore_eos": True, "stream": True}
         async with aiohttp.ClientSession() as session:
