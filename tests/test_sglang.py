@@ -27,7 +27,14 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 
 from specroute import prometheus
-from specroute.engines.sglang_cpu import SERVED_NAME, Engine, engine, engine_pair, missing
+from specroute.engines.sglang_cpu import (
+    SERVED_NAME,
+    Engine,
+    EngineSettings,
+    engine,
+    engine_pair,
+    missing,
+)
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
 from specroute.router.backend_stats import BackendStats, parse, parse_loads
@@ -235,8 +242,9 @@ async def test_the_routers_accept_length_is_the_servers_own(
         pytest.fail("could not fit the traffic between two scrapes")
     tokens = sum(a["meta_info"]["completion_tokens"] for a in answers)
     steps = sum(a["meta_info"]["spec_verify_ct"] for a in answers)
-    live = _backend(await _status(router), spec.url)["accept_length"]
-    gauge = _gauge(await _metrics_text(router), "specroute_backend_accept_length")
+    backend = _backend(await _status(router), spec.url)
+    live = backend["accept_length"]
+    gauge = _gauge(await _metrics_text(router), "specroute_backend_accept_length", backend["name"])
     print(f"{tokens} tokens in {steps} verify steps; the router: {live}, its gauge {gauge}")
     assert after.generation_tokens is not None and before.generation_tokens is not None
     assert after.generation_tokens - before.generation_tokens == tokens
@@ -244,8 +252,8 @@ async def test_the_routers_accept_length_is_the_servers_own(
     assert gauge == pytest.approx(tokens / steps, rel=1e-9)
 
 
-def _gauge(text: str, name: str) -> float | None:
-    found = prometheus.values(text, {name}, keep=lambda labels: labels.get("pool") == "spec")
+def _gauge(text: str, name: str, backend: str) -> float | None:
+    found = prometheus.values(text, {name}, keep=lambda labels: labels.get("backend") == backend)
     series = found.get(name)
     return series[0] if series else None
 
@@ -338,6 +346,25 @@ async def test_calibration_writes_a_profile_the_router_loads(
         loaded = (await _status(url))["profile"]
     assert loaded is not None
     assert loaded["crossover"] == profile["crossover"]
+
+
+@pytest.mark.skipif(missing("EAGLE3") is not None, reason=f"{missing('EAGLE3')}")
+async def test_an_eagle3_server_with_a_local_draft_gives_the_plain_servers_tokens(
+    servers: tuple[Engine, Engine],
+) -> None:
+    """EAGLE-3's whole path (draft extend, draft decode, tree verify) on a draft made
+    locally; its weights are random, so it is rarely right, but never changes a token."""
+    _, base = servers
+    async with engine("spec", free_port(), EngineSettings(algorithm="EAGLE3")) as eagle:
+        info = await _get(eagle.url + "/server_info")
+        assert info["speculative_algorithm"] == "EAGLE3"
+        for prompt in PROMPTS[:2]:
+            drafted, plain = await asyncio.gather(
+                _generate(eagle.url, prompt, 24), _generate(base.url, prompt, 24)
+            )
+            assert drafted["output_ids"] == plain["output_ids"], prompt
+            assert drafted["meta_info"]["spec_verify_ct"] > 0
+            print(f"EAGLE-3: {drafted['meta_info']['spec_accept_length']:.2f} tokens a step")
 
 
 async def test_the_speculative_server_killed_mid_stream_is_ejected_then_readmitted(
