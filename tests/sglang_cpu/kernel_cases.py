@@ -16,6 +16,7 @@ from collections.abc import Callable
 import sgl_kernel  # type: ignore[import-not-found]
 import torch  # type: ignore[import-not-found]
 import torch.nn.functional as F  # type: ignore[import-not-found]
+from torch import Tensor
 
 I32, I64 = torch.int32, torch.int64
 
@@ -202,7 +203,17 @@ def _cache(tokens: int, kv_heads: int = 2, dim: int = 16) -> tuple[torch.Tensor,
     return torch.randn(tokens, kv_heads, dim), torch.randn(tokens, kv_heads, dim)
 
 
-def _decode(q, k_cache, v_cache, key, value, loc, table, rows, lens):  # type: ignore[no-untyped-def]
+def _decode(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    key: Tensor | None,
+    value: Tensor | None,
+    loc: Tensor,
+    table: Tensor,
+    rows: Tensor,
+    lens: Tensor,
+) -> Tensor:
     out = torch.zeros(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype)
     torch.ops.sgl_kernel.decode_attention_cpu(
         q,
@@ -244,7 +255,16 @@ def case_decode_attention_writes_the_new_key_and_attends_with_grouped_heads() ->
         torch.testing.assert_close(out[i], expected[0] * 1.0, rtol=1e-5, atol=1e-5)
 
 
-def _extend(q, k_cache, v_cache, table, lens, extends, starts, tree_mask):  # type: ignore[no-untyped-def]
+def _extend(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    table: Tensor,
+    lens: list[int],
+    extends: list[int],
+    starts: list[int],
+    tree_mask: Tensor | None,
+) -> Tensor:
     out = torch.zeros_like(q)
     torch.ops.sgl_kernel.extend_attention_cpu(
         q,
@@ -326,7 +346,7 @@ def case_sglang_sees_the_attention_ops_and_no_weight_packing() -> None:
     assert hasattr(torch.ops.sgl_kernel, "decode_attention_cpu")
     assert hasattr(torch.ops.sgl_kernel, "extend_attention_cpu")
     assert not hasattr(torch.ops.sgl_kernel, "convert_weight_packed")
-    from sgl_kernel import rmsnorm  # type: ignore[import-not-found]
+    from sgl_kernel import rmsnorm
     from sgl_kernel.speculative import reconstruct_indices_from_tree_mask  # type: ignore[import-not-found]
 
     assert reconstruct_indices_from_tree_mask is sgl_kernel.reconstruct_indices_from_tree_mask

@@ -11,7 +11,7 @@ all its queries at once (both servers do the same there).
 
 from __future__ import annotations
 
-import torch
+import torch  # type: ignore[import-not-found]
 from torch import Tensor
 
 _ROW_BY_ROW_MAX = 16  # extends up to this long (verify steps) take the decode path per query

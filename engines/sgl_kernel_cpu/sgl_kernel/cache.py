@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 
-import torch
+import torch  # type: ignore[import-not-found]
 from torch import Tensor
 
 

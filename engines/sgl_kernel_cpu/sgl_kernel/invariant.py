@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-import torch.nn.functional as F
+import torch  # type: ignore[import-not-found]
+import torch.nn.functional as F  # type: ignore[import-not-found]
 from torch import Tensor
 
 ROWS_AT_MOST = 64

@@ -3,7 +3,7 @@ namespace with the argument lists SGLang 0.5.23's CPU attention backend passes."
 
 from __future__ import annotations
 
-import torch
+import torch  # type: ignore[import-not-found]
 
 from .attention import decode_attention_cpu, extend_attention_cpu
 

@@ -17,7 +17,7 @@ BATCH_INVARIANT = "SPECROUTE_BATCH_INVARIANT"
 
 
 def register() -> None:
-    from sglang.srt.runtime_context import override_platform
+    from sglang.srt.runtime_context import override_platform  # type: ignore[import-not-found]
 
     override_platform(has_amx=True).install()
     if os.environ.get(BATCH_INVARIANT) == "1":

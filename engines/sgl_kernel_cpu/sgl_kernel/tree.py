@@ -8,7 +8,7 @@ lists; the NGRAM reconstruction, which sees the whole batch at once, is vectoris
 
 from __future__ import annotations
 
-import torch
+import torch  # type: ignore[import-not-found]
 from torch import Tensor
 
 _FULL_MASK, _QLEN_ONLY = 0, 1  # SGLang's TreeMaskMode values that a CPU worker uses
