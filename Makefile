@@ -43,8 +43,8 @@ $(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)
 vllm-env: $(VLLM)/.installed
 
 # SGLang 0.5.23's CPU engine, the project's own sgl_kernel ops (engines/sgl_kernel_cpu) and
-# models made locally, for the real-engine stage (tests/test_sglang.py): about 8 GB (PyPI's
-# torch brings its CUDA libraries), no weights downloaded.
+# models made locally, for the real-engine stage (tests/test_sglang.py): about 11 GB (PyPI's
+# torch brings its CUDA libraries), 8 minutes on an empty pip cache, no weights downloaded.
 $(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
 	$(BIN)/python -m specroute.engines.sglang_cpu setup
 	touch $@
@@ -70,7 +70,7 @@ environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 vllm-env-or-not: $(BIN)/.installed
 	$(MAKE) vllm-env || echo "make: vLLM's CPU build did not install; the real-engine stage will skip" >&2
 
-# SGLang is 8 GB from PyPI and Debian's libnuma: a machine that cannot install it says which
+# SGLang is 11 GB from PyPI and Debian's libnuma: a machine that cannot install it says which
 # step failed, and its stage skips
 sglang-env-or-not: $(BIN)/.installed
 	$(MAKE) sglang-env || echo "make: SGLang's CPU engine did not install (the output above says which step failed); its real-engine stage will skip" >&2
@@ -103,9 +103,11 @@ imports: $(BIN)/.installed tree
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 	$(BIN)/pytest -m "not vllm and not sglang"
 
-# the whole loop on real engines, one stage each: vLLM's CPU build with n-gram speculation
-# (about 4 minutes), then SGLang's CPU engine with NGRAM (see tests/test_sglang.py)
-real-engine: real-engine-vllm real-engine-sglang
+# the whole loop on real engines, one stage each, the second run even if the first failed:
+# vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with
+# NGRAM and EAGLE-3 and the project's sgl_kernel ops (about 4 minutes)
+real-engine: $(BIN)/.installed
+	$(MAKE) -k real-engine-vllm real-engine-sglang
 
 real-engine-vllm: $(BIN)/.installed
 	$(BIN)/pytest -m vllm tests/test_vllm.py

@@ -351,6 +351,14 @@ def main(argv: list[str] | None = None) -> None:
     srv.add_argument("--algorithm", choices=["NGRAM", "EAGLE3"], default="NGRAM")
     srv.add_argument("--max-running-requests", type=int, default=32)
     srv.add_argument(
+        "--no-batch-invariant",
+        dest="batch_invariant",
+        action="store_false",
+        help="batched linear layers as PyTorch computes them: faster batches, but greedy "
+        "tokens may then differ from the plain server's at near ties",
+    )
+    srv.add_argument("--threads", type=int, default=1, help="PyTorch threads per server")
+    srv.add_argument(
         "--layout",
         choices=list(LAYOUTS),
         default="shared",
@@ -367,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
             model=args.model.resolve(),
             algorithm=args.algorithm,
             max_running_requests=args.max_running_requests,
+            batch_invariant=args.batch_invariant,
+            threads=args.threads,
         )
         run(serve(args.spec_port, args.base_port, settings, args.layout))
 
