@@ -43,8 +43,8 @@ $(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)
 vllm-env: $(VLLM)/.installed
 
 # SGLang 0.5.23's CPU engine, the project's own sgl_kernel ops (engines/sgl_kernel_cpu) and
-# models made locally, for the real-engine stage (tests/test_sglang.py): about 11 GB (PyPI's
-# torch brings its CUDA libraries), 8 minutes on an empty pip cache, no weights downloaded.
+# models made locally, for the real-engine stage (tests/test_sglang.py): 9.2 GB (PyPI's
+# torch brings its CUDA libraries), 8.5 minutes on an empty pip cache, no weights downloaded.
 $(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
 	$(BIN)/python -m specroute.engines.sglang_cpu setup
 	touch $@
@@ -70,7 +70,7 @@ environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 vllm-env-or-not: $(BIN)/.installed
 	$(MAKE) vllm-env || echo "make: vLLM's CPU build did not install; the real-engine stage will skip" >&2
 
-# SGLang is 11 GB from PyPI and Debian's libnuma: a machine that cannot install it says which
+# SGLang is 9.2 GB from PyPI and Debian's libnuma: a machine that cannot install it says which
 # step failed, and its stage skips
 sglang-env-or-not: $(BIN)/.installed
 	$(MAKE) sglang-env || echo "make: SGLang's CPU engine did not install (the output above says which step failed); its real-engine stage will skip" >&2

@@ -49,6 +49,7 @@ ENV = REPO / ".venv-sglang-cpu"  # .venv-sglang holds SGLang's protocol models o
 STATE = REPO / ".sglang-cpu"  # the models, and SGLang's caches (its HOME)
 MODEL = STATE / "model"
 DRAFT = STATE / "eagle3"
+SET_UP = ENV / ".installed"  # written once setup has finished
 REQUIREMENTS = REPO / "tests" / "sglang_cpu" / "requirements.txt"
 KERNEL = Path(__file__).resolve().parent / "sgl_kernel_cpu"
 MODEL_SCRIPT = Path(__file__).resolve().parent / "vllm_cpu_model.py"
@@ -99,6 +100,8 @@ def missing(algorithm: Algorithm = "NGRAM") -> str | None:
     """Why the engine cannot start here, or None when it can."""
     if not python().exists():
         return f"no SGLang environment at {ENV.name} (make sglang-env)"
+    if not SET_UP.exists():
+        return f"the SGLang environment at {ENV.name} did not finish setting up (make sglang-env)"
     if not (MODEL / "config.json").exists():
         return f"no model at {MODEL.relative_to(REPO)} (make sglang-env)"
     if algorithm == "EAGLE3" and not (DRAFT / "config.json").exists():
@@ -261,12 +264,14 @@ async def stop(process: asyncio.subprocess.Process) -> None:
     await process.wait()
 
 
-DEBIAN = ("libnuma-dev", "numactl")  # SGLang's CPU engine binds its threads through libnuma
+# SGLang's CPU engine binds its threads through libnuma, and compiles NGRAM's C++ corpus
+# at its first start (into SGLANG_JIT_CACHE_DIR)
+DEBIAN = ("libnuma-dev", "numactl", "g++")
 
 
 def debian_packages() -> None:
     """Debian's packages the engine needs, installed if absent (as root, through apt)."""
-    if shutil.which("numactl") and Path("/usr/include/numa.h").exists():
+    if shutil.which("numactl") and shutil.which("g++") and Path("/usr/include/numa.h").exists():
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         sys.exit(f"SGLang's CPU engine needs Debian's {' and '.join(DEBIAN)}: install them")
@@ -288,6 +293,7 @@ def setup(model: Path, hidden: int, layers: int, intermediate: int) -> None:
         source = shutil.copytree(KERNEL, Path(build) / KERNEL.name)
         subprocess.run([*pip, "--no-deps", "--no-build-isolation", str(source)], check=True)
     make_models(model, hidden, layers, intermediate)
+    SET_UP.touch()
 
 
 def make_models(model: Path, hidden: int, layers: int, intermediate: int) -> None:
