@@ -1,11 +1,12 @@
 """The whole loop on a real SGLang: SGLang 0.5.23's CPU engine, a plain server and one with
 NGRAM speculation (``specroute.engines.sglang_cpu``), behind ``specroute serve`` as a
-process.
+process; and an EAGLE-3 server on a draft made locally.
 
 A stage of its own (``pytest -m sglang tests/test_sglang.py``), skipped with the reason
 when ``make sglang-env`` has not been run. The two servers start once for the module
-(25-85 s); the speculative one is killed and started again by the last test. The bound
-below fails the stage past 10 minutes.
+(45-90 s); one test starts an EAGLE-3 server of its own, and the last kills the
+speculative server and starts it again. About 4-5 minutes on a 2-core machine; the bound
+below fails the stage past 10.
 """
 
 from __future__ import annotations
