@@ -45,7 +45,7 @@ vllm-env: $(VLLM)/.installed
 # SGLang 0.5.23's CPU engine, the project's own sgl_kernel ops (engines/sgl_kernel_cpu) and
 # models made locally, for the real-engine stage (tests/test_sglang.py): 9.2 GB (PyPI's
 # torch brings its CUDA libraries), 8.5 minutes on an empty pip cache, no weights downloaded.
-$(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
+$(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py engines/sgl_kernel_cpu/pyproject.toml $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
 	$(BIN)/python -m specroute.engines.sglang_cpu setup
 	touch $@
 

@@ -291,7 +291,10 @@ def setup(model: Path, hidden: int, layers: int, intermediate: int) -> None:
     # that setuptools leaves nothing in the checkout.
     with tempfile.TemporaryDirectory() as build:
         source = shutil.copytree(KERNEL, Path(build) / KERNEL.name)
-        subprocess.run([*pip, "--no-deps", "--no-build-isolation", str(source)], check=True)
+        subprocess.run(
+            [*pip, "--no-deps", "--no-build-isolation", "--force-reinstall", str(source)],
+            check=True,
+        )
     make_models(model, hidden, layers, intermediate)
     SET_UP.touch()
 
