@@ -307,8 +307,8 @@ def make_models(model: Path, hidden: int, layers: int, intermediate: int) -> Non
             str(MODEL_SCRIPT),
             "--out",
             str(model),
-            "--readme",
-            str(REPO / "README.md"),
+            "--text",
+            str(REPO / "LICENSE"),  # a text that stays put, as the vLLM stage's
             *sizes,
         ],
         check=True,
