@@ -65,7 +65,7 @@ async def server_info(session: aiohttp.ClientSession, url: str) -> dict[str, Any
     if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
         return _from_vllm(info["vllm_config"]) | await _version(session, url)
     if isinstance(info, dict) and "vllm_config" not in info:
-        return _effective_cap(info)  # SGLang's, its version among them
+        return {"engine": "sglang"} | _effective_cap(info)  # its version among them
     models = await _json(session, f"{url}/v1/models")
     cards = models.get("data") if isinstance(models, dict) else None
     if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):

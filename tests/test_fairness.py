@@ -101,6 +101,7 @@ async def test_sglangs_own_cap_is_read_where_its_arguments_leave_it_unset() -> N
         base = await server_info(session, base_url)
     assert spec is not None and base is not None
     assert (spec["max_running_requests"], base["max_running_requests"]) == (48, 512)
+    assert spec["engine"] == base["engine"] == "sglang"  # its /server_info names no engine
     assert base["max_running_requests_effective"] is True
     assert "max_running_requests_effective" not in spec  # its arguments said 48
     assert fairness_warnings(spec, base)[0].startswith("max_running_requests differs")
