@@ -119,20 +119,28 @@ def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
     return tokens / verifies if verifies is not None and verifies > 0 else None
 
 
-def live_accept_length(old: BackendStats | None, new: BackendStats) -> float | None:
+def gauge_moved(old: BackendStats | None, new: BackendStats) -> bool:
+    """Whether the accept-length gauge changed between two scrapes: the engine refreshed
+    it, so it is live (one that never moved may be left from traffic long gone)."""
+    return old is not None and new.accept_length_gauge != old.accept_length_gauge
+
+
+def live_accept_length(
+    old: BackendStats | None, new: BackendStats, gauge_live: bool
+) -> float | None:
     """The accept length a scrape tells of, or None when it has no news. SGLang's own gauge
-    (``sglang:spec_accept_length``, over its last decode-log interval) where it has one:
-    news when it moved, or while requests decode (the engine refreshes it as it goes, where
-    its counters move only when a request finishes). Elsewhere (vLLM, or a gauge of 0: a
-    server that does not speculate) the counters' window since the last scrape that had
+    (``sglang:spec_accept_length``, over its last decode-log interval) once it is live
+    (``gauge_moved`` since the router began to watch): news when it moved, or while
+    requests decode (the engine refreshes it as it goes, where its counters move only when
+    a request finishes). Before that, and where there is no gauge (vLLM, or a gauge of 0:
+    a server that does not speculate), the counters' window since the last scrape that had
     decoding in it."""
     gauge = new.accept_length_gauge
-    if gauge is not None and gauge > 0 and math.isfinite(gauge):
-        moved = old is None or old.accept_length_gauge != gauge
+    if gauge_live and gauge is not None and gauge > 0 and math.isfinite(gauge):
         decoding = bool(new.running) or (
             old is not None and (_delta(old.generation_tokens, new.generation_tokens) or 0) > 0
         )
-        return gauge if moved or decoding else None
+        return gauge if gauge_moved(old, new) or decoding else None
     if old is None:
         return None
     window = window_accept_length(old, new)

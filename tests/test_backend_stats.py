@@ -4,7 +4,9 @@ engines' exposition text and on lines made to be awkward."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specroute import prometheus
 from specroute.router.backend_stats import (
     BackendStats,
+    gauge_moved,
     live_accept_length,
     parse,
     window_accept_length,
@@ -126,55 +129,56 @@ def test_the_reader_agrees_with_prometheus_client_on_the_vllm_capture() -> None:
 _SPEC = BackendStats(generation_tokens=1000, verify_calls=300, accept_length_gauge=2.5)
 
 
+def _spec(**changes: Any) -> BackendStats:
+    return replace(_SPEC, **changes)
+
+
 @pytest.mark.parametrize(
-    ("old", "new", "expected"),
+    ("old", "new", "live", "expected"),
     [
-        (None, _SPEC, 2.5),  # the first scrape: the gauge is news
+        (_SPEC, _spec(accept_length_gauge=2.8), True, 2.8),
+        (_SPEC, _SPEC, True, None),  # nothing moved, nothing decoding: no news
+        (_SPEC, _spec(running=3), True, 2.5),
+        (_SPEC, _spec(generation_tokens=1100), True, 2.5),
         (
             _SPEC,
-            BackendStats(generation_tokens=1000, verify_calls=300, accept_length_gauge=2.8),
-            2.8,
-        ),
-        (_SPEC, _SPEC, None),  # nothing moved, nothing decoding: no news
-        (
-            _SPEC,
-            BackendStats(
-                running=3, generation_tokens=1000, verify_calls=300, accept_length_gauge=2.5
-            ),
-            2.5,
-        ),
-        (
-            _SPEC,
-            BackendStats(generation_tokens=1100, verify_calls=300, accept_length_gauge=2.5),
-            2.5,
-        ),
-        (
-            _SPEC,
-            BackendStats(generation_tokens=1350, verify_calls=400, accept_length_gauge=0.0),
+            _spec(generation_tokens=1350, verify_calls=400, accept_length_gauge=0.0),
+            True,
             3.5,
         ),
-        (None, BackendStats(generation_tokens=10, verify_calls=3), None),  # no window yet
         (
             _SPEC,
-            BackendStats(generation_tokens=1700, verify_calls=500, accept_length_gauge=math.nan),
+            _spec(generation_tokens=1700, verify_calls=500, accept_length_gauge=math.nan),
+            True,
             3.5,
         ),
+        (None, _SPEC, False, None),  # the first scrape: a gauge that may be an old run's
+        (_SPEC, _spec(running=3, generation_tokens=1350, verify_calls=400), False, 3.5),
+        (None, BackendStats(generation_tokens=10, verify_calls=3), False, None),
     ],
     ids=[
-        "first scrape",
         "gauge moved",
         "no news",
         "decoding, same value",
         "tokens made, same value",
         "gauge of 0: the counters",
-        "counters, first scrape",
         "gauge not a number: the counters",
+        "first scrape",
+        "gauge not yet live: the counters",
+        "counters, first scrape",
     ],
 )
-def test_the_live_accept_length_is_the_engines_gauge_where_it_has_one(
-    old: BackendStats | None, new: BackendStats, expected: float | None
+def test_the_live_accept_length_is_the_engines_gauge_once_it_moves(
+    old: BackendStats | None, new: BackendStats, live: bool, expected: float | None
 ) -> None:
-    assert live_accept_length(old, new) == expected
+    assert live_accept_length(old, new, live) == expected
+
+
+def test_a_gauge_is_live_once_it_has_moved() -> None:
+    assert not gauge_moved(None, _SPEC)
+    assert not gauge_moved(_SPEC, _spec(running=2))
+    assert gauge_moved(_SPEC, _spec(accept_length_gauge=2.4))
+    assert gauge_moved(BackendStats(), _SPEC)  # a first sample after none
 
 
 @pytest.mark.parametrize(
