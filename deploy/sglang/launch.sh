@@ -41,10 +41,13 @@ need SGLANG_PYTHON MODEL_PATH HOST SPEC_PORT BASE_PORT MAX_RUNNING CUDA_GRAPH_MA
 # The two servers differ only in speculation: the same cap on running requests and the same
 # largest CUDA-graph batch, or the router's crossover compares queues and eager fallbacks
 # (an EAGLE server left unset caps itself at 48 running requests).
+# /v1/loads, which the router reads for load, is a snapshot published every 15 decode steps
+# unless told otherwise: every step keeps it current.
 args=(-m sglang.launch_server
     --model-path "$MODEL_PATH"
     --host "$HOST"
     --enable-metrics
+    --load-snapshot-publish-interval 1
     --max-running-requests "$MAX_RUNNING"
     --cuda-graph-max-bs-decode "$CUDA_GRAPH_MAX_BS")
 [[ -z ${SERVED_MODEL_NAME:-} ]] || args+=(--served-model-name "$SERVED_MODEL_NAME")
