@@ -26,17 +26,17 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import venv
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from specroute.engines.process_group import group, until_stopped
 from specroute.event_loop import run
 from specroute.loadgen.spawn import Spawned, wait_ready
 
@@ -62,7 +62,6 @@ SERVED_NAME = "specroute-cpu"
 HIDDEN, LAYERS, INTERMEDIATE = 512, 6, 2048
 DRAFT_TOKENS = 4  # NGRAM: the tree's nodes a step verifies; EAGLE-3: steps + 1
 _STARTUP_SECONDS = 300.0  # 25-85 s seen; a crashed scheduler takes 60 s to exit
-_STOP_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -231,37 +230,13 @@ async def _started(
     kind: Kind, port: int, settings: EngineSettings, core: int | None
 ) -> AsyncIterator[Engine]:
     (STATE / "home").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile() as output:
-        process = await asyncio.create_subprocess_exec(
-            *command(kind, port, settings, core),
-            env=environment(core, settings),
-            cwd=STATE,
-            start_new_session=True,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=output,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
-        finally:
-            await stop(process)
+    argv, env = command(kind, port, settings, core), environment(core, settings)
+    async with group(argv, env, STATE) as (process, output):
+        yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
 
 
 async def _wait_ready(server: Engine) -> None:
     await wait_ready(server, "/health", f"SGLang ({server.kind})", _STARTUP_SECONDS, 0.5)
-
-
-async def stop(process: asyncio.subprocess.Process) -> None:
-    """The server's whole process group: SIGTERM, then SIGKILL for what is left."""
-    if process.returncode is None:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), _STOP_SECONDS)
-    # The scheduler and detokenizer go too, even after the HTTP server's clean exit.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
 
 
 # SGLang's CPU engine binds its threads through libnuma, and compiles NGRAM's C++ corpus
@@ -321,20 +296,8 @@ def make_models(model: Path, hidden: int, layers: int, intermediate: int) -> Non
 
 
 async def serve(spec_port: int, base_port: int, settings: EngineSettings, layout: Layout) -> None:
-    async with engine_pair(spec_port, base_port, settings, layout) as pair:
-        spec, base = pair
-        print(f"speculative {spec.url}  plain {base.url}  (Ctrl-C stops both)", flush=True)
-        stopped = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stopped.set)
-        exits = [asyncio.create_task(s.process.wait()) for s in (spec, base)]
-        await asyncio.wait(
-            [*exits, asyncio.create_task(stopped.wait())], return_when=asyncio.FIRST_COMPLETED
-        )
-        for server in (spec, base):
-            if server.process.returncode is not None:
-                print(f"SGLang ({server.kind}) exited: {server.said()}", file=sys.stderr)
+    async with engine_pair(spec_port, base_port, settings, layout) as (spec, base):
+        await until_stopped("SGLang", spec, base)
 
 
 def _size_flags(parser: argparse.ArgumentParser) -> None:

@@ -32,10 +32,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import sys
-import tempfile
 import venv
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -43,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from specroute.engines.process_group import group, until_stopped
 from specroute.event_loop import run
 from specroute.loadgen.spawn import Spawned, wait_ready
 
@@ -70,7 +68,6 @@ NGRAM = {
     "prompt_lookup_max": 4,
 }
 _STARTUP_SECONDS = 600.0  # 45 s on a free core; 2-5 minutes on a busy one (it compiles)
-_STOP_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -204,20 +201,9 @@ async def engine_pair(
 async def _started(
     kind: Kind, port: int, place: Placement, settings: EngineSettings
 ) -> AsyncIterator[Engine]:
-    with tempfile.TemporaryFile() as output:
-        process = await asyncio.create_subprocess_exec(
-            *command(kind, port, settings),
-            env=environment(place.forward, settings),
-            cwd=REPO,
-            start_new_session=True,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=output,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
-        finally:
-            await _stop(process)
+    argv, env = command(kind, port, settings), environment(place.forward, settings)
+    async with group(argv, env, REPO) as (process, output):
+        yield Engine(f"http://127.0.0.1:{port}", process, output, kind)
 
 
 def _pin_front(group: int, core: int | None) -> None:
@@ -241,18 +227,6 @@ def _pin_front(group: int, core: int | None) -> None:
 
 async def _wait_ready(server: Engine) -> None:
     await wait_ready(server, "/health", f"vLLM ({server.kind})", _STARTUP_SECONDS, 0.5)
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), _STOP_SECONDS)
-    # The group's other members (engine core, worker) go too, even after a clean exit.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
 
 
 def setup(model: Path, hidden: int, layers: int, intermediate: int) -> None:
@@ -285,28 +259,8 @@ def make_model(model: Path, hidden: int, layers: int, intermediate: int) -> None
 
 
 async def serve(spec_port: int, base_port: int, settings: EngineSettings, layout: Layout) -> None:
-    async with engine_pair(spec_port, base_port, settings, layout) as pair:
-        spec, base = pair
-        print(f"speculative {spec.url}  plain {base.url}  (Ctrl-C stops both)", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        ended = asyncio.create_task(
-            asyncio.wait(
-                [
-                    asyncio.create_task(spec.process.wait()),
-                    asyncio.create_task(base.process.wait()),
-                ],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        )
-        await asyncio.wait(
-            [ended, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
-        )
-        for server in (spec, base):
-            if server.process.returncode is not None:
-                print(f"vLLM ({server.kind}) exited: {server.said()}", file=sys.stderr)
+    async with engine_pair(spec_port, base_port, settings, layout) as (spec, base):
+        await until_stopped("vLLM", spec, base)
 
 
 def _size_flags(parser: argparse.ArgumentParser) -> None:
