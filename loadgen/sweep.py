@@ -31,8 +31,6 @@ from specroute.loadgen.prompt_fit import fitted
 
 SCHEMA = "specroute.sweep/v1"
 BACKENDS = ("spec", "base")
-
-
 RETRY_PAUSE = 2.0  # seconds: a machine busy for a moment may be quiet again
 
 

@@ -53,9 +53,10 @@ async def check_health(state: RouterState, backend: Backend) -> None:
 async def poll_metrics(state: RouterState, backend: Backend) -> None:
     """The backend's load from ``/v1/loads`` (SGLang's, current with
     ``--load-snapshot-publish-interval 1``, else a snapshot every 15 decode steps), else
-    from the ``/metrics`` gauges, and its counters from ``/metrics``. A backend that answers 404 to
-    ``/v1/loads`` (an older SGLang, vLLM) is not asked again. An answer that is not empty
-    but yields nothing is an unreadable one: counted, logged, and the readings go stale."""
+    from the ``/metrics`` gauges, and its counters from ``/metrics``. A backend that
+    answers 404 to ``/v1/loads`` (an older SGLang, vLLM) is not asked again. An answer that
+    is not empty but yields nothing is an unreadable one: counted, logged, and the readings
+    go stale."""
     loads = None
     if backend.serves_loads:
         status, answer = await _get(state, backend, "/v1/loads")
