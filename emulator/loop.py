@@ -173,13 +173,16 @@ class EngineLoop:
             self._refresh_gauges()
 
     def _refresh_gauges(self) -> None:
-        """Like SGLang's scheduler, gauges move only at prefill and decode-log intervals."""
+        """Like SGLang's scheduler: the counts move at prefill, on idling and at decode-log
+        intervals; throughput and accept length only at a full interval (``log_decode_stats``
+        resets its accumulators there alone, so one interval may span idle time)."""
         m, labels = self.metrics, self.metrics.scheduler_labels
-        now = time.monotonic()
-        elapsed = now - self._log_started
-        if self._decodes_since_log and elapsed > 0:
-            self.last_gen_throughput = self._log_tokens / elapsed
-            m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
+        if self._decodes_since_log >= self.decode_log_interval:
+            now = time.monotonic()
+            elapsed = now - self._log_started
+            if elapsed > 0:
+                self.last_gen_throughput = self._log_tokens / elapsed
+                m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
             if self._log_verifies:
                 accepted = self._log_spec_tokens / self._log_verifies
                 m.spec_accept_length.labels(**labels).set(accepted)
