@@ -81,9 +81,9 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
             stderr=STDOUT,
         )
         output = (await process.communicate())[0].decode()
+        assert process.returncode == 0, output
         async with running_router(spec=[spec], base=[base], profile=out) as (_, state):
             routed_by = state.in_force.policy.describe()["crossover"]
-    assert process.returncode == 0, output
     profile = json.loads(out.read_text())
     levels = [row["concurrency"] for row in profile["levels"]]
     prediction = predict(emulator_config(*flags), levels, prompt, OUTPUT)
