@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
+from specroute.router.admission import Admission
 from specroute.router.auth import Keys
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
@@ -41,6 +42,8 @@ from specroute.router.monitor import (
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
+from specroute.router.quota import quota_of
+from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -82,6 +85,9 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     digest = b"" if path is None else digest_of(path.read_bytes())  # what the watch compares with
     board = Board(1, settings.columns()) if workers is None else workers.board
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
+    quota = quota_of(settings) if workers is None else workers.quota
+    keys = Keys(settings.api_keys, settings.admin_key)
+    rate = settings.rate_limit
     state = RouterState(
         settings,
         metrics,
@@ -91,6 +97,8 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         WorkerSync(board, None if workers is None else workers.folder),
         Verdicts(metrics, board),
         DecisionLog(metrics, settings.recent_decisions),
+        Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
+        None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
     )
     metrics.exposed.register(StateGauges(state))
     return state
@@ -166,6 +174,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
     await cancel_and_wait(tasks)
+    await state.admission.stop()
     await state.session.close()
 
 

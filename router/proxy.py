@@ -14,6 +14,7 @@ the request ended there is one ``Outcome``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -22,7 +23,8 @@ import orjson
 from aiohttp import web
 
 from specroute.policies.decision import Decision
-from specroute.policies.view import POOLS, Pool
+from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.router.admission import Refusal, at_capacity, refused
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
 from specroute.router.flight import Flight
@@ -37,7 +39,20 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
-    raw, body, decision, context = chosen
+    try:
+        return await _route(request, state, *chosen)
+    finally:
+        state.admission.release()
+
+
+async def _route(
+    request: web.Request,
+    state: RouterState,
+    raw: bytes,
+    body: dict[str, Any],
+    decision: Decision,
+    context: int,
+) -> web.StreamResponse:
     tried: set[str] = set()
     while decision.backend is not None:
         backend = state.roster.backend(decision.backend)
@@ -73,9 +88,13 @@ async def _choose(
     request: web.Request, state: RouterState
 ) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
     """The body as it came and as read, the policy's decision, recorded, and the request's
-    estimated context (KV tokens) for the backend's count; or a refusal."""
+    estimated context (KV tokens) for the backend's count; or a refusal. A decision holds
+    one of admission's slots, which the caller gives back."""
     if state.draining:
         return error_response(503, "The router is shutting down.", "service_unavailable")
+    limited = None if state.rate_limit is None else state.rate_limit.refusal(request)
+    if limited is not None:
+        return limited
     if request.content_type != "application/json":
         return error_response(
             400, f"Content-Type must be application/json, got {request.content_type!r}."
@@ -89,11 +108,22 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    view = state.view()
     info = request_info(request.path, body)
+    admitted = await state.admission.admit(functools.partial(_decide, state, info))
+    if isinstance(admitted, Refusal):
+        return refused(admitted)
+    return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
+
+
+def _decide(state: RouterState, info: RequestInfo) -> Decision | None:
+    """The policy's decision at the load now, recorded; None, not recorded, when the request
+    must wait for room at the pool chosen (``queue_at_capacity``)."""
+    view = state.view()
     decision = state.in_force.policy.choose(info, view)
+    if state.settings.queue_at_capacity and at_capacity(view, decision):
+        return None
     state.decisions.record(decision, view.load())
-    return raw, body, decision, info.context(state.in_force.tokens_per_byte)
+    return decision
 
 
 def _parsed(raw: bytes) -> Any:
