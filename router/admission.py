@@ -41,6 +41,7 @@ class Refusal(StrEnum):
     QUEUE_FULL = "queue_full"  # 429: as many wait as the queue holds
     QUEUE_TIMEOUT = "queue_timeout"  # 503: it waited queue_timeout and was not admitted
     RATE_LIMITED = "rate_limited"  # 429: its key sent more than its rate (rate_limit.py)
+    DRAINING = "draining"  # 503: it waited when the router began to drain
 
 
 Decide = Callable[[], Decision | None]  # the policy's decision now, or None: no room there
@@ -59,7 +60,7 @@ def at_capacity(view: View, decision: Decision) -> bool:
 @dataclass
 class _Waiter:
     decide: Decide
-    admitted: asyncio.Future[Decision] = field(
+    admitted: asyncio.Future[Decision | None] = field(  # None: refused, the router drains
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -91,14 +92,15 @@ class Admission:
         since = time.monotonic()
         try:
             async with asyncio.timeout(self.queue_timeout):
-                return await waiter.admitted
+                decision = await waiter.admitted
         except TimeoutError:
-            if waiter.admitted.done() and not waiter.admitted.cancelled():  # just in time
-                return waiter.admitted.result()
-            waiter.admitted.cancel()
-            return self._refused(Refusal.QUEUE_TIMEOUT)
+            if not waiter.admitted.done() or waiter.admitted.cancelled():
+                waiter.admitted.cancel()
+                return self._refused(Refusal.QUEUE_TIMEOUT)
+            decision = waiter.admitted.result()  # admitted just in time
         except asyncio.CancelledError:  # the client went away while it waited
-            if waiter.admitted.done() and not waiter.admitted.cancelled():
+            admitted = waiter.admitted
+            if admitted.done() and not admitted.cancelled() and admitted.result() is not None:
                 self.release()  # the slot it was given goes to the next
             waiter.admitted.cancel()
             raise
@@ -108,11 +110,19 @@ class Admission:
                 self._handed = None
                 asyncio.get_running_loop().call_soon(self._pump)
             self.metrics.queue_wait.observe(time.monotonic() - since)
+        return self._refused(Refusal.DRAINING) if decision is None else decision
 
     def release(self) -> None:
         """An admitted request ended: its slot goes to the next waiting, if any."""
         self.quota.give()
         self._pump()
+
+    def shut(self) -> None:
+        """The router drains: every request still waiting is refused."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.admitted.done():
+                waiter.admitted.set_result(None)
 
     def _try(self, decide: Decide) -> Decision | None:
         if not self.quota.take():
@@ -174,6 +184,8 @@ class Admission:
 
 def refused(reason: Refusal, retry_after: float = RETRY_AFTER) -> web.Response:
     """The OpenAI-shaped answer to a request admission refused."""
+    if reason is Refusal.DRAINING:
+        return error_response(503, "The router is shutting down.", "service_unavailable")
     if reason is Refusal.QUEUE_TIMEOUT:
         return error_response(
             503,

@@ -76,7 +76,7 @@ class RouterMetrics:
         self.admission_refusals = self._counter(
             "specroute_admission_refusals",
             "Requests refused before routing, by reason: queue_full (429), queue_timeout (503), "
-            "rate_limited (429).",
+            "rate_limited (429), draining (503: it waited when the router began to drain).",
             ("reason",),
         )
         self.rate_limited = self._counter(
