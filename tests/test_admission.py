@@ -267,8 +267,10 @@ def test_the_admission_flags_reach_the_settings() -> None:
     ]
     given = RouterSettings(**given_settings(parser().parse_args([*backends, *flags])))
     default = RouterSettings(**given_settings(parser().parse_args(backends)))
-    names = ("max_concurrent_requests", "queue_size", "queue_timeout", "queue_at_capacity")
-    names += ("rate_limit", "rate_limit_burst")
+    names = [
+        *("max_concurrent_requests", "queue_size", "queue_timeout", "queue_at_capacity"),
+        *("rate_limit", "rate_limit_burst"),
+    ]
     assert [getattr(given, n) for n in names] == [8, 4, 2.5, True, 3.0, 6]
     assert [getattr(default, n) for n in names] == [None, 100, 60.0, False, None, None]
 
