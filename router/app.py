@@ -47,6 +47,7 @@ from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.tracing import Tracing
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 from specroute.router.workers import Workers
@@ -99,6 +100,7 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         DecisionLog(metrics, settings.recent_decisions),
         Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
+        None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
     )
     metrics.exposed.register(StateGauges(state))
     return state
@@ -146,8 +148,9 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.backend_api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
+    traced = [] if state.tracing is None else [state.tracing.trace_config()]
     state.session = aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, headers=headers
+        connector=connector, auto_decompress=False, headers=headers, trace_configs=traced
     )
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
@@ -176,6 +179,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     await cancel_and_wait(tasks)
     await state.admission.stop()
     await state.session.close()
+    if state.tracing is not None:
+        await state.tracing.close()
 
 
 def _discovery(state: RouterState) -> Discovery:

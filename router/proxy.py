@@ -32,10 +32,17 @@ from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
 from specroute.router.request import request_info
 from specroute.router.state import RouterState
+from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
 
 
 async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
+    if state.tracing is not None:
+        return await state.tracing.traced(request, functools.partial(_proxy, request, state))
+    return await _proxy(request, state)
+
+
+async def _proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
@@ -63,7 +70,7 @@ async def _route(
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
                 return _gave_up(failure)
-            state.decisions.record(decision, state.view().load())
+            _record(state, decision, state.view().load(), CURRENT.get())
     return error_response(
         503,
         "No healthy backend can serve this request.",
@@ -92,8 +99,11 @@ async def _choose(
     one of admission's slots, which the caller gives back."""
     if state.draining:
         return error_response(503, "The router is shutting down.", "service_unavailable")
+    span = CURRENT.get()
     limited = None if state.rate_limit is None else state.rate_limit.refusal(request)
     if limited is not None:
+        if span is not None:
+            span.refused(Refusal.RATE_LIMITED)
         return limited
     if request.content_type != "application/json":
         return error_response(
@@ -109,21 +119,30 @@ async def _choose(
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
     info = request_info(request.path, body)
-    admitted = await state.admission.admit(functools.partial(_decide, state, info))
+    admitted = await state.admission.admit(functools.partial(_decide, state, info, span))
     if isinstance(admitted, Refusal):
+        if span is not None:
+            span.refused(admitted)
         return refused(admitted)
     return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
 
 
-def _decide(state: RouterState, info: RequestInfo) -> Decision | None:
+def _decide(state: RouterState, info: RequestInfo, span: RequestSpan | None) -> Decision | None:
     """The policy's decision at the load now, recorded; None, not recorded, when the request
-    must wait for room at the pool chosen (``queue_at_capacity``)."""
+    must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
+    request's task, as that one leaves: the span is this request's."""
     view = state.view()
     decision = state.in_force.policy.choose(info, view)
     if state.settings.queue_at_capacity and at_capacity(view, decision):
         return None
-    state.decisions.record(decision, view.load())
+    _record(state, decision, view.load(), span)
     return decision
+
+
+def _record(state: RouterState, decision: Decision, load: int, span: RequestSpan | None) -> None:
+    state.decisions.record(decision, load)
+    if span is not None:
+        span.decided(decision, state.in_force.policy.name, load)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -187,6 +206,8 @@ async def _forward(
         raise
     finally:
         flight.land()
+        if (span := CURRENT.get()) is not None:
+            span.landed(flight.outcome, backend.name)
 
 
 def _refusal(failure: Failure) -> web.Response:

@@ -22,6 +22,7 @@ from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
+from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
 _DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"
@@ -182,6 +183,12 @@ class RouterSettings(BaseSettings):
     rate_limit_burst: int | None = Field(
         None, ge=1, description="requests a key may send at once; none: the rate, at least 1"
     )
+    otlp_traces_endpoint: str | None = Field(
+        None,
+        description="where to export OpenTelemetry traces, an OTLP/HTTP collector's URL "
+        "(http://HOST:4318/v1/traces): a span per request, its routing decision as attributes, "
+        "W3C traceparent sent upstream; needs pip install 'specroute[otel]'; none: no traces",
+    )
     workers: int = Field(
         1,
         ge=1,
@@ -198,6 +205,17 @@ class RouterSettings(BaseSettings):
             if not url.startswith(SCHEMES):
                 raise ValueError(f"backend URL must start with {', '.join(SCHEMES)}, got {url!r}")
         return [u.rstrip("/") for u in urls]
+
+    @field_validator("otlp_traces_endpoint")
+    @classmethod
+    def _tracing_installed(cls, endpoint: str | None) -> str | None:
+        if endpoint is not None and not tracing_available():
+            raise ValueError(
+                "traces need OpenTelemetry's SDK and OTLP exporter: pip install 'specroute[otel]'"
+            )
+        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+            raise ValueError("an OTLP/HTTP endpoint starts with http:// or https://")
+        return endpoint
 
     @field_validator("groups")
     @classmethod

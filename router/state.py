@@ -29,6 +29,7 @@ from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
+from specroute.router.tracing import Tracing
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 
@@ -45,6 +46,7 @@ class RouterState:
     decisions: DecisionLog
     admission: Admission
     rate_limit: RateLimit | None = None
+    tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     session: ClientSession | None = None
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused

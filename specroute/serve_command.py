@@ -113,6 +113,11 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
         metavar="N",
         help="router processes sharing the port and one view of load (default 1)",
     )
+    group.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="export OpenTelemetry traces to this OTLP/HTTP URL (needs specroute[otel])",
+    )
 
 
 def _add_admission_flags(group: argparse._ArgumentGroup) -> None:
