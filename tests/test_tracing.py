@@ -164,6 +164,10 @@ asyncio.run(main())
 
 def test_an_endpoint_that_is_not_a_url_stops_the_start() -> None:
     with pytest.raises(ValidationError, match="starts with http"):
-        RouterSettings(
-            spec=["http://127.0.0.1:1"], base=["http://127.0.0.1:2"], otlp_traces_endpoint="x:4318"
+        RouterSettings.model_validate(
+            {
+                "spec": ["http://127.0.0.1:1"],
+                "base": ["http://127.0.0.1:2"],
+                "otlp_traces_endpoint": "x:4318",
+            }
         )
