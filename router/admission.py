@@ -80,7 +80,7 @@ class Admission:
     async def admit(self, decide: Decide) -> Decision | Refusal:
         """The decision the request is routed by once admitted (it holds a slot until
         ``release``), or why it was refused (it holds none)."""
-        if not self._queue:
+        if self._handed is None and not self._waiting():  # none admitted and not yet counted
             decision = self._try(decide)
             if decision is not None:
                 return decision
@@ -141,11 +141,7 @@ class Admission:
         looked at once the one admitted has run to its dispatch (its task, woken, runs
         to the backend's count of it before its first wait), so that the load the next is
         decided at counts it."""
-        if self._handed is not None:
-            return
-        while self._queue and self._queue[0].admitted.done():
-            self._queue.popleft()  # timed out or gone
-        if not self._queue:
+        if self._handed is not None or not self._waiting():
             return
         waiter = self._queue[0]
         try:
@@ -159,6 +155,12 @@ class Admission:
         self._queue.popleft()
         waiter.admitted.set_result(decision)
         self._handed = waiter
+
+    def _waiting(self) -> bool:
+        """Whether any request waits (those that timed out or left are dropped first)."""
+        while self._queue and self._queue[0].admitted.done():
+            self._queue.popleft()
+        return bool(self._queue)
 
     def _tick(self) -> None:
         if self._ticker is None or self._ticker.done():

@@ -20,7 +20,7 @@ import time
 
 from specroute.router.settings import RouterSettings
 
-_LOCK_SECONDS = 1.0  # longer than a few stores can take: a worker died holding it
+_LOCK_SECONDS = 0.05  # far longer than a few stores take: past it, a worker died holding it
 
 
 def quota_of(settings: RouterSettings) -> Quota:

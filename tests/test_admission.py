@@ -229,17 +229,19 @@ async def test_requests_wait_for_a_backend_at_capacity_instead_of_piling_on() ->
 
 def _take(quota: Quota, worker: int, n: int, done: Any) -> None:
     quota.become(worker)
-    done.put([quota.take() for _ in range(n)])
+    spent = quota.spend(0, rate=0.001, burst=1)  # the key's one token, taken in this worker
+    done.put([quota.take() for _ in range(n)] + [spent == 0])
     # exits holding its slots, as a worker that dies does
 
 
 def test_the_slots_are_the_routers_across_worker_processes() -> None:
-    quota = Quota(2, limit=3, buckets=1)
+    quota = Quota(2, limit=3, buckets=2)
     context = multiprocessing.get_context("fork")
     done = context.Queue()
     worker = context.Process(target=_take, args=(quota, 1, 2, done))
     worker.start()
-    assert done.get(timeout=10) == [True, True]
+    assert done.get(timeout=10) == [True, True, True]
+    assert quota.spend(0, rate=0.001, burst=1) > 0  # the bucket is the router's
     worker.join(10)
     assert quota.admitted() == 2
     assert [quota.take(), quota.take()] == [True, False]  # one left of three
@@ -247,9 +249,9 @@ def test_the_slots_are_the_routers_across_worker_processes() -> None:
     assert quota.admitted() == 1
     assert [quota.take(), quota.take(), quota.take()] == [True, True, False]
     now = time.monotonic()
-    assert quota.spend(0, rate=1.0, burst=1, now=now) == 0
-    assert quota.spend(0, rate=1.0, burst=1, now=now + 0.5) == pytest.approx(0.5)
-    assert quota.spend(0, rate=1.0, burst=1, now=now + 1.0) == 0
+    assert quota.spend(1, rate=1.0, burst=1, now=now) == 0
+    assert quota.spend(1, rate=1.0, burst=1, now=now + 0.5) == pytest.approx(0.5)
+    assert quota.spend(1, rate=1.0, burst=1, now=now + 1.0) == 0
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
