@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
+from specroute.router.admission import Admission
 from specroute.router.auth import Keys
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
@@ -41,9 +42,12 @@ from specroute.router.monitor import (
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
+from specroute.router.quota import quota_of
+from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.tracing import Tracing
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 from specroute.router.workers import Workers
@@ -82,6 +86,9 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     digest = b"" if path is None else digest_of(path.read_bytes())  # what the watch compares with
     board = Board(1, settings.columns()) if workers is None else workers.board
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
+    quota = quota_of(settings) if workers is None else workers.quota
+    keys = Keys(settings.api_keys, settings.admin_key)
+    rate = settings.rate_limit
     state = RouterState(
         settings,
         metrics,
@@ -91,6 +98,9 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         WorkerSync(board, None if workers is None else workers.folder),
         Verdicts(metrics, board),
         DecisionLog(metrics, settings.recent_decisions),
+        Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
+        None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
+        None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
     )
     metrics.exposed.register(StateGauges(state))
     return state
@@ -138,8 +148,9 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.backend_api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
+    traced = [] if state.tracing is None else [state.tracing.trace_config()]
     state.session = aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, headers=headers
+        connector=connector, auto_decompress=False, headers=headers, trace_configs=traced
     )
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
@@ -166,7 +177,10 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
     await cancel_and_wait(tasks)
+    await state.admission.stop()
     await state.session.close()
+    if state.tracing is not None:
+        await state.tracing.close()
 
 
 def _discovery(state: RouterState) -> Discovery:

@@ -34,6 +34,16 @@ def _matches(token: str, keys: Sequence[SecretStr]) -> bool:
     return found
 
 
+def _index(token: str, keys: Sequence[SecretStr]) -> int | None:
+    """Which of ``keys`` ``token`` is, compared with every one as ``_matches`` does."""
+    found = None
+    given = token.encode("utf-8", "surrogateescape")
+    for i, key in enumerate(keys):
+        if hmac.compare_digest(given, key.get_secret_value().encode()):
+            found = i
+    return found
+
+
 class Keys:
     """Who may do what: ``refusal`` says why a request may not, or nothing if it may."""
 
@@ -66,3 +76,15 @@ class Keys:
         if admin_path and _matches(token, clients):
             return error_response(403, "This endpoint needs the admin key.", "permission_error")
         return error_response(401, "Incorrect API key provided.", "authentication_error")
+
+    def names(self) -> list[str]:
+        """What a metric may call each key instead of the key: ``anonymous`` for requests
+        with none of them, ``keyN`` for the N-th client key given, ``admin``."""
+        clients = [f"key{i}" for i in range(len(self.clients))]
+        return ["anonymous", *clients, *(["admin"] if self.admins else [])]
+
+    def holder(self, request: web.Request) -> int:
+        """The index in ``names`` of the key ``request`` came with."""
+        token = _bearer(request)
+        index = None if token is None else _index(token, [*self.clients, *self.admins])
+        return 0 if index is None else index + 1

@@ -35,6 +35,18 @@ class StateGauges(Collector):
             "The live concurrency of the whole deployment as the policy counts it, now.",
             value=view.load(),
         )
+        quota = state.admission.quota
+        yield GaugeMetricFamily(
+            "specroute_admitted_requests",
+            "Requests admitted and not yet ended, through every worker (what "
+            "max_concurrent_requests limits).",
+            value=quota.admitted(),
+        )
+        yield GaugeMetricFamily(
+            "specroute_queue_depth",
+            "Requests waiting for admission, through every worker.",
+            value=quota.queued(),
+        )
         policy, profile = state.in_force.policy, state.in_force.profile
         crossover = policy.crossover()
         if crossover is not None:

@@ -73,6 +73,26 @@ class RouterMetrics:
             ("backend", "kind"),
         )
 
+        self.admission_refusals = self._counter(
+            "specroute_admission_refusals",
+            "Requests refused before routing, by reason: queue_full (429), queue_timeout (503), "
+            "rate_limited (429), draining (503: it waited when the router began to drain).",
+            ("reason",),
+        )
+        self.rate_limited = self._counter(
+            "specroute_rate_limited",
+            "Requests refused by the per-key rate limit, by key name (keyN: the N-th client key "
+            "given; admin; anonymous: none), never by the key.",
+            ("key",),
+        )
+        self.queue_wait = Histogram(
+            "specroute_queue_wait_seconds",
+            "Time a request waited in the admission queue, admitted or not (those admitted at "
+            "once are not counted).",
+            buckets=LATENCY_BUCKETS,
+            registry=self._own,
+        )
+
     def _counter(self, name: str, documentation: str, labels: tuple[str, ...]) -> Counter:
         return Counter(name, documentation, labels, registry=self._own)
 

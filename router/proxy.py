@@ -14,6 +14,7 @@ the request ended there is one ``Outcome``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -22,7 +23,8 @@ import orjson
 from aiohttp import web
 
 from specroute.policies.decision import Decision
-from specroute.policies.view import POOLS, Pool
+from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.router.admission import Refusal, at_capacity, refused
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
 from specroute.router.flight import Flight
@@ -30,14 +32,34 @@ from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
 from specroute.router.request import request_info
 from specroute.router.state import RouterState
+from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
 
 
 async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
+    if state.tracing is not None:
+        return await state.tracing.traced(request, functools.partial(_proxy, request, state))
+    return await _proxy(request, state)
+
+
+async def _proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
-    raw, body, decision, context = chosen
+    try:
+        return await _route(request, state, *chosen)
+    finally:
+        state.admission.release()
+
+
+async def _route(
+    request: web.Request,
+    state: RouterState,
+    raw: bytes,
+    body: dict[str, Any],
+    decision: Decision,
+    context: int,
+) -> web.StreamResponse:
     tried: set[str] = set()
     while decision.backend is not None:
         backend = state.roster.backend(decision.backend)
@@ -48,7 +70,7 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
                 return _gave_up(failure)
-            state.decisions.record(decision, state.view().load())
+            _record(state, decision, state.view().load(), CURRENT.get())
     return error_response(
         503,
         "No healthy backend can serve this request.",
@@ -73,9 +95,16 @@ async def _choose(
     request: web.Request, state: RouterState
 ) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
     """The body as it came and as read, the policy's decision, recorded, and the request's
-    estimated context (KV tokens) for the backend's count; or a refusal."""
+    estimated context (KV tokens) for the backend's count; or a refusal. A decision holds
+    one of admission's slots, which the caller gives back."""
     if state.draining:
         return error_response(503, "The router is shutting down.", "service_unavailable")
+    span = CURRENT.get()
+    limited = None if state.rate_limit is None else state.rate_limit.refusal(request)
+    if limited is not None:
+        if span is not None:
+            span.refused(Refusal.RATE_LIMITED)
+        return limited
     if request.content_type != "application/json":
         return error_response(
             400, f"Content-Type must be application/json, got {request.content_type!r}."
@@ -89,11 +118,31 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    view = state.view()
     info = request_info(request.path, body)
+    admitted = await state.admission.admit(functools.partial(_decide, state, info, span))
+    if isinstance(admitted, Refusal):
+        if span is not None:
+            span.refused(admitted)
+        return refused(admitted)
+    return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
+
+
+def _decide(state: RouterState, info: RequestInfo, span: RequestSpan | None) -> Decision | None:
+    """The policy's decision at the load now, recorded; None, not recorded, when the request
+    must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
+    request's task, as that one leaves: the span is this request's."""
+    view = state.view()
     decision = state.in_force.policy.choose(info, view)
-    state.decisions.record(decision, view.load())
-    return raw, body, decision, info.context(state.in_force.tokens_per_byte)
+    if state.settings.queue_at_capacity and at_capacity(view, decision):
+        return None
+    _record(state, decision, view.load(), span)
+    return decision
+
+
+def _record(state: RouterState, decision: Decision, load: int, span: RequestSpan | None) -> None:
+    state.decisions.record(decision, load)
+    if span is not None:
+        span.decided(decision, state.in_force.policy.name, load)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -157,6 +206,8 @@ async def _forward(
         raise
     finally:
         flight.land()
+        if (span := CURRENT.get()) is not None:
+            span.landed(flight.outcome, backend.name)
 
 
 def _refusal(failure: Failure) -> web.Response:

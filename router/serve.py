@@ -97,6 +97,7 @@ async def drain(state: RouterState, grace: float, seconds: float, again: asyncio
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(again.wait(), grace)
     state.draining = True
+    state.admission.shut()
     print(
         f"specroute router: draining {state.inflight()} request(s), up to {seconds:g} s", flush=True
     )

@@ -22,6 +22,7 @@ from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
+from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
 _DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"
@@ -153,6 +154,41 @@ class RouterSettings(BaseSettings):
     recent_decisions: int = Field(
         50, ge=0, description="how many of the last decisions /router/status shows"
     )
+    max_concurrent_requests: int | None = Field(
+        None,
+        ge=1,
+        description="requests the router serves at once, through all its workers; more wait "
+        "in the queue; none: no limit",
+    )
+    queue_size: int = Field(
+        100,
+        ge=0,
+        description="requests that may wait for admission, through all the workers; one more "
+        "is refused with 429",
+    )
+    queue_timeout: float = Field(
+        60.0, gt=0, description="seconds a request may wait for admission; then refused with 503"
+    )
+    queue_at_capacity: bool = Field(
+        False,
+        description="a request whose pool has no healthy backend running fewer requests than "
+        "its reported capacity (max_running_requests) waits in the queue instead",
+    )
+    rate_limit: float | None = Field(
+        None,
+        gt=0,
+        description="requests a second each API key may send (one bucket for all when no "
+        "keys are set); more are refused with 429; none: no limit",
+    )
+    rate_limit_burst: int | None = Field(
+        None, ge=1, description="requests a key may send at once; none: the rate, at least 1"
+    )
+    otlp_traces_endpoint: str | None = Field(
+        None,
+        description="where to export OpenTelemetry traces, an OTLP/HTTP collector's URL "
+        "(http://HOST:4318/v1/traces): a span per request, its routing decision as attributes, "
+        "W3C traceparent sent upstream; needs pip install 'specroute[otel]'; none: no traces",
+    )
     workers: int = Field(
         1,
         ge=1,
@@ -169,6 +205,17 @@ class RouterSettings(BaseSettings):
             if not url.startswith(SCHEMES):
                 raise ValueError(f"backend URL must start with {', '.join(SCHEMES)}, got {url!r}")
         return [u.rstrip("/") for u in urls]
+
+    @field_validator("otlp_traces_endpoint")
+    @classmethod
+    def _tracing_installed(cls, endpoint: str | None) -> str | None:
+        if endpoint is not None and not tracing_available():
+            raise ValueError(
+                "traces need OpenTelemetry's SDK and OTLP exporter: pip install 'specroute[otel]'"
+            )
+        if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+            raise ValueError("an OTLP/HTTP endpoint starts with http:// or https://")
+        return endpoint
 
     @field_validator("groups")
     @classmethod

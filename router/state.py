@@ -5,7 +5,8 @@ each with one job, and the few steps that take several of them.
 - ``in_force``: the policy routed by, and the profile it was built from;
 - ``sync``: what the workers of one router publish for each other;
 - ``verdicts``: what requests and health checks say of backends, to their breakers;
-- ``decisions``: the routing decisions, counted, the last few kept.
+- ``decisions``: the routing decisions, counted, the last few kept;
+- ``admission``: which requests are served now and which wait; ``rate_limit``: each key's.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from typing import Any
 from aiohttp import ClientResponse, ClientSession, ClientTimeout
 
 from specroute.policies.view import View
+from specroute.router.admission import Admission
 from specroute.router.backend import Backend
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
 from specroute.router.policy_in_force import POSTED, PolicyInForce
+from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
+from specroute.router.tracing import Tracing
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 
@@ -40,6 +44,9 @@ class RouterState:
     sync: WorkerSync
     verdicts: Verdicts
     decisions: DecisionLog
+    admission: Admission
+    rate_limit: RateLimit | None = None
+    tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     session: ClientSession | None = None
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused

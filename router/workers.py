@@ -29,6 +29,7 @@ from types import FrameType
 from prometheus_client import values
 
 from specroute.router.board import Board
+from specroute.router.quota import Quota, quota_of
 from specroute.router.settings import RouterSettings
 
 _AT_START = 5.0  # a worker that dies sooner than this never served: a fault of the setup
@@ -41,6 +42,7 @@ class Workers:
 
     board: Board
     folder: Path  # prometheus_client's multiprocess files, and the profile posted last
+    quota: Quota  # admission's slots, queues and rate buckets
 
 
 Serve = Callable[[RouterSettings, Workers], None]
@@ -48,7 +50,8 @@ Serve = Callable[[RouterSettings, Workers], None]
 
 def supervise(settings: RouterSettings, serve: Serve) -> int:
     folder = Path(tempfile.mkdtemp(prefix="specroute-workers-"))
-    workers = Workers(Board(settings.workers, settings.columns()), folder)
+    board = Board(settings.workers, settings.columns())
+    workers = Workers(board, folder, quota_of(settings))
     children: dict[int, tuple[int, float]] = {}  # pid: (worker, when it started)
     stopping: list[int] = []
 
@@ -87,6 +90,7 @@ def supervise(settings: RouterSettings, serve: Serve) -> int:
                 flush=True,
             )
             workers.board.forget(worker)
+            workers.quota.forget(worker)
             children[_fork(worker, settings, workers, serve)] = (worker, time.monotonic())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -104,6 +108,7 @@ def _fork(worker: int, settings: RouterSettings, workers: Workers, serve: Serve)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)  # the worker's loop sets its own
         workers.board.become(worker)
+        workers.quota.become(worker)
         # counts from now on go to this process's files in the shared folder
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(workers.folder)
         values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]

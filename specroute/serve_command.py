@@ -39,6 +39,7 @@ def add_serve(sub: Subcommands) -> None:
     _add_backend_flags(serve.add_argument_group("backends"))
     _add_policy_flags(serve.add_argument_group("routing"))
     _add_serving_flags(serve.add_argument_group("serving"))
+    _add_admission_flags(serve.add_argument_group("admission (default: no limit)"))
     _add_timing_flags(serve.add_argument_group("timing, in seconds"))
     serve.set_defaults(handler=_serve)
 
@@ -111,6 +112,38 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
         type=int,
         metavar="N",
         help="router processes sharing the port and one view of load (default 1)",
+    )
+    group.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="export OpenTelemetry traces to this OTLP/HTTP URL (needs specroute[otel])",
+    )
+
+
+def _add_admission_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        metavar="N",
+        help="requests served at once, through every worker; more wait in the queue",
+    )
+    group.add_argument(
+        "--queue-size", type=int, metavar="N", help="requests that may wait; then 429 (100)"
+    )
+    group.add_argument(
+        "--queue-timeout", type=float, metavar="S", help="longest wait; then 503 (60)"
+    )
+    group.add_argument(
+        "--queue-at-capacity",
+        action="store_const",
+        const=True,
+        help="wait while every server of the pool chosen runs its max_running_requests",
+    )
+    group.add_argument(
+        "--rate-limit", type=float, metavar="R", help="requests a second each API key may send"
+    )
+    group.add_argument(
+        "--rate-limit-burst", type=int, metavar="N", help="requests a key may send at once"
     )
 
 

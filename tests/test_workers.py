@@ -37,6 +37,7 @@ class Held:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.hits: Counter[str] = Counter()
+        self.open = 0  # streams begun and not yet released
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._chat)
         for path in ("/health", "/metrics"):
@@ -51,7 +52,9 @@ class Held:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         await response.write(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n')
+        self.open += 1
         await self.release.wait()
+        self.open -= 1
         await response.write(b'data: {"choices": [{"delta": {"content": "b"}}]}\n\n')
         await response.write(b"data: [DONE]\n\n")
         return response
@@ -106,6 +109,8 @@ async def _every_worker(url: str) -> dict[int, tuple[dict[str, Any], dict[str, f
 
 
 _SUMMED = (
+    "specroute_admitted_requests",
+    "specroute_queue_depth",
     "specroute_live_concurrency",
     "specroute_inflight",
     "specroute_requests_total",
@@ -153,6 +158,39 @@ async def test_workers_see_the_total_and_decide_as_one_router(
             assert metrics["specroute_requests_total"] == HELD
             assert metrics["specroute_route_decisions_total"] == HELD
             assert metrics["specroute_live_concurrency"] == 0
+
+
+async def test_the_limit_of_requests_holds_across_the_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = 3
+    monkeypatch.setenv("SPECROUTE_MAX_CONCURRENT_REQUESTS", str(limit))
+    async with deployment(monkeypatch) as (url, spec, _):
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)  # spread over the workers
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        async with aiohttp.ClientSession(connector=connector) as session:
+            posts = [
+                asyncio.create_task(session.post(url + "/v1/chat/completions", json=body))
+                for _ in range(HELD)
+            ]
+            for _ in range(200):
+                seen = await _every_worker(url)
+                if all(m["specroute_queue_depth"] == HELD - limit for _, m in seen.values()):
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # a slot taken past the limit would show by now
+            assert spec.open == limit  # at the backends, by their own count
+            for _, metrics in seen.values():
+                assert metrics["specroute_admitted_requests"] == limit
+                assert metrics["specroute_queue_depth"] == HELD - limit
+            spec.release.set()
+            for response in await asyncio.gather(*posts):
+                assert (await response.read()).endswith(b"data: [DONE]\n\n")
+                response.release()
+        for _, metrics in (await _every_worker(url)).values():
+            assert metrics["specroute_requests_total"] == HELD
+            assert metrics["specroute_admitted_requests"] == 0
+            assert metrics["specroute_queue_depth"] == 0
 
 
 async def test_one_worker_checks_health_and_polls_for_all(

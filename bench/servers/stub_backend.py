@@ -253,9 +253,14 @@ class _Connection(asyncio.Protocol):
             self._next_request()
 
 
-async def serve(host: str, port: int, stub: Stub) -> None:
+async def listen(host: str, port: int, stub: Stub) -> asyncio.Server:
+    """The stub on ``host:port`` (0: a free port), on the running loop."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(stub), host, port, backlog=4096)
+    return await loop.create_server(lambda: _Connection(stub), host, port, backlog=4096)
+
+
+async def serve(host: str, port: int, stub: Stub) -> None:
+    server = await listen(host, port, stub)
     print(f"stub backend on http://{host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
