@@ -7,7 +7,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
-from specroute.router.backend_stats import BackendStats, gauge_moved, live_accept_length
+from specroute.router.backend_stats import BackendStats, live_accept_length
 from specroute.router.board import Board, Reading
 from specroute.router.health import Breaker, BreakerState
 
@@ -38,7 +38,6 @@ class Backend:
         self._verdicts_seen = 0  # the sequence number of the last health verdict applied
         self._previous: BackendStats | None = None  # the leader's last scrape
         self._accept: tuple[float, float] | None = None  # the leader's: (accept length, at)
-        self._gauge_live = False  # the leader's: the engine's accept-length gauge has moved
         self.serves_loads = True  # the leader's: until it answers 404 to /v1/loads
         self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
 
@@ -86,8 +85,7 @@ class Backend:
     def record_stats(self, stats: BackendStats, at: float) -> None:
         """The leader's reading, published with the counts for every worker: the live
         accept length (``live_accept_length``), stamped when it has news."""
-        self._gauge_live = self._gauge_live or gauge_moved(self._previous, stats)
-        if (accept := live_accept_length(self._previous, stats, self._gauge_live)) is not None:
+        if (accept := live_accept_length(self._previous, stats)) is not None:
             self._accept = (accept, at)
         self._previous = stats
         counts = stats.running, stats.queued, stats.max_running

@@ -121,26 +121,23 @@ def window_accept_length(old: BackendStats, new: BackendStats) -> float | None:
 
 def gauge_moved(old: BackendStats | None, new: BackendStats) -> bool:
     """Whether the accept-length gauge changed between two scrapes: the engine refreshed
-    it, so it is live (one that never moved may be left from traffic long gone)."""
+    it."""
     return old is not None and new.accept_length_gauge != old.accept_length_gauge
 
 
-def live_accept_length(
-    old: BackendStats | None, new: BackendStats, gauge_live: bool
-) -> float | None:
+def live_accept_length(old: BackendStats | None, new: BackendStats) -> float | None:
     """The accept length a scrape tells of, or None when it has no news. SGLang's own gauge
-    (``sglang:spec_accept_length``, over its last decode-log interval) once it is live
-    (``gauge_moved`` since the router began to watch): news when it moved, or while
-    requests decode (the engine refreshes it as it goes, where its counters move only when
-    a request finishes). Before that, and where there is no gauge (vLLM, or a gauge of 0:
-    a server that does not speculate), the counters' window since the last scrape that had
-    decoding in it."""
+    (``sglang:spec_accept_length``, over its last full decode-log interval of 40 steps)
+    when it moved since the last scrape (the first scrape's may be left from traffic long
+    gone): the freshest figure, and the only one while long streams decode, since the
+    counters move only when a request finishes. Else the counters' window since the last
+    scrape, over the requests that finished in it: short requests (a probe) may end before
+    the gauge's interval fills, so a gauge that did not move is old news, however busy the
+    server. Where there is no gauge (vLLM, or a gauge of 0: a server that does not
+    speculate), the window alone."""
     gauge = new.accept_length_gauge
-    if gauge_live and gauge is not None and gauge > 0 and math.isfinite(gauge):
-        decoding = bool(new.running) or (
-            old is not None and (_delta(old.generation_tokens, new.generation_tokens) or 0) > 0
-        )
-        return gauge if gauge_moved(old, new) or decoding else None
+    if gauge_moved(old, new) and gauge is not None and gauge > 0 and math.isfinite(gauge):
+        return gauge
     if old is None:
         return None
     window = window_accept_length(old, new)

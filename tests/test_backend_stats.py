@@ -134,47 +134,51 @@ def _spec(**changes: Any) -> BackendStats:
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "live", "expected"),
+    ("old", "new", "expected"),
     [
-        (_SPEC, _spec(accept_length_gauge=2.8), True, 2.8),
-        (_SPEC, _SPEC, True, None),  # nothing moved, nothing decoding: no news
-        (_SPEC, _spec(running=3), True, 2.5),
-        (_SPEC, _spec(generation_tokens=1100), True, 2.5),
+        (_SPEC, _spec(accept_length_gauge=2.8), 2.8),
+        (_SPEC, _SPEC, None),  # nothing moved, nothing decoding: no news
+        (_SPEC, _spec(running=3), None),
+        (_SPEC, _spec(generation_tokens=1300, verify_calls=400), 3.0),
+        (
+            _SPEC,
+            _spec(generation_tokens=1300, verify_calls=400, accept_length_gauge=2.8),
+            2.8,
+        ),
         (
             _SPEC,
             _spec(generation_tokens=1350, verify_calls=400, accept_length_gauge=0.0),
-            True,
             3.5,
         ),
         (
             _SPEC,
             _spec(generation_tokens=1700, verify_calls=500, accept_length_gauge=math.nan),
-            True,
             3.5,
         ),
-        (None, _SPEC, False, None),  # the first scrape: a gauge that may be an old run's
-        (_SPEC, _spec(running=3, generation_tokens=1350, verify_calls=400), False, 3.5),
-        (None, BackendStats(generation_tokens=10, verify_calls=3), False, None),
+        (None, _SPEC, None),  # the first scrape: a gauge that may be an old run's
+        (_SPEC, _spec(running=3, generation_tokens=1350, verify_calls=400), 3.5),
+        (None, BackendStats(generation_tokens=10, verify_calls=3), None),
     ],
     ids=[
         "gauge moved",
         "no news",
-        "decoding, same value",
-        "tokens made, same value",
+        "decoding, gauge still: old news",
+        "gauge still, requests finished: the counters",
+        "both moved: the gauge, fresher",
         "gauge of 0: the counters",
         "gauge not a number: the counters",
         "first scrape",
-        "gauge not yet live: the counters",
+        "gauge still, decoding, requests finished: the counters",
         "counters, first scrape",
     ],
 )
-def test_the_live_accept_length_is_the_engines_gauge_once_it_moves(
-    old: BackendStats | None, new: BackendStats, live: bool, expected: float | None
+def test_the_live_accept_length_is_the_engines_gauge_when_it_moves(
+    old: BackendStats | None, new: BackendStats, expected: float | None
 ) -> None:
-    assert live_accept_length(old, new, live) == expected
+    assert live_accept_length(old, new) == expected
 
 
-def test_a_gauge_is_live_once_it_has_moved() -> None:
+def test_a_gauge_moved_when_its_value_changed() -> None:
     assert not gauge_moved(None, _SPEC)
     assert not gauge_moved(_SPEC, _spec(running=2))
     assert gauge_moved(_SPEC, _spec(accept_length_gauge=2.4))
