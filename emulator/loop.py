@@ -57,6 +57,7 @@ class EngineLoop:
         self.total_spec_tokens = 0
         self.total_verifies = 0
         self.last_gen_throughput = 0.0
+        self.last_accept_length = 0.0  # over the last full decode-log interval
 
     # -- requests ---------------------------------------------------------------------
     def submit(self, seq: Sequence, listener: Listener) -> None:
@@ -173,23 +174,26 @@ class EngineLoop:
             self._refresh_gauges()
 
     def _refresh_gauges(self) -> None:
-        """Like SGLang's scheduler: the counts move at prefill, on idling and at decode-log
-        intervals; throughput and accept length only at a full interval (``log_decode_stats``
-        resets its accumulators there alone, so one interval may span idle time)."""
+        """Like SGLang's scheduler, which sets every gauge from one stats object: at prefill,
+        on idling and at decode-log intervals; throughput and accept length are computed
+        only at a full interval (``log_decode_stats`` resets its accumulators there alone,
+        so one interval may span idle time) and repeated in between."""
         m, labels = self.metrics, self.metrics.scheduler_labels
         if self._decodes_since_log >= self.decode_log_interval:
             now = time.monotonic()
             elapsed = now - self._log_started
             if elapsed > 0:
                 self.last_gen_throughput = self._log_tokens / elapsed
-                m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
             if self._log_verifies:
-                accepted = self._log_spec_tokens / self._log_verifies
-                m.spec_accept_length.labels(**labels).set(accepted)
-                m.spec_accept_rate.labels(**labels).set((accepted - 1) / self.engine.steps)
+                self.last_accept_length = self._log_spec_tokens / self._log_verifies
             self._log_tokens = self._log_verifies = self._log_spec_tokens = 0
             self._decodes_since_log = 0
             self._log_started = now
+        m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
+        if self.engine.speculative:
+            accepted = self.last_accept_length
+            m.spec_accept_length.labels(**labels).set(accepted)
+            m.spec_accept_rate.labels(**labels).set(max(0.0, accepted - 1) / self.engine.steps)
         m.num_running_reqs.labels(**labels).set(len(self.engine.running))
         m.num_queue_reqs.labels(**labels).set(len(self.engine.waiting))
         used = sum(s.context_tokens for s in self.engine.running)
