@@ -26,6 +26,7 @@ from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
 from specroute.router.metrics import RouterMetrics
+from specroute.router.model_card import model_card
 from specroute.router.monitor import (
     check_health,
     discover,
@@ -122,6 +123,7 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     for path in PROXIED:
         app.router.add_post(path, functools.partial(proxy, state=state))
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)

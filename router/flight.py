@@ -22,6 +22,7 @@ class Flight:
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
+        self.delivered = False  # the answer's last byte reached the client: whole, come what may
         # a stream's silence, as the watchdog (monitor.watch_silence) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look

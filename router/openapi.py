@@ -99,6 +99,23 @@ def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False
     return {"get": operation}
 
 
+def _model() -> dict[str, Any]:
+    operation = _get(
+        "One model's card, from the first healthy backend that serves it",
+        {_JSON: {"schema": _object({"id": {"type": "string"}, "object": {"const": "model"}})}},
+        401,
+        503,
+    )
+    operation["get"]["parameters"] = [
+        {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    operation["get"]["responses"]["404"] = {
+        "description": "No healthy backend serves this model (`code`: `model_not_found`).",
+        "content": {_JSON: {"schema": _ERROR}},
+    }
+    return operation
+
+
 def _schemas() -> dict[str, Any]:
     message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
     return {
@@ -195,6 +212,7 @@ def document() -> dict[str, Any]:
                 },
                 401,
             ),
+            "/v1/models/{model}": _model(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
             "/ready": _get(
                 "Ready: a backend is healthy and no shutdown began",

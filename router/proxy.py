@@ -145,18 +145,27 @@ async def _forward(
         flight.outcome = failure.outcome
         return _refusal(failure)
     except ClientGone as gone:
-        flight.outcome = Outcome.CANCELLED
-        _abort_upstream(state, backend, body)
+        _client_left(state, flight, body)
         return gone.response
     except asyncio.CancelledError:
-        flight.outcome = Outcome.CANCELLED  # the client went away while the backend worked
-        _abort_upstream(state, backend, body)
+        _client_left(state, flight, body)  # the client went away while the backend worked
         raise
     except Exception:
         flight.outcome = Outcome.INTERNAL  # counted, then aiohttp answers 500 and logs it
         raise
     finally:
         flight.land()
+
+
+def _client_left(state: RouterState, flight: Flight, body: dict[str, Any]) -> None:
+    """The client went away: before its answer was whole, the request is cancelled (and
+    aborted at the backend); after, it was answered, whatever the backend's end of it."""
+    if flight.delivered:
+        flight.outcome = Outcome.ANSWERED
+        state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
+        return
+    flight.outcome = Outcome.CANCELLED
+    _abort_upstream(state, flight.backend, body)
 
 
 def _refusal(failure: Failure) -> web.Response:

@@ -1,0 +1,124 @@
+"""What real clients found through the router: the openai client's ``models.retrieve()``,
+a stream closed as soon as its ``[DONE]`` came, a 405's ``Allow``, a head too large."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from specroute.router.state import RouterState
+from tests.apps import serving
+from tests.emulators import running_emulator
+from tests.routers import running_router
+from tests.test_emulator_api import client
+
+FAST = ("--time-scale", "0.01")
+MODEL = "moonshotai/Kimi-K2.5"  # the default hardware model's
+
+
+@pytest.fixture
+async def routed() -> AsyncIterator[tuple[str, RouterState]]:
+    async with (
+        running_emulator("--mode", "spec", *FAST) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(spec=[spec], base=[base], crossover=4) as router,
+    ):
+        yield router
+
+
+async def test_models_retrieve_works_through_the_router(routed: tuple[str, RouterState]) -> None:
+    url, _ = routed
+    card = await client(url).models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    with pytest.raises(openai.NotFoundError) as caught:
+        await client(url).models.retrieve("org/nothing")
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+    assert "org/nothing" in error["message"]
+
+
+def _samples(text: str, name: str) -> dict[str, float]:
+    """A metric's samples, by their label text."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name) :].rsplit(" ", 1)
+            found[labels] = float(value)
+    return found
+
+
+@asynccontextmanager
+async def lingering() -> AsyncIterator[str]:
+    """A backend whose stream ends a moment after its ``data: [DONE]``, as a server's does
+    when the end of its chunked body is a write of its own (uvicorn's)."""
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n')
+        await response.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(0.05)
+        await response.write_eof()
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    app.router.add_get("/health", health)
+    async with serving(app) as url:
+        yield url
+
+
+async def test_a_stream_closed_right_after_done_is_answered_not_cancelled() -> None:
+    """The client closes its connection the moment ``data: [DONE]`` arrives, before the
+    backend's end of the body: the answer was whole, so it counts as answered."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    streams = 40
+
+    async def one(s: aiohttp.ClientSession, url: str) -> None:
+        r = await s.post(f"{url}/v1/chat/completions", json=body)
+        async for line in r.content:
+            if line.strip() == b"data: [DONE]":
+                break
+        r.close()  # at once: the connection goes with it
+
+    async with (
+        lingering() as spec,
+        lingering() as base,
+        running_router(spec=[spec], base=[base], crossover=4) as (url, state),
+        aiohttp.ClientSession() as s,
+    ):
+        await asyncio.gather(*[one(s, url) for _ in range(streams)])
+        for _ in range(100):
+            if state.inflight() == 0:
+                break
+            await asyncio.sleep(0.02)
+        async with s.get(f"{url}/metrics") as r:
+            counted = _samples(await r.text(), "specroute_requests_total")
+    by_status: dict[str, float] = {}
+    for labels, value in counted.items():
+        status = labels.split('status="')[1].split('"')[0]
+        by_status[status] = by_status.get(status, 0) + value
+    assert by_status == {"200": streams}, by_status
+
+
+async def test_405_says_which_methods_are_allowed(routed: tuple[str, RouterState]) -> None:
+    url, _ = routed
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{url}/v1/chat/completions") as r:
+            assert r.status == 405
+            assert r.headers["Allow"] == "POST"
+            assert (await r.json())["error"]["code"] == 405
+        async with s.delete(f"{url}/router/status") as r:
+            assert r.status == 405
+            assert set(r.headers["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
