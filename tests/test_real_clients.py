@@ -4,8 +4,12 @@ a stream closed as soon as its ``[DONE]`` came, a 405's ``Allow``, a head too la
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import aiohttp
 import openai
@@ -19,6 +23,7 @@ from tests.routers import running_router
 from tests.test_emulator_api import client
 
 FAST = ("--time-scale", "0.01")
+NOWHERE = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:9"], "crossover": 4}
 MODEL = "moonshotai/Kimi-K2.5"  # the default hardware model's
 
 
@@ -122,3 +127,41 @@ async def test_405_says_which_methods_are_allowed(routed: tuple[str, RouterState
         async with s.delete(f"{url}/router/status") as r:
             assert r.status == 405
             assert set(r.headers["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
+
+
+async def _exchange(url: str, request: bytes) -> bytes:
+    """``request`` as raw bytes; whatever came back before the router closed."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
+    writer.write(request)
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+    data = b""
+    with contextlib.suppress(ConnectionError):
+        while chunk := await reader.read(1 << 16):
+            data += chunk
+    writer.close()
+    return data
+
+
+async def test_a_head_too_large_is_an_openai_error_that_quotes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    key = "sk-l0ng-h3ad-k3y"
+    async with running_router(**NOWHERE, api_keys=[key]) as (url, _):
+        said = await _exchange(
+            url,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\n"
+            + f"Authorization: Bearer {key}".encode()
+            + b"p" * 9000
+            + b"\r\n\r\n",
+        )
+    head, _, body = said.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"431", said[:300]
+    assert b"application/json" in head
+    error = json.loads(body)["error"]
+    assert error["code"] == 431 and "8190" in error["message"]
+    assert key.encode() not in said and b"ppp" not in said
+    logged = caplog.text + "".join(f"{r.getMessage()} {r.exc_text}" for r in caplog.records)
+    assert "Error handling request" in logged  # it was logged, without the line
+    assert key not in logged
