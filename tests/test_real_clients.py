@@ -12,10 +12,12 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import aiohttp
+import jsonschema
 import openai
 import pytest
 from aiohttp import web
 
+from specroute.router.openapi import document
 from specroute.router.state import RouterState
 from tests.apps import serving
 from tests.emulators import running_emulator
@@ -165,3 +167,64 @@ async def test_a_head_too_large_is_an_openai_error_that_quotes_nothing(
     logged = caplog.text + "".join(f"{r.getMessage()} {r.exc_text}" for r in caplog.records)
     assert "Error handling request" in logged  # it was logged, without the line
     assert key not in logged
+
+
+def _schema(name: str) -> jsonschema.Draft202012Validator:
+    """A validator of one of the description's schemas, its references resolved in it."""
+    components = document()["components"]
+    root = {"$ref": f"#/components/schemas/{name}", "components": components}
+    return jsonschema.Draft202012Validator(root)
+
+
+HI = [{"role": "user", "content": "hi"}]
+# each body, the schema it is sent under, and whether SGLang 0.5.23 takes it
+BODIES = [
+    ("/v1/chat/completions", "ChatCompletionRequest", {"messages": []}, False),
+    ("/generate", "GenerateRequest", {}, False),
+    ("/generate", "GenerateRequest", {"sampling_params": {"max_new_tokens": 2}}, False),
+    ("/v1/completions", "CompletionRequest", {"prompt": "hi", "max_tokens": 0}, False),
+    ("/v1/chat/completions", "ChatCompletionRequest", {"messages": HI, "max_tokens": 2.5}, False),
+    ("/v1/chat/completions", "ChatCompletionRequest", {"messages": HI, "max_tokens": 2.0}, True),
+    ("/v1/completions", "CompletionRequest", {"prompt": "hi", "max_tokens": 2.0}, True),
+    (
+        "/generate",
+        "GenerateRequest",
+        {"text": "hi", "sampling_params": {"max_new_tokens": 2.0}},
+        True,
+    ),
+]
+
+
+async def test_the_description_takes_what_the_servers_take(
+    routed: tuple[str, RouterState],
+) -> None:
+    """What the description allows, the emulated server takes, as SGLang does; what it
+    refuses comes back as the server's own refusal, in the shape the description gives."""
+    url, _ = routed
+    refusal = _schema("BackendError")
+    async with aiohttp.ClientSession() as s:
+        for path, name, body, taken in BODIES:
+            assert _schema(name).is_valid(body) == taken, (path, body)
+            async with s.post(url + path, json=body) as r:
+                answer = await r.json()
+                assert r.status == (200 if taken else 400), (path, body, answer)
+                assert "x-specroute-backend" in r.headers  # the server's answer, relayed
+                if not taken:
+                    refusal.validate(answer)
+
+
+async def test_bodies_past_a_mebibyte_reach_the_server(routed: tuple[str, RouterState]) -> None:
+    """SGLang reads a body of any size; the router's own limit (8 MiB) is the one a
+    rehearsal meets."""
+    url, state = routed
+    body = {"messages": HI, "max_tokens": 2, "user": "u" * (2 << 20)}
+    direct = state.roster.backends[0].url
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{direct}/v1/chat/completions", json=body) as r:
+            assert r.status == 200, await r.text()
+        async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+            assert r.status == 200, await r.text()
+        body["user"] = "u" * (9 << 20)
+        async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == 413
