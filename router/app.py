@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
+from specroute.router.access_log import LOG as ACCESS_LOG
+from specroute.router.access_log import access, stamp
 from specroute.router.auth import Keys
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
@@ -42,6 +44,7 @@ from specroute.router.monitor import (
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
+from specroute.router.request_id import RIDS, Tagged
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -71,6 +74,8 @@ class _ClientFault(logging.Filter):
 
 _HTTP_LOG = logging.getLogger("specroute.router.http")
 _HTTP_LOG.addFilter(_ClientFault())
+for _logger in (_HTTP_LOG, logging.getLogger("specroute.router")):
+    _logger.addFilter(Tagged())  # a line made while a request is handled names it
 
 
 def build_state(settings: RouterSettings, workers: Workers | None = None) -> RouterState:
@@ -114,11 +119,18 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
 def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.Application:
     state = build_state(settings, workers)
     app = web.Application(
-        middlewares=[front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout)],
+        middlewares=[
+            access(settings.request_id_headers, settings.access_log),
+            front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout),
+        ],
         client_max_size=settings.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
+    app[RIDS] = set()
+    if settings.access_log:
+        ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
+    app.on_response_prepare.append(stamp)
 
     for path in PROXIED:
         app.router.add_post(path, functools.partial(proxy, state=state))

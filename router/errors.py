@@ -6,11 +6,18 @@ import json
 
 from aiohttp import web
 
+from specroute.router.request_id import current
+
 
 def error_json(
     message: str, err_type: str, code: int | str, param: str | None = None
 ) -> dict[str, object]:
-    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+    """OpenAI's shape; made while a request is handled, it names the request's id too."""
+    error: dict[str, object] = {"message": message, "type": err_type, "param": param, "code": code}
+    rid = current()
+    if rid is not None:
+        error["request_id"] = rid
+    return {"error": error}
 
 
 def error_response(

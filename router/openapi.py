@@ -112,7 +112,7 @@ def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False
 
 
 def _model() -> dict[str, Any]:
-    operation = _get(
+    operation: dict[str, Any] = _get(
         "One model's card, from the first healthy backend that serves it",
         {_JSON: {"schema": _object({"id": {"type": "string"}, "object": {"const": "model"}})}},
         401,

@@ -23,12 +23,14 @@ from aiohttp import web
 
 from specroute.policies.decision import Decision
 from specroute.policies.view import POOLS, Pool
+from specroute.router.access_log import trail_of
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
 from specroute.router.request import request_info
+from specroute.router.request_id import RIDS, with_rid
 from specroute.router.state import RouterState
 from specroute.router.upstream import Failure, closed, open_upstream
 
@@ -48,7 +50,7 @@ async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
                 return _gave_up(failure)
-            state.decisions.record(decision, state.view().load())
+            _record(request, state, decision, state.view().load())
     return error_response(
         503,
         "No healthy backend can serve this request.",
@@ -92,8 +94,23 @@ async def _choose(
     view = state.view()
     info = request_info(request.path, body)
     decision = state.in_force.policy.choose(info, view)
-    state.decisions.record(decision, view.load())
+    _record(request, state, decision, view.load())
+    trailed = trail_of(request)
+    if trailed is not None and request.path == "/generate" and "rid" not in body:
+        rid, sent = trailed.request_id, request.app[RIDS]
+        if rid not in sent:  # SGLang refuses a rid already in flight: one client's id twice
+            raw, body = with_rid(raw, rid), {**body, "rid": rid}
+            sent.add(rid)
+            trailed.rid_sent = True
     return raw, body, decision, info.context(state.in_force.tokens_per_byte)
+
+
+def _record(request: web.Request, state: RouterState, decision: Decision, load: int) -> None:
+    """The decision counted and kept, and told to the request's access line."""
+    state.decisions.record(decision, load)
+    trailed = trail_of(request)
+    if trailed is not None:
+        trailed.decided(decision, load, state.in_force.policy.name)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -133,6 +150,9 @@ async def _forward(
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
     flight = Flight(state.metrics, backend, body.get("stream") is True, context)
+    trailed = trail_of(request)
+    if trailed is not None:
+        trailed.flew(flight)
     try:
         upstream, first = await open_upstream(request, state, flight, raw)
         try:

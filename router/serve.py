@@ -15,6 +15,7 @@ import time
 
 from aiohttp import web
 
+from specroute import logs
 from specroute.event_loop import run as run_loop
 from specroute.router.app import STATE, create_app
 from specroute.router.runner import RouterRunner
@@ -49,6 +50,7 @@ def open_files_limit() -> str:
 
 async def serve(settings: RouterSettings, workers: Workers | None = None) -> None:
     """One router, alone or as one of ``workers`` on the same port."""
+    logs.configure(log_format=settings.log_format)  # in each worker's process too
     app = create_app(settings, workers)
     runner = RouterRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
     await runner.setup()

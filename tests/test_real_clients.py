@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import aiohttp
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import openai
 import pytest
 from aiohttp import web
