@@ -22,6 +22,7 @@ from specroute.router.request_id import RIDS, enter, given_or_made, leave
 
 LOG = logging.getLogger("specroute.router.access")
 _TOKENS = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
+_TAIL = 4096  # bytes of each of the last two chunks searched for a usage
 _PATH_SHOWN = 200  # characters of the path a line shows at most
 
 
@@ -66,7 +67,8 @@ class Trail:
         if flight is not None:
             if flight.first_at is not None:
                 fields["ttfb_s"] = round(flight.first_at - self.started, 6)
-            fields.update(_tokens(flight.last))
+            before, last = flight.tail
+            fields.update(_tokens(before[-_TAIL:] + last[-_TAIL:]))
         return fields
 
 
@@ -74,10 +76,10 @@ TRAIL = web.RequestKey("trail", Trail)
 
 
 def _tokens(tail: bytes) -> dict[str, int]:
-    """The usage the answer's last chunk gives, if it gives one (a whole answer's, a
-    stream's last event with ``include_usage``, ``/generate``'s ``meta_info``)."""
+    """The usage the answer's end gives, if it gives one (a whole answer's, a stream's
+    last event with ``include_usage``, ``/generate``'s ``meta_info``)."""
     found: dict[str, int] = {}
-    for name, value in _TOKENS.findall(tail[-4096:]):
+    for name, value in _TOKENS.findall(tail):
         found[name.decode()] = int(value)  # the last of each: a stream's running count
     return found
 
@@ -104,6 +106,9 @@ def access(request_id_headers: list[str], enabled: bool) -> Middleware:
             status = exc.status
             raise
         except asyncio.CancelledError:  # the client went away: no status was answered
+            raise
+        except Exception:  # the router's own failure: aiohttp answers 500
+            status = 500
             raise
         finally:
             if trailed.rid_sent:

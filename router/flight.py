@@ -24,7 +24,9 @@ class Flight:
         self.status = 0  # the backend's HTTP status: the label of an answered request
         self.delivered = False  # the answer's last byte reached the client: whole, come what may
         self.first_at: float | None = None  # when its first byte came
-        self.last = b""  # the answer's last chunk relayed: where its usage is, if it says
+        # the answer's last two chunks relayed: where its usage is, if it gives one (a
+        # stream's usage event may come apart from its [DONE])
+        self.tail = (b"", b"")
         # a stream's silence, as the watchdog (monitor.watch_silence) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look

@@ -55,7 +55,7 @@ async def relay(
                     raise ClientGone(response) from exc
                 sent += len(chunk)
                 flight.delivered = _whole(chunk, events, sent, length)
-                flight.last = chunk
+                flight.tail = (flight.tail[1], chunk)  # a reference each: no copy per chunk
             flight.reading = True
             chunk = await upstream.content.readany()  # the backend's side
             flight.reading = False

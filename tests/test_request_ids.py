@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -37,12 +38,25 @@ async def recording() -> AsyncIterator[tuple[str, Seen]]:
     """A backend that keeps each request's headers and body, and answers with a usage."""
     seen = Seen()
 
-    async def answer(request: web.Request) -> web.Response:
+    async def answer(request: web.Request) -> web.StreamResponse:
         seen.headers.append({k.lower(): v for k, v in request.headers.items()})
         seen.bodies.append(await request.read())
         if seen.drop and request.transport is not None:
             request.transport.close()
+        if json.loads(seen.bodies[-1] or b"{}").get("stream"):
+            return await stream(request)
         return web.json_response({"id": "x", "choices": [], "usage": USAGE})
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        """SGLang's stream with include_usage: its usage event, then [DONE] apart."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n')
+        await response.write(b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode())
+        await response.write(b"\n\n")
+        await asyncio.sleep(0.02)
+        await response.write(b"data: [DONE]\n\n")
+        return response
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -199,3 +213,16 @@ async def test_each_request_ends_with_one_access_line_and_no_key(
     assert as_json["logger"] == "specroute.router.access"
     logged = caplog.text + "".join(JsonFormatter().format(r) for r in caplog.records)
     assert KEY not in logged and "wrong" not in logged and "a body's text" not in logged
+
+
+async def test_a_streams_tokens_come_from_its_usage_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The usage event and ``[DONE]`` come apart, as SGLang writes them."""
+    caplog.set_level(logging.INFO)
+    async with routed() as (url, _), aiohttp.ClientSession() as s:
+        body = {"messages": CHAT, "stream": True}
+        async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+            assert b"[DONE]" in await r.read()
+    (line,) = [line for line in _lines(caplog) if line["path"] == "/v1/chat/completions"]
+    assert line["prompt_tokens"] == 3 and line["completion_tokens"] == 5
