@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -226,3 +228,21 @@ async def test_a_streams_tokens_come_from_its_usage_event(
             assert b"[DONE]" in await r.read()
     (line,) = [line for line in _lines(caplog) if line["path"] == "/v1/chat/completions"]
     assert line["prompt_tokens"] == 3 and line["completion_tokens"] == 5
+
+
+def test_the_json_format_writes_one_object_a_line() -> None:
+    """``log_format = json`` in a process of its own, as ``serve`` sets it up."""
+    script = (
+        "import logging\n"
+        "from specroute import logs\n"
+        "logs.configure()\n"
+        "logs.configure(log_format='json')\n"  # serve's call, after the command line's
+        "logging.getLogger('specroute.router').warning('Backend %s ejected.', 'b1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    (line,) = done.stderr.splitlines()
+    said = json.loads(line)
+    assert said["message"] == "Backend b1 ejected." and said["level"] == "WARNING"
+    assert said["logger"] == "specroute.router" and said["time"].endswith("Z")
