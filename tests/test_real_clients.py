@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -228,3 +230,39 @@ async def test_bodies_past_a_mebibyte_reach_the_server(routed: tuple[str, Router
         async with s.post(f"{url}/v1/chat/completions", json=body) as r:
             assert r.status == 413
             assert (await r.json())["error"]["code"] == 413
+
+
+SGLANG_PYTHON = Path(__file__).resolve().parents[1] / ".venv-sglang" / "bin" / "python"
+# what SGLang's own pydantic models say of the OpenAI bodies above (``{"messages": []}``
+# passes its model and is refused by its chat handler: "Messages cannot be empty.")
+MODELS = """
+import json, sys
+sys.path.insert(0, "tests/conformance")
+from validate import load_sglang
+protocol, _ = load_sglang()
+models = {"ChatCompletionRequest": protocol.ChatCompletionRequest,
+          "CompletionRequest": protocol.CompletionRequest}
+for name, body in json.loads(sys.argv[1]):
+    try:
+        models[name].model_validate(body)
+        print("taken")
+    except ValueError:
+        print("refused")
+"""
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason="run `make conformance-env` first")
+def test_sglangs_own_models_take_what_the_description_takes() -> None:
+    checked = [(name, body, taken) for _, name, body, taken in BODIES if "Completion" in name]
+    checked = [c for c in checked if c[1] != {"messages": []}]
+    given = json.dumps([[name, body] for name, body, _ in checked])
+    done = subprocess.run(
+        [SGLANG_PYTHON, "-c", MODELS, given],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdicts = done.stdout.split()
+    assert verdicts == ["taken" if taken else "refused" for _, _, taken in checked]
