@@ -33,6 +33,7 @@ class Seen:
     headers: list[dict[str, str]] = field(default_factory=list)  # names in lower case
     bodies: list[bytes] = field(default_factory=list)
     drop: bool = False  # close the connection instead of answering
+    delay: float = 0.0  # seconds before each answer
 
 
 @asynccontextmanager
@@ -45,6 +46,7 @@ async def recording() -> AsyncIterator[tuple[str, Seen]]:
         seen.bodies.append(await request.read())
         if seen.drop and request.transport is not None:
             request.transport.close()
+        await asyncio.sleep(seen.delay)
         if json.loads(seen.bodies[-1] or b"{}").get("stream"):
             return await stream(request)
         return web.json_response({"id": "x", "choices": [], "usage": USAGE})
@@ -226,6 +228,7 @@ async def test_a_streams_tokens_come_from_its_usage_event(
         body = {"messages": CHAT, "stream": True}
         async with s.post(f"{url}/v1/chat/completions", json=body) as r:
             assert b"[DONE]" in await r.read()
+            assert len(r.headers["x-request-id"]) == 32  # a stream's head names it too
     (line,) = [line for line in _lines(caplog) if line["path"] == "/v1/chat/completions"]
     assert line["prompt_tokens"] == 3 and line["completion_tokens"] == 5
 
@@ -246,3 +249,21 @@ def test_the_json_format_writes_one_object_a_line() -> None:
     said = json.loads(line)
     assert said["message"] == "Backend b1 ejected." and said["level"] == "WARNING"
     assert said["logger"] == "specroute.router" and said["time"].endswith("Z")
+
+
+async def test_one_id_on_two_generates_at_once_is_the_rid_of_the_first_only() -> None:
+    """SGLang refuses a rid already in flight: the second keeps its body as it came."""
+    async with routed() as (url, seen), aiohttp.ClientSession() as s:
+        seen.delay = 0.2
+        headers = {"Content-Type": "application/json", "x-request-id": "twice"}
+
+        async def generate() -> int:
+            async with s.post(f"{url}/generate", data=b'{"text": "hi"}', headers=headers) as r:
+                return r.status
+
+        assert await asyncio.gather(generate(), generate()) == [200, 200]
+        rids = sorted(json.loads(body).get("rid", "") for body in seen.bodies)
+        assert rids == ["", "twice"]
+        seen.bodies.clear()
+        assert await generate() == 200  # the first has ended: its id is free again
+        assert json.loads(seen.bodies[-1])["rid"] == "twice"
