@@ -261,7 +261,7 @@ async def test_one_id_on_two_generates_at_once_is_the_rid_of_the_first_only() ->
             async with s.post(f"{url}/generate", data=b'{"text": "hi"}', headers=headers) as r:
                 return r.status
 
-        assert await asyncio.gather(generate(), generate()) == [200, 200]
+        assert list(await asyncio.gather(generate(), generate())) == [200, 200]
         rids = sorted(json.loads(body).get("rid", "") for body in seen.bodies)
         assert rids == ["", "twice"]
         seen.bodies.clear()
