@@ -4,10 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFORMANCE := .venv-sglang
 DEPLOY := .venv-deploy
+AIPERF := .venv-aiperf
 VLLM := .venv-vllm
 SGLANG := .venv-sglang-cpu
 
-.PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env vllm-env vllm-env-or-not sglang-env sglang-env-or-not real-engine-vllm real-engine-sglang clean
+.PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env aiperf-env vllm-env vllm-env-or-not sglang-env sglang-env-or-not real-engine-vllm real-engine-sglang clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,15 @@ $(DEPLOY)/.installed: tests/deploy/requirements.txt
 	touch $@
 
 deploy-env: $(DEPLOY)/.installed
+
+# AIPerf, a benchmark client that runs through the router in tests/test_aiperf.py
+$(AIPERF)/.installed: tests/aiperf/requirements.txt
+	$(PYTHON) -m venv $(AIPERF)
+	$(AIPERF)/bin/pip install --quiet --upgrade pip
+	$(AIPERF)/bin/pip install --quiet --no-deps -r tests/aiperf/requirements.txt
+	touch $@
+
+aiperf-env: $(AIPERF)/.installed
 
 # vLLM's CPU build and a model made locally, for the real-engine stage (tests/test_vllm.py,
 # `$(BIN)/pytest -m vllm tests/test_vllm.py`): about 3.5 GB, no weights downloaded.
@@ -64,7 +74,7 @@ test:
 	$(MAKE) sglang-env-or-not
 	$(MAKE) real-engine
 
-environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
+environments: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed $(AIPERF)/.installed
 
 # vLLM is 3.5 GB from PyPI: a machine that cannot install it still runs every other check
 vllm-env-or-not: $(BIN)/.installed
@@ -129,4 +139,4 @@ soak: $(BIN)/.installed
 	$(BIN)/specroute bench soak --requests 100000 --out soak.json
 
 clean:
-	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(VLLM) $(SGLANG) .vllm-cpu .sglang-cpu build site .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CONFORMANCE) $(DEPLOY) $(AIPERF) $(VLLM) $(SGLANG) .vllm-cpu .sglang-cpu build site .mypy_cache .ruff_cache .pytest_cache

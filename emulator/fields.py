@@ -16,6 +16,18 @@ def request_id(body: dict[str, Any]) -> str:
     return rid or uuid.uuid4().hex
 
 
+def whole_number(value: Any) -> int | None:
+    """An integer as SGLang's pydantic models read one (lax mode): an int, or a float
+    with no fractional part (``5.0``); None for anything else (``5.5``, ``true``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def stop_strings(stop: Any, field: str) -> tuple[str, ...]:
     """A string or a list of strings, empty ones dropped; a 400 naming ``field`` otherwise."""
     if stop is None:

@@ -10,7 +10,7 @@ from aiohttp import web
 from specroute.emulator.engine import Sequence
 from specroute.emulator.errors import BadRequest, read_json, sse_event
 from specroute.emulator.fault_injector import FaultInjector
-from specroute.emulator.fields import request_id, stop_strings
+from specroute.emulator.fields import request_id, stop_strings, whole_number
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import count_tokens
@@ -29,9 +29,10 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise BadRequest("Field 'sampling_params' must be an object.")
-    max_new = params.get("max_new_tokens", 128)
-    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
-        raise BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new!r}.")
+    given = params.get("max_new_tokens", 128)
+    max_new = whole_number(given)
+    if max_new is None or max_new < 0:
+        raise BadRequest(f"max_new_tokens must be a non-negative integer, got {given!r}.")
     if prompt_tokens + max_new > context_length:
         raise BadRequest(
             f"The input ({prompt_tokens} tokens) plus max_new_tokens ({max_new}) is longer "

@@ -22,7 +22,7 @@ from specroute.emulator.errors import (
     stream_error_event,
 )
 from specroute.emulator.fault_injector import FaultInjector
-from specroute.emulator.fields import request_id, stop_strings
+from specroute.emulator.fields import request_id, stop_strings, whole_number
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
@@ -63,6 +63,8 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
     if limit is None:
         limit = body.get("max_tokens", None if chat else 16)
     max_tokens = context_length - prompt_tokens if limit is None else _whole(limit, "max_tokens")
+    if not chat and max_tokens <= 0:  # SGLang's CompletionRequest validates it so
+        raise BadRequest("max_tokens must be positive")
     if prompt_tokens + max_tokens > context_length:
         raise BadRequest(
             f"Requested token count exceeds the model's maximum context length of "
@@ -108,9 +110,10 @@ def _completion_prompt(prompt: Any) -> tuple[str, int]:
 
 
 def _whole(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    number = whole_number(value)
+    if number is None or number < 0:
         raise BadRequest(f"Field '{name}' must be a non-negative integer, got {value!r}.")
-    return value
+    return number
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:

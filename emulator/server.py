@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import hmac
 import re
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -91,7 +92,9 @@ def create_app(config: EmulatorConfig) -> web.Application:
     middlewares: list[Middleware] = [_errors, faults.middleware()]
     if config.api_key is not None:
         middlewares.append(_api_key(config.api_key))
-    app = web.Application(middlewares=middlewares)
+    # SGLang's server (FastAPI on uvicorn) reads a body of any size: aiohttp's 1 MiB cap
+    # would answer 413 where SGLang answers (a prompt too long for the context is its 400)
+    app = web.Application(middlewares=middlewares, client_max_size=sys.maxsize)
     app[LOOP] = loop
     app[CONFIG] = config
     app[STARTED] = time.time()

@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
+from specroute.router.access_log import LOG as ACCESS_LOG
+from specroute.router.access_log import access, stamp
 from specroute.router.admission import Admission
 from specroute.router.auth import Keys
 from specroute.router.board import Board
@@ -27,6 +29,7 @@ from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
 from specroute.router.metrics import RouterMetrics
+from specroute.router.model_card import model_card
 from specroute.router.monitor import (
     check_health,
     discover,
@@ -44,6 +47,7 @@ from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
 from specroute.router.quota import quota_of
 from specroute.router.rate_limit import RateLimit
+from specroute.router.request_id import RIDS, Tagged
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -74,6 +78,8 @@ class _ClientFault(logging.Filter):
 
 _HTTP_LOG = logging.getLogger("specroute.router.http")
 _HTTP_LOG.addFilter(_ClientFault())
+for _logger in (_HTTP_LOG, logging.getLogger("specroute.router")):
+    _logger.addFilter(Tagged())  # a line made while a request is handled names it
 
 
 def build_state(settings: RouterSettings, workers: Workers | None = None) -> RouterState:
@@ -123,15 +129,23 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
 def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.Application:
     state = build_state(settings, workers)
     app = web.Application(
-        middlewares=[front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout)],
+        middlewares=[
+            access(settings.request_id_headers, settings.access_log),
+            front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout),
+        ],
         client_max_size=settings.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
+    app[RIDS] = set()
+    if settings.access_log:
+        ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
+    app.on_response_prepare.append(stamp)
 
     for path in PROXIED:
         app.router.add_post(path, functools.partial(proxy, state=state))
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)

@@ -22,6 +22,11 @@ class Flight:
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
+        self.delivered = False  # the answer's last byte reached the client: whole, come what may
+        self.first_at: float | None = None  # when its first byte came
+        # the answer's last two chunks relayed: where its usage is, if it gives one (a
+        # stream's usage event may come apart from its [DONE])
+        self.tail = (b"", b"")
         # a stream's silence, as the watchdog (monitor.watch_silence) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
@@ -30,7 +35,8 @@ class Flight:
 
     def first_byte(self) -> None:
         m = self.metrics
-        m.child(m.ttft, self.backend.pool).observe(time.monotonic() - self.started)
+        self.first_at = time.monotonic()
+        m.child(m.ttft, self.backend.pool).observe(self.first_at - self.started)
 
     def land(self) -> None:
         m, backend = self.metrics, self.backend

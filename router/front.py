@@ -32,8 +32,10 @@ def front(keys: Keys, body_seconds: float) -> Middleware:
             return error_response(413, f"The request body is larger than the limit: {exc.text}")
         except web.HTTPNotFound:
             return error_response(404, f"Unknown path {request.path!r}.", "not_found")
-        except web.HTTPMethodNotAllowed:
-            return error_response(405, f"{request.method} is not allowed on {request.path!r}.")
+        except web.HTTPMethodNotAllowed as exc:
+            allowed = {"Allow": ", ".join(sorted(exc.allowed_methods))}  # RFC 9110
+            said = f"{request.method} is not allowed on {request.path!r}."
+            return error_response(405, said, headers=allowed)
         except RecursionError:  # decoding a client's JSON is the router's only deep recursion
             return error_response(400, "The request body nests too deeply to be read.")
         except LookupError:

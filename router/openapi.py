@@ -12,6 +12,7 @@ from typing import Any
 
 _JSON = "application/json"
 _ERROR = {"$ref": "#/components/schemas/Error"}
+_BACKEND_ERROR = {"$ref": "#/components/schemas/BackendError"}
 _CLIENT: list[dict[str, list[str]]] = [{"clientKey": []}, {"adminKey": []}]  # either serves
 _ERRORS = {
     400: "The body is not a JSON object, is not JSON, or nests too deeply.",
@@ -52,10 +53,11 @@ _READ = {  # what the router reads from any proxied body; everything else passes
     "rid": {"type": "string", "description": "Aborted by name if the client leaves."},
 }
 _MAX_TOKENS = {
-    "type": "integer",
+    "type": "integer",  # JSON Schema's integers include 5.0, as SGLang's pydantic models do
     "minimum": 0,
     "description": "Read by policies that weigh a request's length.",
 }
+_POSITIVE = {**_MAX_TOKENS, "minimum": 1}  # SGLang's completions refuse 0
 
 
 def _proxied(summary: str, schema: str) -> dict[str, Any]:
@@ -83,8 +85,18 @@ def _proxied(summary: str, schema: str) -> dict[str, Any]:
                         "text/event-stream": {"schema": {"type": "string"}},
                     },
                 },
-                "4XX": {"description": "The backend's refusal, relayed with its status."},
-                **_errors(400, 401, 404, 405, 408, 413, 502, 503, 504),
+                "400": {
+                    "description": "The router's refusal (`Error`): "
+                    + _ERRORS[400]
+                    + " Or the backend's (`BackendError`), relayed as it came: a body the "
+                    "backend refuses, such as one asking for more tokens than fit.",
+                    "content": {_JSON: {"schema": {"oneOf": [_ERROR, _BACKEND_ERROR]}}},
+                },
+                "4XX": {
+                    "description": "The backend's refusal, relayed with its status and body.",
+                    "content": {_JSON: {"schema": _BACKEND_ERROR}},
+                },
+                **_errors(401, 404, 405, 408, 413, 502, 503, 504),
             },
         }
     }
@@ -97,6 +109,23 @@ def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False
     }
     operation["security"] = [] if open_ else _CLIENT
     return {"get": operation}
+
+
+def _model() -> dict[str, Any]:
+    operation: dict[str, Any] = _get(
+        "One model's card, from the first healthy backend that serves it",
+        {_JSON: {"schema": _object({"id": {"type": "string"}, "object": {"const": "model"}})}},
+        401,
+        503,
+    )
+    operation["get"]["parameters"] = [
+        {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    operation["get"]["responses"]["404"] = {
+        "description": "No healthy backend serves this model (`code`: `model_not_found`).",
+        "content": {_JSON: {"schema": _ERROR}},
+    }
+    return operation
 
 
 def _schemas() -> dict[str, Any]:
@@ -117,10 +146,29 @@ def _schemas() -> dict[str, Any]:
             },
             ["error"],
         ),
+        "BackendError": {
+            "description": "SGLang's refusal: flat on its OpenAI endpoints, nested in "
+            "`error` on `/generate`.",
+            "oneOf": [
+                _object(
+                    {
+                        "object": {"const": "error"},
+                        "message": {"type": "string"},
+                        "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": "integer"},
+                    },
+                    ["message", "type", "code"],
+                ),
+                _object(
+                    {"error": _object({"message": {"type": "string"}}, ["message"])}, ["error"]
+                ),
+            ],
+        },
         "ChatCompletionRequest": _object(
             {
                 "model": {"type": "string"},
-                "messages": {"type": "array", "items": message},
+                "messages": {"type": "array", "items": message, "minItems": 1},
                 "max_tokens": _MAX_TOKENS,
                 "max_completion_tokens": _MAX_TOKENS,
                 **_READ,
@@ -131,19 +179,23 @@ def _schemas() -> dict[str, Any]:
             {
                 "model": {"type": "string"},
                 "prompt": {"type": ["string", "array"]},
-                "max_tokens": _MAX_TOKENS,
+                "max_tokens": _POSITIVE,
                 **_READ,
             },
             ["prompt"],
         ),
-        "GenerateRequest": _object(
-            {
-                "text": {"type": ["string", "array"]},
-                "input_ids": {"type": "array"},
-                "sampling_params": _object({"max_new_tokens": _MAX_TOKENS}),
-                **_READ,
-            }
-        ),
+        "GenerateRequest": {
+            **_object(
+                {
+                    "text": {"type": ["string", "array"]},
+                    "input_ids": {"type": "array"},
+                    "input_embeds": {"type": "array"},
+                    "sampling_params": _object({"max_new_tokens": _MAX_TOKENS}),
+                    **_READ,
+                }
+            ),
+            "anyOf": [{"required": [name]} for name in ("text", "input_ids", "input_embeds")],
+        },
         "Profile": _object(
             {
                 "schema": {"const": "specroute.profile/v1"},
@@ -195,6 +247,7 @@ def document() -> dict[str, Any]:
                 },
                 401,
             ),
+            "/v1/models/{model}": _model(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
             "/ready": _get(
                 "Ready: a backend is healthy and no shutdown began",

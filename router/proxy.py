@@ -24,6 +24,7 @@ from aiohttp import web
 
 from specroute.policies.decision import Decision
 from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.router.access_log import trail_of
 from specroute.router.admission import Refusal, at_capacity, refused
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
@@ -31,6 +32,7 @@ from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
 from specroute.router.request import request_info
+from specroute.router.request_id import RIDS, with_rid
 from specroute.router.state import RouterState
 from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
@@ -70,7 +72,7 @@ async def _route(
             decision = _retry_decision(state, decision.pool, tried)
             if decision.backend is None:
                 return _gave_up(failure)
-            _record(state, decision, state.view().load(), CURRENT.get())
+            _record(request, state, decision, state.view().load(), CURRENT.get())
     return error_response(
         503,
         "No healthy backend can serve this request.",
@@ -119,30 +121,49 @@ async def _choose(
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
     info = request_info(request.path, body)
-    admitted = await state.admission.admit(functools.partial(_decide, state, info, span))
+    admitted = await state.admission.admit(functools.partial(_decide, request, state, info, span))
     if isinstance(admitted, Refusal):
         if span is not None:
             span.refused(admitted)
         return refused(admitted)
+    trailed = trail_of(request)
+    if trailed is not None and request.path == "/generate" and "rid" not in body:
+        rid, sent = trailed.request_id, request.app[RIDS]
+        if rid not in sent:  # SGLang refuses a rid already in flight: one client's id twice
+            raw, body = with_rid(raw, rid), {**body, "rid": rid}
+            sent.add(rid)
+            trailed.rid_sent = True
     return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
 
 
-def _decide(state: RouterState, info: RequestInfo, span: RequestSpan | None) -> Decision | None:
+def _decide(
+    request: web.Request, state: RouterState, info: RequestInfo, span: RequestSpan | None
+) -> Decision | None:
     """The policy's decision at the load now, recorded; None, not recorded, when the request
     must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
-    request's task, as that one leaves: the span is this request's."""
+    request's task, as that one leaves: the request and span are this request's."""
     view = state.view()
     decision = state.in_force.policy.choose(info, view)
     if state.settings.queue_at_capacity and at_capacity(view, decision):
         return None
-    _record(state, decision, view.load(), span)
+    _record(request, state, decision, view.load(), span)
     return decision
 
 
-def _record(state: RouterState, decision: Decision, load: int, span: RequestSpan | None) -> None:
+def _record(
+    request: web.Request,
+    state: RouterState,
+    decision: Decision,
+    load: int,
+    span: RequestSpan | None,
+) -> None:
+    """The decision counted and kept, and told to the request's access line and span."""
     state.decisions.record(decision, load)
     if span is not None:
         span.decided(decision, state.in_force.policy.name, load)
+    trailed = trail_of(request)
+    if trailed is not None:
+        trailed.decided(decision, load, state.in_force.policy.name)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -182,6 +203,9 @@ async def _forward(
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
     flight = Flight(state.metrics, backend, body.get("stream") is True, context)
+    trailed = trail_of(request)
+    if trailed is not None:
+        trailed.flew(flight)
     try:
         upstream, first = await open_upstream(request, state, flight, raw)
         try:
@@ -194,12 +218,10 @@ async def _forward(
         flight.outcome = failure.outcome
         return _refusal(failure)
     except ClientGone as gone:
-        flight.outcome = Outcome.CANCELLED
-        _abort_upstream(state, backend, body)
+        _client_left(state, flight, body)
         return gone.response
     except asyncio.CancelledError:
-        flight.outcome = Outcome.CANCELLED  # the client went away while the backend worked
-        _abort_upstream(state, backend, body)
+        _client_left(state, flight, body)  # the client went away while the backend worked
         raise
     except Exception:
         flight.outcome = Outcome.INTERNAL  # counted, then aiohttp answers 500 and logs it
@@ -208,6 +230,17 @@ async def _forward(
         flight.land()
         if (span := CURRENT.get()) is not None:
             span.landed(flight.outcome, backend.name)
+
+
+def _client_left(state: RouterState, flight: Flight, body: dict[str, Any]) -> None:
+    """The client went away: before its answer was whole, the request is cancelled (and
+    aborted at the backend); after, it was answered, whatever the backend's end of it."""
+    if flight.delivered:
+        flight.outcome = Outcome.ANSWERED
+        state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
+        return
+    flight.outcome = Outcome.CANCELLED
+    _abort_upstream(state, flight.backend, body)
 
 
 def _refusal(failure: Failure) -> web.Response:

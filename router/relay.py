@@ -17,6 +17,7 @@ from specroute.router.state import RouterState
 from specroute.router.upstream import Failure, stopped
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
+_DONE = b"data: [DONE]\n\n"
 _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the most
 
 
@@ -37,6 +38,7 @@ async def relay(
     encoded = upstream.headers.get("Content-Encoding", "identity") != "identity"
     events = upstream.content_type == "text/event-stream" and not encoded
     chunk, held = first, b""  # held: the start of an event not yet whole
+    flight.status, length, sent = upstream.status, upstream.content_length, 0
     try:
         await _to_client(response, response.prepare(request))
         if chunk:
@@ -51,18 +53,31 @@ async def relay(
                     await response.write(chunk)
                 except ConnectionError as exc:
                     raise ClientGone(response) from exc
+                sent += len(chunk)
+                flight.delivered = _whole(chunk, events, sent, length)
+                flight.tail = (flight.tail[1], chunk)  # a reference each: no copy per chunk
             flight.reading = True
             chunk = await upstream.content.readany()  # the backend's side
             flight.reading = False
         if held:
             await _to_client(response, response.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
-        failure = stopped(state, flight.backend, exc)
-        return await _end_early(request, flight, upstream, response, failure)
+        if not flight.delivered:  # else only the end of a body already whole was lost
+            failure = stopped(state, flight.backend, exc)
+            return await _end_early(request, flight, upstream, response, failure)
     await _to_client(response, response.write_eof())
-    flight.outcome, flight.status = Outcome.ANSWERED, upstream.status
+    flight.outcome = Outcome.ANSWERED
     state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
     return response
+
+
+def _whole(chunk: bytes, events: bool, sent: int, length: int | None) -> bool:
+    """Whether what reached the client is the whole answer: a stream up to its
+    ``data: [DONE]``, a body to its length. A client that has it all may close at once,
+    before the backend's end of the body arrives: that answer was delivered, not cancelled."""
+    if events:
+        return chunk.endswith((_DONE, _DONE.replace(b"\n", b"\r\n")))
+    return length is not None and sent >= length
 
 
 class ClientGone(Exception):

@@ -23,10 +23,17 @@ def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
     return RequestInfo(
         path=path,
         stream=bool(body.get("stream", False)),
-        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        max_tokens=_whole(max_tokens),
         prompt_bytes=text,
         prompt_tokens=ids,
     )
+
+
+def _whole(value: Any) -> int | None:
+    """An integer as the servers read one: ``5`` or ``5.0``, not ``5.5`` nor ``true``."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _prompt(body: dict[str, Any]) -> tuple[int, int]:

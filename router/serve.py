@@ -15,8 +15,10 @@ import time
 
 from aiohttp import web
 
+from specroute import logs
 from specroute.event_loop import run as run_loop
 from specroute.router.app import STATE, create_app
+from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from specroute.router.workers import Workers, supervise
@@ -48,8 +50,9 @@ def open_files_limit() -> str:
 
 async def serve(settings: RouterSettings, workers: Workers | None = None) -> None:
     """One router, alone or as one of ``workers`` on the same port."""
+    logs.configure(log_format=settings.log_format)  # in each worker's process too
     app = create_app(settings, workers)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
+    runner = RouterRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_port=workers is not None)

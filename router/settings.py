@@ -147,6 +147,20 @@ class RouterSettings(BaseSettings):
     backend_api_key: SecretStr | None = Field(
         None, description="the key the router sends to the backends"
     )
+    request_id_headers: list[str] = Field(
+        default_factory=lambda: ["x-request-id"],
+        min_length=1,
+        description="the headers a client's request id is read from, the first it sent; "
+        "none: the router makes one. It goes upstream as x-request-id (and as rid on a "
+        "/generate body without one) and comes back in the header it came in",
+    )
+    access_log: bool = Field(
+        True,
+        description="one line for each request, at its end, on the specroute.router.access logger",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="how log lines are written: text, or one JSON object a line"
+    )
     drain_grace: float = Field(5.0, ge=0, description="after SIGTERM: not ready, still serving")
     drain_timeout: float = Field(
         30.0, ge=0, description="after the grace: the longest requests in flight get to finish"

@@ -11,9 +11,11 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from specroute.router.access_log import trail_of
 from specroute.router.backend import Backend
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome, out_of_fds
+from specroute.router.request_id import HEADER
 from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
@@ -79,6 +81,9 @@ def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
     with an error event of its own."""
     given = request.headers
     headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
+    trailed = trail_of(request)
+    if trailed is not None:
+        headers[HEADER] = trailed.request_id
     accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
     headers["Accept-Encoding"] = accepted
     return headers

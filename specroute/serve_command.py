@@ -108,6 +108,18 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
     group.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
     group.add_argument(
+        "--request-id-header",
+        dest="request_id_headers",
+        action="append",
+        metavar="NAME",
+        help="a header a client's request id is read from (repeatable; default x-request-id)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="log lines as text (default) or as one JSON object a line",
+    )
+    group.add_argument(
         "--workers",
         type=int,
         metavar="N",

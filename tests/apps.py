@@ -9,10 +9,13 @@ from aiohttp import web
 
 
 @asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
+async def serving(
+    app: web.Application, runner_class: type[web.AppRunner] = web.AppRunner
+) -> AsyncIterator[str]:
     """Serve ``app`` until the block ends; yields its base URL. A client that goes away
-    cancels its handler, as in the router and the emulator when they run for real."""
-    runner = web.AppRunner(app, handler_cancellation=True)
+    cancels its handler, as in the router and the emulator when they run for real; the
+    router's runner is ``runner_class``."""
+    runner = runner_class(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

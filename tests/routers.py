@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from specroute.router.app import STATE, create_app
+from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from tests.apps import serving
@@ -15,5 +16,5 @@ from tests.apps import serving
 @asynccontextmanager
 async def running_router(**settings: Any) -> AsyncIterator[tuple[str, RouterState]]:
     app = create_app(RouterSettings(**settings))
-    async with serving(app) as url:
+    async with serving(app, RouterRunner) as url:
         yield url, app[STATE]

@@ -1,0 +1,134 @@
+"""One line for each request, when it ends: its id, what was decided for it (pool,
+server, policy, reason, the load it joined), how it ended (``Outcome``'s name and the
+status answered), its time to the first byte and in all, and its tokens where the
+answer's end says them. Never a key, a header or a body: each field is one the router
+made or read as a number or a name."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from specroute.policies.decision import Decision
+from specroute.router.flight import Flight
+from specroute.router.request_id import RIDS, enter, given_or_made, leave
+
+LOG = logging.getLogger("specroute.router.access")
+_TOKENS = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
+_TAIL = 4096  # bytes of each of the last two chunks searched for a usage
+_PATH_SHOWN = 200  # characters of the path a line shows at most
+
+
+@dataclass
+class Trail:
+    """What the access line says of one request, filled in as it goes."""
+
+    request_id: str
+    header: str  # the header its id came in, and is answered in
+    started: float = field(default_factory=time.monotonic)
+    decision: Decision | None = None
+    policy: str | None = None
+    load: int | None = None
+    attempts: int = 0
+    flight: Flight | None = None
+    rid_sent: bool = False  # its id went to the backend as SGLang's rid
+
+    def decided(self, decision: Decision, load: int, policy: str) -> None:
+        self.decision, self.load, self.policy = decision, load, policy
+
+    def flew(self, flight: Flight) -> None:
+        self.flight = flight
+        self.attempts += 1
+
+    def fields(self, request: web.Request, status: int | None) -> dict[str, Any]:
+        flight, decision = self.flight, self.decision
+        fields: dict[str, Any] = {
+            "request_id": self.request_id,
+            "method": request.method,
+            "path": request.path[:_PATH_SHOWN],
+            "status": status,
+            "outcome": None if flight is None or flight.outcome is None else str(flight.outcome),
+            "pool": None if decision is None else decision.pool,
+            "backend": None if flight is None else flight.backend.name,
+            "policy": self.policy,
+            "reason": None if decision is None else decision.reason,
+            "load": self.load,
+            "attempts": self.attempts,
+            "ttfb_s": None,
+            "duration_s": round(time.monotonic() - self.started, 6),
+        }
+        if flight is not None:
+            if flight.first_at is not None:
+                fields["ttfb_s"] = round(flight.first_at - self.started, 6)
+            before, last = flight.tail
+            fields.update(_tokens(before[-_TAIL:] + last[-_TAIL:]))
+        return fields
+
+
+TRAIL = web.RequestKey("trail", Trail)
+
+
+def _tokens(tail: bytes) -> dict[str, int]:
+    """The usage the answer's end gives, if it gives one (a whole answer's, a stream's
+    last event with ``include_usage``, ``/generate``'s ``meta_info``)."""
+    found: dict[str, int] = {}
+    for name, value in _TOKENS.findall(tail):
+        found[name.decode()] = int(value)  # the last of each: a stream's running count
+    return found
+
+
+def trail_of(request: web.Request) -> Trail | None:
+    return request.get(TRAIL)
+
+
+def access(request_id_headers: list[str], enabled: bool) -> Middleware:
+    """The outermost middleware: the request's id made the context's, and its line
+    written when it ends, whatever answered it (a refusal, a handler, a client gone)."""
+
+    @web.middleware
+    async def trail(request: web.Request, handler: Handler) -> web.StreamResponse:
+        rid, header = given_or_made(request, request_id_headers)
+        token = enter(rid)
+        request[TRAIL] = trailed = Trail(rid, header)
+        status: int | None = None
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:  # the client went away: no status was answered
+            raise
+        except Exception:  # the router's own failure: aiohttp answers 500
+            status = 500
+            raise
+        finally:
+            if trailed.rid_sent:
+                request.app[RIDS].discard(rid)
+            if enabled:
+                _write(trailed.fields(request, status))
+            leave(token)
+
+    return trail
+
+
+async def stamp(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every answer names its request's id."""
+    trailed = request.get(TRAIL)
+    if trailed is not None:
+        response.headers[trailed.header] = trailed.request_id
+
+
+def _write(fields: dict[str, Any]) -> None:
+    if not LOG.isEnabledFor(logging.INFO):
+        return
+    shown = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None and k != "request_id")
+    LOG.info("request %s %s", fields["request_id"], shown, extra={"fields": fields})
