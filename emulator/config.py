@@ -10,6 +10,7 @@ from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
 from specroute.emulator.hardware import HardwareModel
 from specroute.emulator.noise import NO_NOISE, Noise
+from specroute.emulator.radix_cache import RadixCache
 
 VERSION = "0.5.23"
 SPEC_DEFAULT_MAX_RUNNING = 48  # SGLang's cap for EAGLE-family servers left unset
@@ -35,6 +36,8 @@ class EmulatorConfig:
     faults: tuple[Fault, ...] = ()  # injected from the start; /emulator/faults changes them
     noise: Noise = NO_NOISE  # run-to-run and step-to-step timing noise; off by default
     share_gpus: str | None = None  # a file naming GPUs shared with other servers (gpus.py)
+    radix_cache_tokens: int = 0  # the radix cache's size in tokens; 0: no prefix caching
+    enable_cache_report: bool = False  # SGLang's flag: cached tokens in the OpenAI usage
 
     @property
     def speculative(self) -> bool:
@@ -92,6 +95,8 @@ class EmulatorConfig:
             "speculative_num_steps": steps if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": steps + 1 if spec else None,
+            "disable_radix_cache": self.radix_cache_tokens == 0,
+            "enable_cache_report": self.enable_cache_report,
         }
 
     def engine(self) -> Engine:
@@ -104,4 +109,5 @@ class EmulatorConfig:
             cuda_graph_max_bs=self.effective_cuda_graph_max_bs,
             seed=self.seed,
             noise=self.noise,
+            cache=RadixCache(self.radix_cache_tokens) if self.radix_cache_tokens else None,
         )

@@ -18,6 +18,7 @@ from typing import Literal
 from specroute.emulator.acceptance import Acceptance, accepted_drafts
 from specroute.emulator.hardware import HardwareModel
 from specroute.emulator.noise import Noise, NoiseSource
+from specroute.emulator.radix_cache import RadixCache
 from specroute.emulator.vocabulary import EOS_TOKEN_ID, TOKEN_ID_BASE, WORDS, word
 
 FinishType = Literal["stop", "length", "abort"]
@@ -41,6 +42,8 @@ class Sequence:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     sampling_seed: str = ""
+    prompt_ids: tuple[str, ...] = ()  # the prompt's tokens, for the radix cache
+    cached_tokens: int = 0  # of the prompt, found in the radix cache at prefill
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     verify_ct: int = 0
@@ -110,6 +113,8 @@ class Step:
     duration: float
     batch: int
     emitted: tuple[Emission, ...]
+    new_tokens: int = 0  # a prefill's tokens computed
+    cached_tokens: int = 0  # and those the radix cache held
 
 
 class Engine:
@@ -125,6 +130,7 @@ class Engine:
         seed: int = 0,
         chunked_prefill_size: int = 8192,
         noise: Noise | None = None,
+        cache: RadixCache | None = None,
     ) -> None:
         self.hardware = hardware
         self.speculative = speculative
@@ -136,6 +142,7 @@ class Engine:
         self.chunked_prefill_size = chunked_prefill_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.cache = cache  # None: every prompt is prefilled whole
         mode = "spec" if speculative else "base"
         self.noise = None if noise is None or noise.off else NoiseSource(noise, f"{seed}|{mode}")
 
@@ -177,19 +184,33 @@ class Engine:
         self.running = [s for s in self.running if s.finish is None]
 
     def _prefill(self) -> Step:
+        """Admit from the queue's head while the chunk has room; a prompt's prefix in the
+        radix cache is not computed (at least its last token is, for the logits), and the
+        prompts admitted go into the cache after the step, as SGLang caches them."""
         admitted: list[Sequence] = []
-        tokens = 0
+        tokens = cached = 0
         room = self.max_running_requests - len(self.running)
         while self.waiting and len(admitted) < room:
             nxt = self.waiting[0]
-            if admitted and tokens + nxt.prompt_tokens > self.chunked_prefill_size:
+            hit = self._cached(nxt)
+            if admitted and tokens + nxt.prompt_tokens - hit > self.chunked_prefill_size:
                 break
             admitted.append(self.waiting.popleft())
-            tokens += nxt.prompt_tokens
+            nxt.cached_tokens = hit
+            tokens += nxt.prompt_tokens - hit
+            cached += hit
         duration = self.hardware.prefill_ms(max(tokens, 1), self.speculative) / 1000.0
+        if self.cache is not None:
+            for seq in admitted:
+                self.cache.insert(seq.prompt_ids)
         emitted = tuple(_advance(seq, 1) for seq in admitted)
         self.running.extend(admitted)
-        return Step("prefill", duration, len(admitted), emitted)
+        return Step("prefill", duration, len(admitted), emitted, tokens, cached)
+
+    def _cached(self, seq: Sequence) -> int:
+        if self.cache is None or not seq.prompt_ids:
+            return 0
+        return min(self.cache.match(seq.prompt_ids), seq.prompt_tokens - 1)
 
     def _decode(self) -> Step:
         batch = len(self.running)

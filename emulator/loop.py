@@ -8,6 +8,7 @@ the next one; when the process falls behind anyway, the shortfall shows as lag i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from specroute.emulator.metrics import EngineMetrics
 Listener = Callable[[Emission], None]
 _CATCH_UP_LIMIT = 0.05  # seconds behind schedule after which the loop stops catching up
 _LAG_WINDOW = 256  # steps in the lag gauge's window
+_log = logging.getLogger("specroute.emulator")
 
 
 class QueueFull(Exception):
@@ -167,11 +169,30 @@ class EngineLoop:
         if want > 0:
             m.lag_ratio.set(sum(a for _, a in self._lag) / want - 1.0)
         if step.kind == "prefill":
+            self._prefilled(step)
             self._refresh_gauges()
             return
         self._decodes_since_log += 1
         if self._decodes_since_log >= self.decode_log_interval:
             self._refresh_gauges()
+
+    def _prefilled(self, step: Step) -> None:
+        """SGLang's prefill report: the batch's hit rate, the effective tokens, the log line."""
+        m, labels = self.metrics, self.metrics.scheduler_labels
+        total = step.new_tokens + step.cached_tokens
+        m.cache_hit_rate.labels(**labels).set(step.cached_tokens / total if total else 0.0)
+        for mode, n in (("input", step.new_tokens), ("device_hit", step.cached_tokens)):
+            if n:
+                m.prefill_effective_tokens.labels(**labels, mode=mode).inc(n)
+        _log.info(
+            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, "
+            "#running-req: %d, #queue-req: %d",
+            step.batch,
+            step.new_tokens,
+            step.cached_tokens,
+            len(self.engine.running) - step.batch,
+            len(self.engine.waiting),
+        )
 
     def _refresh_gauges(self) -> None:
         """Like SGLang's scheduler, which sets every gauge from one stats object: at prefill,

@@ -72,6 +72,14 @@ class EngineMetrics:
         self.spec_accept_rate = gauge(
             "spec_accept_rate", "The average acceptance rate of speculative decoding."
         )
+        self.cache_hit_rate = gauge("cache_hit_rate", "The prefix cache hit rate.")
+        self.prefill_effective_tokens = Counter(
+            "sglang:prefill_effective_tokens",
+            "Effective prefill tokens with retracted-request re-counts excluded, updated on "
+            "each log interval. mode: device_hit, host_hit, storage_hit, input.",
+            [*names, "mode"],
+            registry=self.registry,
+        )
 
     def _tokenizer_metrics(self) -> None:
         """SGLang's tokenizer-side counters and histograms; ``streaming`` ones also by
@@ -90,6 +98,11 @@ class EngineMetrics:
         )
         self.num_aborted_requests = counter(
             "sglang:num_aborted_requests", "Number of requests aborted.", tokenizer
+        )
+        self.cached_tokens = counter(
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            [*tokenizer, "cache_source"],
         )
         self.spec_verify_calls = counter(
             "sglang:spec_verify_calls", "Number of speculative verify calls.", tokenizer

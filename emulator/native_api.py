@@ -13,7 +13,7 @@ from specroute.emulator.fault_injector import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings, whole_number
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
-from specroute.emulator.vocabulary import count_tokens
+from specroute.emulator.vocabulary import count_tokens, tokens
 
 
 def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence, bool]:
@@ -21,9 +21,10 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
     if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
         raise BadRequest("Batched /generate requests are not supported by this server.")
     if isinstance(text, str):
-        prompt, prompt_tokens = text, max(1, count_tokens(text))
+        prompt, prompt_tokens, prompt_ids = text, max(1, count_tokens(text)), tokens(text)
     elif isinstance(ids, list) and ids and all(isinstance(t, int) for t in ids):
-        prompt, prompt_tokens = " ".join(map(str, ids)), len(ids)
+        prompt_ids = tuple(map(str, ids))
+        prompt, prompt_tokens = " ".join(prompt_ids), len(ids)
     else:
         raise BadRequest("Either 'text' (a string) or 'input_ids' (a list of ints) is required.")
     params = body.get("sampling_params") or {}
@@ -46,6 +47,7 @@ def parse_generate(body: dict[str, Any], context_length: int) -> tuple[Sequence,
         ignore_eos=bool(params.get("ignore_eos", False)),
         stop=stop_strings(params.get("stop"), "sampling_params.stop"),
         sampling_seed=str(params.get("sampling_seed", "")),
+        prompt_ids=prompt_ids,
     )
     return seq, bool(body.get("stream", False))
 

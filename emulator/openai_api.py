@@ -25,7 +25,13 @@ from specroute.emulator.fault_injector import FaultInjector
 from specroute.emulator.fields import request_id, stop_strings, whole_number
 from specroute.emulator.loop import EngineLoop, QueueFull
 from specroute.emulator.request import ActiveRequest
-from specroute.emulator.vocabulary import chat_prompt_tokens, count_tokens, message_text
+from specroute.emulator.vocabulary import (
+    chat_prompt_tokens,
+    chat_tokens,
+    count_tokens,
+    message_text,
+    tokens,
+)
 
 _ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 
@@ -53,9 +59,9 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
             if not isinstance(message, dict) or message.get("role") not in _ROLES:
                 raise BadRequest(f"messages[{i}] must be an object with a valid 'role'.")
         prompt = "\n".join(message_text(m) for m in messages)
-        prompt_tokens = chat_prompt_tokens(messages)
+        prompt_tokens, prompt_ids = chat_prompt_tokens(messages), chat_tokens(messages)
     else:
-        prompt, prompt_tokens = _completion_prompt(body.get("prompt"))
+        prompt, prompt_tokens, prompt_ids = _completion_prompt(body.get("prompt"))
     n = body.get("n", 1)
     if n != 1:
         raise BadRequest("Only n=1 is supported by this server.")
@@ -85,6 +91,7 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
         ignore_eos=_flag(body, "ignore_eos"),
         stop=stop_strings(body.get("stop"), "Field 'stop'"),
         sampling_seed=str(body.get("seed", "")),
+        prompt_ids=prompt_ids,
     )
     model = body.get("model", "default")
     if not isinstance(model, str):
@@ -99,13 +106,14 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
     )
 
 
-def _completion_prompt(prompt: Any) -> tuple[str, int]:
+def _completion_prompt(prompt: Any) -> tuple[str, int, tuple[str, ...]]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return prompt, max(1, count_tokens(prompt))
+        return prompt, max(1, count_tokens(prompt)), tokens(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return " ".join(map(str, prompt)), len(prompt)
+        ids = tuple(map(str, prompt))
+        return " ".join(ids), len(prompt), ids
     raise BadRequest("Field 'prompt' must be a string or a list of token ids (one prompt).")
 
 
@@ -129,13 +137,22 @@ def _finish_reason(finish: Finish | None) -> str | None:
     return None if finish is None else finish.type
 
 
-def _usage(active: ActiveRequest) -> dict[str, Any]:
+def _usage(active: ActiveRequest, cache_report: bool) -> dict[str, Any]:
+    """SGLang's usage; the cached prompt tokens only with ``--enable-cache-report``."""
     completion, prompt = len(active.output_ids), active.seq.prompt_tokens
+    details = None
+    if cache_report:
+        details = {
+            "cached_tokens": active.seq.cached_tokens,
+            "image_tokens": None,
+            "audio_tokens": None,
+            "video_tokens": None,
+        }
     return {
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
-        "prompt_tokens_details": None,
+        "prompt_tokens_details": details,
         "reasoning_tokens": 0,
         "completion_tokens_details": None,
     }
@@ -146,6 +163,7 @@ class OpenAIHandlers:
     loop: EngineLoop
     context_length: int
     faults: FaultInjector
+    cache_report: bool = False  # SGLang's --enable-cache-report
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, chat=True)
@@ -184,7 +202,7 @@ class OpenAIHandlers:
             "created": int(time.time()),
             "model": c.model,
             "choices": [choice],
-            "usage": _usage(active),
+            "usage": _usage(active, self.cache_report),
             "metadata": {"weight_version": "default"} if c.chat else None,
         }
 
@@ -208,7 +226,11 @@ class OpenAIHandlers:
                     if c.chat:
 
                         def chunk(delta: dict[str, Any], finish: Finish | None = None) -> bytes:
-                            usage = {"usage": _usage(active)} if c.continuous_usage else {}
+                            usage = (
+                                {"usage": _usage(active, self.cache_report)}
+                                if c.continuous_usage
+                                else {}
+                            )
                             return sse_event(
                                 head | {"choices": [_chat_choice(delta, finish)]} | usage
                             )
@@ -234,7 +256,7 @@ class OpenAIHandlers:
                             if emission.finish is None
                             else emission.finish.matched,
                         }
-                        usage = _usage(active) if c.continuous_usage else None
+                        usage = _usage(active, self.cache_report) if c.continuous_usage else None
                         await response.write(
                             sse_event(head | {"choices": [choice], "usage": usage})
                         )
@@ -244,7 +266,7 @@ class OpenAIHandlers:
             return response  # and aiohttp closes the stream quietly
         else:
             if c.include_usage:
-                usage = _usage(active)
+                usage = _usage(active, self.cache_report)
                 if not c.chat:
                     usage = {k: v for k, v in usage.items() if v is not None}
                 await response.write(sse_event(head | {"choices": [], "usage": usage}))

@@ -81,6 +81,10 @@ class ActiveRequest:
             m.prompt_tokens.labels(**labels).inc(self.seq.prompt_tokens)
             m.generation_tokens.labels(**labels).inc(len(self.output_ids))
             m.num_requests.labels(**labels).inc()
+            if self.seq.cached_tokens:
+                m.cached_tokens.labels(**m.tokenizer(), cache_source="device").inc(
+                    self.seq.cached_tokens
+                )
             m.e2e.labels(**labels).observe(now - self.started)
             m.spec_verify_calls.labels(**m.tokenizer()).inc(self.seq.verify_ct)
 
@@ -97,8 +101,10 @@ class ActiveRequest:
             "num_retractions": 0,
             "reasoning_tokens": 0,
             "completion_tokens": len(self.output_ids),
-            "cached_tokens": 0,
+            "cached_tokens": seq.cached_tokens,
         }
+        if seq.cached_tokens:  # SGLang's breakdown by tier: here all on the device
+            info["cached_tokens_details"] = {"device": seq.cached_tokens, "host": 0}
         if finish is not None:
             info["e2e_latency"] = self.e2e_latency
             if self.loop.engine.speculative and seq.verify_ct > 0:

@@ -100,7 +100,7 @@ def create_app(config: EmulatorConfig) -> web.Application:
     app[STARTED] = time.time()
     app[FAULTS] = faults
     _pace(app)
-    openai = OpenAIHandlers(loop, config.context_length, faults)
+    openai = OpenAIHandlers(loop, config.context_length, faults, config.enable_cache_report)
     native = NativeHandlers(loop, config.context_length, faults)
     app.router.add_post("/v1/chat/completions", openai.chat)
     app.router.add_post("/v1/completions", openai.completions)

@@ -109,6 +109,11 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def tokens(text: str) -> tuple[str, ...]:
+    """The tokens ``count_tokens`` counts, in order: what the radix cache keys on."""
+    return tuple(_TOKEN.findall(text))
+
+
 def word(token_id: int) -> str:
     return " " + WORDS[(token_id - TOKEN_ID_BASE) % len(WORDS)]
 
@@ -119,6 +124,19 @@ def chat_prompt_tokens(messages: list[dict[str, object]]) -> int:
     for message in messages:
         total += 4 + count_tokens(message_text(message))
     return total + 3
+
+
+def chat_tokens(messages: list[dict[str, object]]) -> tuple[str, ...]:
+    """A chat's tokens after that template, as many as ``chat_prompt_tokens`` counts: a
+    begin token, each message's header (three) and end (one) around its content, then the
+    assistant's header; two chats that begin alike share their first tokens."""
+    out = ["<|begin_of_text|>"]
+    for message in messages:
+        out += ["<|start_header_id|>", str(message.get("role")), "<|end_header_id|>"]
+        out += tokens(message_text(message))
+        out.append("<|eot_id|>")
+    out += ["<|start_header_id|>", "assistant", "<|end_header_id|>"]
+    return tuple(out)
 
 
 def message_text(message: dict[str, object]) -> str:

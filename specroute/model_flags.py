@@ -84,6 +84,20 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         "steps take turns, as CUDA time-slices two processes on one GPU. Default: GPUs of "
         "its own",
     )
+    p.add_argument(
+        "--radix-cache-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="model SGLang's radix cache, holding N prompt tokens (least recently used "
+        "evicted first): a prompt's cached prefix is not prefilled again. Default 0: no "
+        "prefix caching",
+    )
+    p.add_argument(
+        "--enable-cache-report",
+        action="store_true",
+        help="report cached prompt tokens in the OpenAI usage, as SGLang's flag",
+    )
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
 
@@ -124,7 +138,15 @@ def emulator_config(
         faults=parse_faults(getattr(args, "fault", None) or ()),
         noise=getattr(args, "noise", None) or Noise(),
         share_gpus=getattr(args, "share_gpus", None),
+        radix_cache_tokens=_cache_size(getattr(args, "radix_cache_tokens", 0)),
+        enable_cache_report=getattr(args, "enable_cache_report", False),
     )
+
+
+def _cache_size(tokens: int) -> int:
+    if tokens < 0:
+        raise ValueError(f"--radix-cache-tokens {tokens}: give 0 (no cache) or more tokens")
+    return tokens
 
 
 def config_from_flags(
