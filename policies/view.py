@@ -137,6 +137,7 @@ class RequestInfo:
     max_tokens: int | None = None
     prompt_bytes: int = 0  # UTF-8 bytes of the prompt's text
     prompt_tokens: int = 0  # prompt given as token ids (completions, /generate)
+    prefix: bytes = b""  # the prompt's first bytes, when a placement keys on them
 
     def context(self, tokens_per_byte: float) -> int:
         """The request's mean KV tokens while it decodes, estimated without a tokenizer: its

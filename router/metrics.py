@@ -38,6 +38,13 @@ class RouterMetrics:
             "Routing decisions, by pool and reason.",
             ("pool", "reason"),
         )
+        self.placements = self._counter(
+            "specroute_placements",
+            "Where within the chosen pool requests ran, by pool and placement outcome: "
+            "affinity (the server their prefix hashes to), balance (the least-loaded one, "
+            "the hashed one being too busy, full or ejected), no_prefix (no prompt to hash).",
+            ("pool", "outcome"),
+        )
         self.router_errors = self._counter(
             "specroute_router_errors",
             "The router's own failures (out_of_fds, internal_error), charged to no backend.",

@@ -120,7 +120,7 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    info = request_info(request.path, body)
+    info = request_info(request.path, body, state.placement.prefix_bytes)
     admitted = await state.admission.admit(functools.partial(_decide, request, state, info, span))
     if isinstance(admitted, Refusal):
         if span is not None:
@@ -143,7 +143,7 @@ def _decide(
     must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
     request's task, as that one leaves: the request and span are this request's."""
     view = state.view()
-    decision = state.in_force.policy.choose(info, view)
+    decision = state.place(state.in_force.policy.choose(info, view), info, view)
     if state.settings.queue_at_capacity and at_capacity(view, decision):
         return None
     _record(request, state, decision, view.load(), span)

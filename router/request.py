@@ -5,6 +5,7 @@ turns them into tokens with its profile's ratio), and a prompt given as token id
 counted as it is. Only the fields each API puts its prompt in are read: chat
 ``messages`` (a string ``content``, or the ``text`` of each part of a list), completions'
 ``prompt``, and ``/generate``'s ``text`` or ``input_ids``; anything else counts nothing.
+A placement that keys on the prompt's beginning gets its first bytes too (``prefix``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from specroute.policies.view import RequestInfo
 
 
-def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
+def request_info(path: str, body: dict[str, Any], prefix_bytes: int = 0) -> RequestInfo:
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     params = body.get("sampling_params")
     if max_tokens is None and isinstance(params, dict):
@@ -26,6 +27,7 @@ def request_info(path: str, body: dict[str, Any]) -> RequestInfo:
         max_tokens=_whole(max_tokens),
         prompt_bytes=text,
         prompt_tokens=ids,
+        prefix=prefix(body, prefix_bytes) if prefix_bytes else b"",
     )
 
 
@@ -34,6 +36,44 @@ def _whole(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def prefix(body: dict[str, Any], size: int) -> bytes:
+    """The first ``size`` bytes of the prompt as the server's template begins it: a chat's
+    messages in order, each its role and text (so a system prompt, then the first turns);
+    a prompt's text; token ids as decimal text. Empty for a body with no prompt."""
+    pieces: list[str] = []
+    length = 0
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for m in messages:
+            if isinstance(m, dict):
+                piece = f"{m.get('role')}\x1f{_text(m.get('content'))}\x1e"
+                pieces.append(piece[:size])
+                length += len(piece)
+                if length >= size:
+                    break
+    else:
+        for value in (body.get("prompt"), body.get("text"), body.get("input_ids")):
+            if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list):
+                value = value[0]  # one prompt of token ids, as a batch of one
+            if isinstance(value, str):
+                pieces.append(value[:size])
+            elif isinstance(value, list) and value and isinstance(value[0], str):
+                pieces.append(value[0][:size])  # a batch: its first prompt
+            elif isinstance(value, list):
+                pieces.append(",".join(str(t) for t in value[: size // 2 + 1]))
+    return "".join(pieces).encode("utf-8", "surrogatepass")[:size]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
 
 
 def _prompt(body: dict[str, Any]) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from specroute.policies.decision import PolicyError
+from specroute.policies.placement import Placement, PlacementName, placement
 from specroute.policies.registry import FLAT_KEYS, checked, entry
 from specroute.policies.view import ConcurrencySource, Pool
 from specroute.router.backend import Server
@@ -75,6 +76,32 @@ class RouterSettings(BaseSettings):
     context: Literal["auto", "off"] | None = Field(None, description=_DEPRECATED)
     profile: Path | None = Field(
         None, description="the calibrated profile to route by, watched for changes"
+    )
+    placement: PlacementName = Field(
+        "least-load",
+        description="where in the pool the policy chose a request runs: its least-loaded "
+        "server (least-load), or the server that hashing the prompt's first bytes gives, "
+        "whose prefix cache likely holds them, unless it is busier than the least-loaded "
+        "one by both balance thresholds (prefix-affinity)",
+    )
+    affinity_prefix_bytes: int = Field(
+        1024,
+        ge=1,
+        le=1 << 20,
+        description="prefix-affinity: bytes of the prompt hashed (a chat: its messages in "
+        "order, so the system prompt and the first turns)",
+    )
+    affinity_balance_abs: int = Field(
+        16,
+        ge=0,
+        description="prefix-affinity: requests by which the hashed server's load may exceed "
+        "the least-loaded one's before the request goes to the least-loaded one instead",
+    )
+    affinity_balance_rel: float = Field(
+        1.5,
+        ge=1,
+        description="prefix-affinity: and the ratio of their loads it may reach; past both, "
+        "least load wins",
     )
     concurrency_source: ConcurrencySource = Field(
         ConcurrencySource.ROUTER,
@@ -329,6 +356,15 @@ class RouterSettings(BaseSettings):
             seconds=self.eject_seconds,
             max_seconds=self.eject_max_seconds,
             readmit_after_successes=self.readmit_after_successes,
+        )
+
+    def placer(self) -> Placement:
+        """The placement within a pool, as the settings give it."""
+        return placement(
+            self.placement,
+            prefix_bytes=self.affinity_prefix_bytes,
+            balance_abs=self.affinity_balance_abs,
+            balance_rel=self.affinity_balance_rel,
         )
 
     def policy_params(self) -> dict[str, Any]:

@@ -18,7 +18,9 @@ from typing import Any
 
 from aiohttp import ClientResponse, ClientSession, ClientTimeout
 
-from specroute.policies.view import View
+from specroute.policies.decision import Decision
+from specroute.policies.placement import Placement
+from specroute.policies.view import RequestInfo, View
 from specroute.router.admission import Admission
 from specroute.router.backend import Backend
 from specroute.router.board import Board
@@ -53,9 +55,11 @@ class RouterState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
+    placement: Placement = field(init=False)
 
     def __post_init__(self) -> None:
         self.timeouts = self.settings.upstream_timeouts()
+        self.placement = self.settings.placer()
         self.verdicts.watch(self.roster.backends)
 
     def view(self) -> View:
@@ -65,6 +69,13 @@ class RouterState:
             source=self.settings.concurrency_source,
             now=now,
         )
+
+    def place(self, decision: Decision, request: RequestInfo, view: View) -> Decision:
+        """The policy's decision, placed within its pool; counted unless left to the policy."""
+        placed, outcome = self.placement.place(decision, request, view)
+        if outcome != "least_load":
+            self.metrics.child(self.metrics.placements, placed.pool, outcome).inc()
+        return placed
 
     def inflight(self) -> int:
         """This worker's requests in flight: what its drain waits for."""

@@ -77,9 +77,9 @@ def test_a_prompt_longer_than_the_cache_leaves_it_empty() -> None:
 
 
 def test_a_chat_is_tokenized_as_counted_and_shares_its_system_prompt() -> None:
-    system = {"role": "system", "content": "You are terse, and answer in one line."}
-    one = [system, {"role": "user", "content": "Hello there."}]
-    two = [system, {"role": "user", "content": "Goodbye."}]
+    system: dict[str, object] = {"role": "system", "content": "You are terse, in one line."}
+    one: list[dict[str, object]] = [system, {"role": "user", "content": "Hello there."}]
+    two: list[dict[str, object]] = [system, {"role": "user", "content": "Goodbye."}]
     assert len(chat_tokens(one)) == chat_prompt_tokens(one)
     same = 0
     while chat_tokens(one)[same] == chat_tokens(two)[same]:
