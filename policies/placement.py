@@ -9,8 +9,9 @@ on one server, whose radix cache holds that beginning, and when a server leaves 
 own prompts move. It keeps the policy's pick when the request has no prompt, and goes to
 the least-loaded server when the hashed one is busier than it by more than both
 thresholds, as SGLang's gateway does in its ``cache_aware`` policy. A server that is
-ejected, or whose reported running requests have reached its cap, is never chosen by
-its hash.
+ejected, whose reported running requests have reached its cap, or (in the speculative
+pool) whose load has reached the crossover in force is never chosen by its hash: the
+request then joins no server busier than the crossover allows, as with least load.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from specroute.policies.view import BackendView, RequestInfo, View
 
 PlacementName = Literal["least-load", "prefix-affinity"]
 # why a request ran where it did, for ``specroute_placements``
-Placed = Literal["least_load", "affinity", "balance", "no_prefix"]
+Placed = Literal["least_load", "affinity", "balance", "full", "no_prefix"]
 
 
 class Placement(Protocol):
@@ -38,10 +39,11 @@ class Placement(Protocol):
         ...
 
     def place(
-        self, decision: Decision, request: RequestInfo, view: View
+        self, decision: Decision, request: RequestInfo, view: View, ceiling: float | None = None
     ) -> tuple[Decision, Placed]:
         """Synchronous and free of I/O, like a policy: the backend within the decision's
-        pool, and why."""
+        pool, and why. ``ceiling``: the load a server must be below to be chosen for any
+        other reason than least load (the crossover, for the speculative pool)."""
         ...
 
 
@@ -53,7 +55,7 @@ class LeastLoad:
     prefix_bytes: int = 0
 
     def place(
-        self, decision: Decision, request: RequestInfo, view: View
+        self, decision: Decision, request: RequestInfo, view: View, ceiling: float | None = None
     ) -> tuple[Decision, Placed]:
         return decision, "least_load"
 
@@ -77,7 +79,7 @@ class PrefixAffinity:
             )
 
     def place(
-        self, decision: Decision, request: RequestInfo, view: View
+        self, decision: Decision, request: RequestInfo, view: View, ceiling: float | None = None
     ) -> tuple[Decision, Placed]:
         if decision.backend is None:
             return decision, "least_load"
@@ -87,18 +89,15 @@ class PrefixAffinity:
         if chosen is None:
             return decision, "least_load"
         source = view.source
-        candidates = [
-            b
-            for b in view.healthy(decision.pool)
-            if b.group == chosen.group and not _saturated(b, view)
-        ]
-        if not candidates:  # every one is full: the policy's least-loaded pick stands
-            return decision, "balance"
-        target = max(candidates, key=lambda b: _weight(request.prefix, b.name))
-        least = min(candidates, key=lambda b: (b.load(source), b.inflight, b.name))
-        load, low = target.load(source), least.load(source)
+        # the prefix's homes in order: one ejected hands its prefixes on to their next home
+        homes = [b for b in view.healthy(decision.pool) if b.group == chosen.group]
+        target = max(homes, key=lambda b: _weight(request.prefix, b.name), default=chosen)
+        load = target.load(source)
+        if _saturated(target, view) or (ceiling is not None and load >= ceiling):
+            return decision, "full"  # the policy's least-loaded pick: no busier than allowed
+        low = chosen.load(source)
         if load - low > self.balance_abs and load > low * self.balance_rel:
-            return _moved(decision, least), "balance"
+            return decision, "balance"
         return _moved(decision, target), "affinity"
 
 

@@ -71,8 +71,10 @@ class RouterState:
         )
 
     def place(self, decision: Decision, request: RequestInfo, view: View) -> Decision:
-        """The policy's decision, placed within its pool; counted unless left to the policy."""
-        placed, outcome = self.placement.place(decision, request, view)
+        """The policy's decision, placed within its pool; counted unless left to the policy.
+        In the speculative pool no server at the crossover is chosen by its hash."""
+        ceiling = self.in_force.policy.crossover() if decision.pool == "spec" else None
+        placed, outcome = self.placement.place(decision, request, view, ceiling)
         if outcome != "least_load":
             self.metrics.child(self.metrics.placements, placed.pool, outcome).inc()
         return placed

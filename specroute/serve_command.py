@@ -91,6 +91,31 @@ def _add_policy_flags(group: argparse._ArgumentGroup) -> None:
         choices=["router", "backend", "max", "replicas"],
         help="replicas: for several routers in front of the same servers",
     )
+    group.add_argument(
+        "--placement",
+        choices=["least-load", "prefix-affinity"],
+        help="within the pool chosen: its least-loaded server (default), or the one the "
+        "prompt's first bytes hash to, for its prefix cache",
+    )
+    group.add_argument(
+        "--affinity-prefix-bytes",
+        type=int,
+        metavar="N",
+        help="prefix-affinity: the prompt's bytes hashed (default 1024)",
+    )
+    group.add_argument(
+        "--affinity-balance-abs",
+        type=int,
+        metavar="N",
+        help="prefix-affinity: requests by which the hashed server may be busier than the "
+        "least-loaded one (default 16) ...",
+    )
+    group.add_argument(
+        "--affinity-balance-rel",
+        type=float,
+        metavar="X",
+        help="... and how many times as busy (default 1.5); past both, least load wins",
+    )
 
 
 def _add_serving_flags(group: argparse._ArgumentGroup) -> None:

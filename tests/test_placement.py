@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
+from specroute.cli import parser
 from specroute.policies.decision import Decision
 from specroute.policies.placement import LeastLoad, PrefixAffinity
 from specroute.policies.view import BackendView, ConcurrencySource, RequestInfo, View
 from specroute.router.request import prefix, request_info
 from specroute.router.settings import RouterSettings
+from specroute.serve_command import given_settings
 
 AFFINITY = PrefixAffinity(prefix_bytes=64, balance_abs=4, balance_rel=1.5)
 
@@ -84,7 +86,7 @@ def test_a_full_server_is_never_its_prefixes_home() -> None:
         server(n, 8 if f"spec:{n}" == home else 0, max_running_requests=8) for n in ("a", "b")
     ]
     where, outcome = placed(view(*capped), key)
-    assert where != home and outcome == "affinity"
+    assert where != home and outcome == "full"
 
 
 def test_it_stays_in_the_pool_and_group_the_policy_chose() -> None:
@@ -122,14 +124,31 @@ def test_the_prefix_is_a_chat_s_first_messages_and_grows_with_it() -> None:
     assert request_info("/v1/chat/completions", {"messages": turn}).prefix == b""
 
 
-def test_the_placement_is_a_setting() -> None:
-    given = RouterSettings(
-        spec=["http://a:1"],
-        base=["http://b:1"],
-        placement="prefix-affinity",
-        affinity_prefix_bytes=256,
+def settings(**given: Any) -> RouterSettings:
+    return RouterSettings(**({"spec": ["http://a:1"], "base": ["http://b:1"]} | given))
+
+
+def test_the_placement_is_a_setting_and_a_flag() -> None:
+    flags = ["serve", "--spec", "http://a:1", "--base", "http://b:1"]
+    flags += ["--placement", "prefix-affinity", "--affinity-prefix-bytes", "256"]
+    assert settings(**given_settings(parser().parse_args(flags))).placer() == PrefixAffinity(
+        prefix_bytes=256
     )
-    assert given.placer() == PrefixAffinity(prefix_bytes=256)
-    assert RouterSettings(spec=["http://a:1"], base=["http://b:1"]).placer() == LeastLoad()
+    assert settings().placer() == LeastLoad()
     with pytest.raises(ValueError, match="placement"):
-        RouterSettings(spec=["http://a:1"], base=["http://b:1"], placement="random")
+        settings(placement="random")
+    with pytest.raises(ValueError, match="affinity_balance_rel"):
+        settings(affinity_balance_rel=0.5)
+
+
+def test_in_the_speculative_pool_no_server_at_the_crossover_is_chosen_by_its_hash() -> None:
+    key = KEYS[0]
+    home = placed(view(server("a"), server("b")), key)[0]
+    other = "spec:b" if home == "spec:a" else "spec:a"
+    loads = {home: 3, other: 1}
+    v = view(server("a", loads["spec:a"]), server("b", loads["spec:b"]))
+    request = RequestInfo("/v1/chat", prefix=key)
+    decision = Decision("spec", other, "below_crossover")
+    assert AFFINITY.place(decision, request, v)[0].backend == home  # within the thresholds
+    assert AFFINITY.place(decision, request, v, ceiling=3)[0].backend == other
+    assert AFFINITY.place(decision, request, v, ceiling=3.5)[0].backend == home
