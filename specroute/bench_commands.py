@@ -35,6 +35,7 @@ def add_bench(sub: Subcommands) -> None:
         _add_capacity,
         _add_overhead,
         _add_replicas,
+        _add_affinity,
         _add_chaos,
         _add_soak,
         _add_coverage,
@@ -230,6 +231,35 @@ def _add_replicas(commands: Subcommands) -> None:
     _duration(replicas, "--seconds", 2.0, "at each level of the ramp")
     replicas.add_argument("--out", metavar="FILE.json")
     replicas.set_defaults(handler=_replicas)
+
+
+def _add_affinity(commands: Subcommands) -> None:
+    affinity = commands.add_parser(
+        "affinity",
+        help="placement within a pool: least load against prefix affinity, chats that share "
+        "system prompts",
+        description="Two speculative and two plain emulated servers with radix caches, a "
+        "router routing by the crossover, and the same chats (a few system prompts, a "
+        "question each) with each placement on fresh servers: cache hit rate, time to first "
+        "token and the speculative share.",
+    )
+    affinity.add_argument("--requests", type=positive(int), default=400)
+    affinity.add_argument(
+        "--rate",
+        type=positive(float),
+        default=5.0,
+        help="requests a second of modelled time, arriving as a Poisson process",
+    )
+    affinity.add_argument("--system-prompts", type=positive(int), default=8)
+    affinity.add_argument(
+        "--cache-tokens",
+        type=positive(int),
+        default=5000,
+        help="each server's radix cache, in tokens (default: about four system prompts)",
+    )
+    _time_scale(affinity, 0.2)
+    affinity.add_argument("--out", metavar="FILE.json")
+    affinity.set_defaults(handler=_affinity)
 
 
 def _add_chaos(commands: Subcommands) -> None:
@@ -552,6 +582,23 @@ def _replicas(args: argparse.Namespace) -> int:
     print(render(rows))
     if args.out:
         _write({"plan": asdict(plan), "rows": [r.as_json() for r in rows]}, Path(args.out))
+    return 0
+
+
+def _affinity(args: argparse.Namespace) -> int:
+    from specroute.bench.affinity import AffinityPlan, measure_affinity, render
+
+    plan = AffinityPlan(
+        system_prompts=args.system_prompts,
+        cache_tokens=args.cache_tokens,
+        requests=args.requests,
+        rate=args.rate,
+        time_scale=args.time_scale,
+    )
+    results = run_loop(measure_affinity(plan, _note))
+    print(render(results))
+    if args.out:
+        _write({"plan": asdict(plan), "results": [r.as_json() for r in results]}, Path(args.out))
     return 0
 
 

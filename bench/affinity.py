@@ -1,0 +1,236 @@
+"""``specroute bench affinity``: placement within a pool, least load against prefix
+affinity, under chat traffic that shares a few system prompts.
+
+Two speculative and two plain emulated servers, each with a radix cache too small for
+every system prompt, behind one router routing by the crossover; the same requests at the
+same moments (Poisson arrivals from the seed) with each placement, on fresh servers each
+time. What a user sees is measured at the client: the time to the first token, the share of prompt tokens the servers found
+cached (the usage's ``cached_tokens``), and the share sent to the speculative pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+
+from specroute.loadgen.spawn import spawned
+
+PLACEMENTS = ("least-load", "prefix-affinity")
+_WORDS = [
+    "the",
+    "model",
+    "serves",
+    "each",
+    "request",
+    "through",
+    "a",
+    "batch",
+    "of",
+    "tokens",
+    "while",
+    "the",
+    "queue",
+    "holds",
+    "the",
+    "rest",
+    "and",
+    "every",
+    "step",
+    "of",
+    "decode",
+    "reads",
+    "the",
+    "cache",
+    "of",
+    "keys",
+    "and",
+    "values",
+    "for",
+    "the",
+    "prompt",
+]
+
+
+@dataclass(frozen=True)
+class AffinityPlan:
+    system_prompts: int = 8
+    system_words: int = 1200  # a word is a token to the emulator
+    cache_tokens: int = 5000  # each server's radix cache: about four system prompts
+    requests: int = 400
+    rate: float = 5.0  # requests a second of modelled time, arriving as a Poisson process
+    crossover: int = 3  # per speculative server (the partitioned topology)
+    max_tokens: int = 32
+    time_scale: float = 0.2
+    hardware: str = "kimi-k2.5-8x-pcie"
+    seed: int = 0
+
+    @property
+    def wall_rate(self) -> float:
+        return self.rate / self.time_scale
+
+    def emulator_flags(self) -> tuple[str, ...]:
+        return (
+            "--hardware",
+            self.hardware,
+            "--time-scale",
+            f"{self.time_scale:g}",
+            "--radix-cache-tokens",
+            str(self.cache_tokens),
+            "--enable-cache-report",
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    backend: str
+    ttft: float  # seconds to the first content chunk
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Result:
+    placement: str
+    requests: int
+    spec_share: float
+    hit_rate: float  # cached prompt tokens over prompt tokens
+    ttft_mean: float
+    ttft_p50: float
+    ttft_p90: float
+    by_backend: dict[str, int]
+
+    @classmethod
+    def of(cls, placement: str, samples: Sequence[Sample]) -> Result:
+        ttfts = sorted(s.ttft for s in samples)
+        prompt = sum(s.prompt_tokens for s in samples)
+        served = Counter(s.backend for s in samples)
+        spec = sum(n for b, n in served.items() if b.startswith("spec:"))
+        return cls(
+            placement,
+            len(samples),
+            spec / max(1, len(samples)),
+            sum(s.cached_tokens for s in samples) / max(1, prompt),
+            statistics.fmean(ttfts),
+            ttfts[len(ttfts) // 2],
+            ttfts[int(len(ttfts) * 0.9)],
+            dict(sorted(served.items())),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chats(plan: AffinityPlan) -> list[dict[str, Any]]:
+    """The requests: a system prompt drawn from a few, and a question of the request's own."""
+    rng = random.Random(plan.seed)
+    systems = [
+        f"You are assistant {i}. " + " ".join(rng.choices(_WORDS, k=plan.system_words))
+        for i in range(plan.system_prompts)
+    ]
+    return [
+        {
+            "model": "default",
+            "messages": [
+                {"role": "system", "content": rng.choice(systems)},
+                {"role": "user", "content": f"Question {k}: " + " ".join(rng.choices(_WORDS, k=8))},
+            ],
+            "max_tokens": plan.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        for k in range(plan.requests)
+    ]
+
+
+async def play(url: str, bodies: Sequence[dict[str, Any]], rate: float, seed: int) -> list[Sample]:
+    """The requests through the router at ``url`` in order, arriving at ``rate`` a second
+    (a Poisson process drawn from ``seed``: the same arrivals for every placement)."""
+    rng = random.Random(seed)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        tasks = []
+        due = time.monotonic()
+        for body in bodies:
+            due += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            tasks.append(asyncio.create_task(_one(s, url, body)))
+        return list(await asyncio.gather(*tasks))
+
+
+async def _one(s: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Sample:
+    started = time.monotonic()
+    first: float | None = None
+    usage: dict[str, Any] = {}
+    async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+        r.raise_for_status()
+        backend = r.headers["x-specroute-backend"]
+        async for line in r.content:
+            data = line.decode().strip().removeprefix("data: ")
+            if not data.startswith("{"):
+                continue
+            chunk = json.loads(data)
+            if first is None and any(c["delta"].get("content") for c in chunk["choices"]):
+                first = time.monotonic()
+            usage = chunk.get("usage") or usage
+    details = usage.get("prompt_tokens_details") or {}
+    return Sample(
+        backend,
+        (first or time.monotonic()) - started,
+        int(usage.get("prompt_tokens", 0)),
+        int(details.get("cached_tokens", 0)),
+    )
+
+
+async def measure_affinity(plan: AffinityPlan, note: Callable[[str], None]) -> list[Result]:
+    bodies = chats(plan)
+    results = []
+    for placement in PLACEMENTS:
+        note(f"{placement}: {plan.requests} chats at {plan.rate:g} a second")
+        async with AsyncExitStack() as stack:
+            servers = {
+                mode: [
+                    await stack.enter_async_context(
+                        spawned("emulate", "--mode", mode, *plan.emulator_flags())
+                    )
+                    for _ in range(2)
+                ]
+                for mode in ("spec", "base")
+            }
+            backends = [f"--{m}={s.url}" for m, pair in servers.items() for s in pair]
+            router = await stack.enter_async_context(
+                spawned(
+                    "serve",
+                    *backends,
+                    "--policy-param",
+                    f"crossover={plan.crossover}",
+                    "--policy-param",
+                    "topology=partitioned",
+                    "--placement",
+                    placement,
+                )
+            )
+            samples = await play(router.url, bodies, plan.wall_rate, plan.seed)
+            results.append(Result.of(placement, samples))
+    return results
+
+
+def render(results: Sequence[Result]) -> str:
+    lines = [
+        "| placement | cache hit rate | TTFT mean (s) | TTFT p50 | TTFT p90 | speculative share |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.placement} | {r.hit_rate:.1%} | {r.ttft_mean:.3f} | {r.ttft_p50:.3f} | "
+            f"{r.ttft_p90:.3f} | {r.spec_share:.1%} |"
+        )
+    return "\n".join(lines)
