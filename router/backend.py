@@ -30,6 +30,9 @@ class Server(NamedTuple):
         return backend_name(self.url, self.pool)
 
 
+LOADS_PATHS = ("/v1/loads", "/get_loads")
+
+
 class Backend:
     def __init__(self, server: Server, breaker: Breaker, board: Board, index: int) -> None:
         self.url, self.pool, self.group = server
@@ -38,8 +41,19 @@ class Backend:
         self._verdicts_seen = 0  # the sequence number of the last health verdict applied
         self._previous: BackendStats | None = None  # the leader's last scrape
         self._accept: tuple[float, float] | None = None  # the leader's: (accept length, at)
-        self.serves_loads = True  # the leader's: until it answers 404 to /v1/loads
+        # the leader's: where it reads its load, SGLang's /v1/loads, or SMG's /get_loads
+        # (the pool is an SMG in front of servers) once that answers 404; None after both
+        self.loads_path: str | None = LOADS_PATHS[0]
         self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
+
+    @property
+    def serves_loads(self) -> bool:
+        return self.loads_path is not None
+
+    def loads_missing(self) -> None:
+        """Its load path answered 404: the next one from now on, or none."""
+        at = LOADS_PATHS.index(self.loads_path) if self.loads_path in LOADS_PATHS else -1
+        self.loads_path = LOADS_PATHS[at + 1] if 0 <= at < len(LOADS_PATHS) - 1 else None
 
     @property
     def inflight(self) -> int:

@@ -54,20 +54,24 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     """The backend's load from ``/v1/loads`` (SGLang's, current with
     ``--load-snapshot-publish-interval 1``, else a snapshot every 15 decode steps), else
     from the ``/metrics`` gauges, and its counters from ``/metrics``. A backend that
-    answers 404 to ``/v1/loads`` (an older SGLang, vLLM) is not asked again. An answer that
+    answers 404 to ``/v1/loads`` is asked SMG's ``/get_loads`` instead (the same shape,
+    one entry per server behind the gateway), and after a 404 there too (an older SGLang,
+    vLLM) neither again. An answer that
     is not empty but yields nothing is an unreadable one: counted, logged, and the readings
     go stale."""
     loads = None
-    if backend.serves_loads:
-        status, answer = await _get(state, backend, "/v1/loads")
-        backend.serves_loads = status != 404
+    path = backend.loads_path
+    if path is not None:
+        status, answer = await _get(state, backend, path)
+        if status == 404:
+            backend.loads_missing()
         if answer:
             try:
                 loads = parse_loads(orjson.loads(answer))
             except ValueError:
                 loads = None
             if loads is None:
-                _unreadable(state, backend, "/v1/loads", "not SGLang's loads")
+                _unreadable(state, backend, path, "not SGLang's loads")
     _, body = await _get(state, backend, "/metrics")
     stats = None
     if body:

@@ -1,0 +1,105 @@
+"""A pool that is itself an SMG (SGLang's gateway, ``pip install smg``) in front of two
+data-parallel servers: the router chooses the pool, SMG's ``cache_aware`` the server, and
+the router reads the pool's load from SMG's ``/get_loads`` (docs/guides/smg.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import aiohttp
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from specroute.loadgen.spawn import free_port, spawned
+from specroute.router.state import RouterState
+from tests.emulators import running_emulator
+from tests.routers import running_router
+from tests.test_router import LONG_STREAM, settled
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("smg") is None,
+    reason="smg, SGLang's gateway, is not installed (the dev extra installs it)",
+)
+SERVER = ("--time-scale", "0.1", "--radix-cache-tokens", "100000", "--enable-cache-report")
+SYSTEM = "You answer in one line. " + "the queue and the batch " * 300
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[tuple[str, RouterState]]:
+    """The router: its speculative pool an SMG in front of two servers, its plain pool one
+    server; the crossover is the pool's (two servers' worth)."""
+    async with AsyncExitStack() as stack:
+        workers = [
+            await stack.enter_async_context(running_emulator("--mode", "spec", *SERVER))
+            for _ in range(2)
+        ]
+        base = await stack.enter_async_context(running_emulator("--mode", "base", *SERVER))
+        gateway = await stack.enter_async_context(
+            spawned(
+                "launch",
+                "--worker-urls",
+                *workers,
+                "--policy",
+                "cache_aware",
+                "--host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+                "--log-level",
+                "warn",
+                "--load-monitor-interval",
+                "1",  # its /get_loads is its monitor's last reading (every 10 s by default)
+                module="smg",
+                ready="/readiness",
+            )
+        )
+        params = {"crossover": 6, "topology": "partitioned"}
+        yield await stack.enter_async_context(
+            running_router(spec=[gateway.url], base=[base], given_params=params, poll_interval=0.1)
+        )
+
+
+async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load(
+    pool: tuple[str, RouterState],
+) -> None:
+    url, state = pool
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    model = (await client.models.list()).data[0].id  # SMG routes by the model's name
+    cached = []
+    for question in ("Define a batch.", "Define a queue."):
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": question},
+        ]
+        raw = await client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, max_tokens=4
+        )
+        assert raw.headers["x-specroute-backend"].startswith("spec:")
+        usage = raw.parse().usage
+        assert usage is not None and usage.prompt_tokens_details is not None
+        cached.append(usage.prompt_tokens_details.cached_tokens)
+    assert cached[0] == 0 and cached[1] > 1000  # SMG sent both to the server that held it
+
+    spec = next(b for b in state.roster.backends if b.pool == "spec")
+    assert spec.loads_path == "/get_loads"  # SMG answers 404 to /v1/loads
+    body = {**LONG_STREAM, "model": model, "max_tokens": 4000}  # streams held open
+    async with aiohttp.ClientSession() as s:
+        streams = [await s.post(f"{url}/v1/chat/completions", json=body) for _ in range(4)]
+        try:
+            assert all(r.status == 200 for r in streams)
+            for _ in range(100):  # SMG reads its servers every second, the router SMG often
+                seen = state.view().backends[spec.index]
+                if seen.running == 4:
+                    break
+                await asyncio.sleep(0.05)
+            assert (seen.running, seen.queued) == (4, 0)  # over both servers behind SMG
+            assert seen.inflight == 4  # the router's own count, its default load source
+            assert seen.max_running_requests == 2 * 48
+        finally:
+            for r in streams:
+                r.close()
+    await settled(state)
