@@ -4,8 +4,9 @@ affinity, under chat traffic that shares a few system prompts.
 Two speculative and two plain emulated servers, each with a radix cache too small for
 every system prompt, behind one router routing by the crossover; the same requests at the
 same moments (Poisson arrivals from the seed) with each placement, on fresh servers each
-time. What a user sees is measured at the client: the time to the first token, the share of prompt tokens the servers found
-cached (the usage's ``cached_tokens``), and the share sent to the speculative pool.
+time. What a user sees is measured at the client: the time to the first token, the share
+of prompt tokens the servers found cached (the usage's ``cached_tokens``), and the share
+sent to the speculative pool.
 """
 
 from __future__ import annotations
