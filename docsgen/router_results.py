@@ -77,6 +77,31 @@ def replicas(document: dict[str, Any]) -> str:
     return table([*header, "worst level off"], rows, "rlrrrr")
 
 
+def affinity(document: dict[str, Any]) -> str:
+    plan = document["plan"]
+    rows = [
+        [
+            code(r["placement"]),
+            f"{r['hit_rate']:.1%}",
+            f"{r['ttft_mean'] * 1000:.1f}",
+            f"{r['ttft_p50'] * 1000:.1f}",
+            f"{r['ttft_p90'] * 1000:.1f}",
+            f"{r['spec_share']:.1%}",
+        ]
+        for r in document["results"]
+    ]
+    about = (
+        f"{plan['requests']} chats at {plan['rate']:g} a modelled second, each one of "
+        f"{plan['system_prompts']} system prompts of {plan['system_words']} words and a "
+        f"question of its own; `{plan['hardware']}` servers with "
+        f"`--radix-cache-tokens {plan['cache_tokens']}`, crossover {plan['crossover']} a "
+        f"speculative server, time scale {plan['time_scale']:g} (times are wall "
+        "milliseconds at that scale, router and HTTP included)\n"
+    )
+    header = ["placement", "cache hit rate", "TTFT mean, ms", "p50", "p90"]
+    return "\n".join([about, table([*header, "speculative share"], rows, "lrrrrr")])
+
+
 def _counts(counts: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items() if isinstance(v, int | float))
 
@@ -154,6 +179,7 @@ def capacity(document: dict[str, Any]) -> str:
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
     "replicas": replicas,
+    "affinity": affinity,
     "chaos": chaos,
     "soak": soak,
     "capacity": capacity,

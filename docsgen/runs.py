@@ -196,6 +196,7 @@ RUNS: dict[str, Run] = {
         "2026-12-01",
     ),
     "replicas": Run("specroute bench replicas --out replicas.json", "2026-12-01"),
+    "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-01"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
         "2026-12-01",

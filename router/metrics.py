@@ -41,8 +41,10 @@ class RouterMetrics:
         self.placements = self._counter(
             "specroute_placements",
             "Where within the chosen pool requests ran, by pool and placement outcome: "
-            "affinity (the server their prefix hashes to), balance (the least-loaded one, "
-            "the hashed one being too busy, full or ejected), no_prefix (no prompt to hash).",
+            "affinity (the server their prompt's prefix hashes to), balance (the "
+            "least-loaded one, the hashed one being busier past both thresholds), full (the "
+            "least-loaded one, the hashed one being at its cap or, speculative, at the "
+            "crossover), no_prefix (no prompt to hash: the least-loaded one).",
             ("pool", "outcome"),
         )
         self.router_errors = self._counter(
