@@ -81,7 +81,7 @@ async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load
         assert raw.headers["x-specroute-backend"].startswith("spec:")
         usage = raw.parse().usage
         assert usage is not None and usage.prompt_tokens_details is not None
-        cached.append(usage.prompt_tokens_details.cached_tokens)
+        cached.append(usage.prompt_tokens_details.cached_tokens or 0)
     assert cached[0] == 0 and cached[1] > 1000  # SMG sent both to the server that held it
 
     spec = next(b for b in state.roster.backends if b.pool == "spec")
