@@ -44,7 +44,14 @@ class Backend:
         # the leader's: where it reads its load, SGLang's /v1/loads, or SMG's /get_loads
         # (the pool is an SMG in front of servers) once that answers 404; None after both
         self.loads_path: str | None = LOADS_PATHS[0]
+        self.gateway = False  # the leader's: SMG's /get_loads answered, so it is an SMG
         self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
+
+    @property
+    def health_path(self) -> str:
+        """SMG's ``/health`` says only that the gateway runs; its ``/readiness`` that it
+        has a healthy server to send a request to."""
+        return "/readiness" if self.gateway else "/health"
 
     @property
     def serves_loads(self) -> bool:

@@ -21,7 +21,7 @@ from typing import Literal
 import aiohttp
 import orjson
 
-from specroute.router.backend import Backend
+from specroute.router.backend import LOADS_PATHS, Backend
 from specroute.router.backend_stats import BackendStats, parse, parse_loads
 from specroute.router.content_coding import decoded
 from specroute.router.discovery import Discovery
@@ -39,7 +39,7 @@ async def check_health(state: RouterState, backend: Backend) -> None:
     assert state.session is not None
     timeout = aiohttp.ClientTimeout(total=state.settings.health_timeout)
     try:
-        async with state.session.get(f"{backend.url}/health", timeout=timeout) as r:
+        async with state.session.get(backend.url + backend.health_path, timeout=timeout) as r:
             ok = r.status == 200
     except (aiohttp.ClientError, TimeoutError) as exc:
         if _router_out_of_fds(state, exc):
@@ -55,8 +55,8 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     ``--load-snapshot-publish-interval 1``, else a snapshot every 15 decode steps), else
     from the ``/metrics`` gauges, and its counters from ``/metrics``. A backend that
     answers 404 to ``/v1/loads`` is asked SMG's ``/get_loads`` instead (the same shape,
-    one entry per server behind the gateway), and after a 404 there too (an older SGLang,
-    vLLM) neither again. An answer that
+    one entry per server behind the gateway, which is then health-checked at SMG's
+    ``/readiness``), and after a 404 there too (an older SGLang, vLLM) neither again. An answer that
     is not empty but yields nothing is an unreadable one: counted, logged, and the readings
     go stale."""
     loads = None
@@ -72,6 +72,8 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
                 loads = None
             if loads is None:
                 _unreadable(state, backend, path, "not SGLang's loads")
+            elif path == LOADS_PATHS[1]:
+                backend.gateway = True  # health-checked at its /readiness from now on
     _, body = await _get(state, backend, "/metrics")
     stats = None
     if body:

@@ -29,9 +29,10 @@ SYSTEM = "You answer in one line. " + "the queue and the batch " * 300
 
 
 @pytest.fixture
-async def pool() -> AsyncIterator[tuple[str, RouterState]]:
+async def pool() -> AsyncIterator[tuple[str, RouterState, list[str]]]:
     """The router: its speculative pool an SMG in front of two servers, its plain pool one
-    server; the crossover is the pool's (two servers' worth)."""
+    server; the crossover is the pool's (two servers' worth). Yields the servers behind
+    SMG too."""
     async with AsyncExitStack() as stack:
         workers = [
             await stack.enter_async_context(running_emulator("--mode", "spec", *SERVER))
@@ -53,20 +54,29 @@ async def pool() -> AsyncIterator[tuple[str, RouterState]]:
                 "warn",
                 "--load-monitor-interval",
                 "1",  # its /get_loads is its monitor's last reading (every 10 s by default)
+                "--health-check-interval-secs",
+                "1",
                 module="smg",
                 ready="/readiness",
             )
         )
         params = {"crossover": 6, "topology": "partitioned"}
-        yield await stack.enter_async_context(
-            running_router(spec=[gateway.url], base=[base], given_params=params, poll_interval=0.1)
+        router = running_router(
+            spec=[gateway.url],
+            base=[base],
+            given_params=params,
+            poll_interval=0.1,
+            health_interval=0.2,
+            eject_after_failures=1,
         )
+        url, state = await stack.enter_async_context(router)
+        yield url, state, workers
 
 
 async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load(
-    pool: tuple[str, RouterState],
+    pool: tuple[str, RouterState, list[str]],
 ) -> None:
-    url, state = pool
+    url, state, workers = pool
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     model = (await client.models.list()).data[0].id  # SMG routes by the model's name
     cached = []
@@ -103,3 +113,19 @@ async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load
             for r in streams:
                 r.close()
     await settled(state)
+
+    # every server behind SMG refuses: SMG is not ready, and the router ejects the pool
+    assert spec.health_path == "/readiness" and spec.healthy
+    async with aiohttp.ClientSession() as s:
+        for worker in workers:
+            async with s.post(f"{worker}/emulator/faults", json={"faults": ["refuse"]}) as r:
+                assert r.status == 200
+    for _ in range(200):
+        if not spec.healthy:
+            break
+        await asyncio.sleep(0.05)
+    assert not spec.healthy
+    raw = await client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "Hi."}], max_tokens=2
+    )
+    assert raw.headers["x-specroute-backend"].startswith("base:")
