@@ -152,3 +152,19 @@ def test_in_the_speculative_pool_no_server_at_the_crossover_is_chosen_by_its_has
     assert AFFINITY.place(decision, request, v)[0].backend == home  # within the thresholds
     assert AFFINITY.place(decision, request, v, ceiling=3)[0].backend == other
     assert AFFINITY.place(decision, request, v, ceiling=3.5)[0].backend == home
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": "not a list"},
+        {"messages": [1, None, {"role": ["x"], "content": [{"text": 3}, "part", {"text": "ok"}]}]},
+        {"messages": [{"role": "user", "content": "\ud800 lone surrogate"}]},
+        {"prompt": [[1, "a", None]]},
+        {"prompt": ["first", "second"]},
+        {"input_ids": []},
+        {"text": None, "prompt": {"a": 1}},
+    ],
+)
+def test_any_body_gives_a_prefix_of_at_most_its_size(body: dict[str, Any]) -> None:
+    assert len(prefix(body, 16)) <= 16
