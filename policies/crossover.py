@@ -86,7 +86,11 @@ class CrossoverPolicy:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate
         if that is at or below the crossover."""
         seat = view.seat(self.params.topology)
-        bands = up_to(self.threshold) if self.bands is None else self.bands
+        live = view.live_crossover
+        if self.bands is not None:  # a profile's bands: never moved by a live crossover
+            bands = self.bands
+        else:
+            bands = up_to(self.threshold if live is None else live)
         out = not self._edges.inside(seat.key, seat.load + 1, bands)
         if self.bands is None:
             reason = "above_crossover" if out else "below_crossover"

@@ -38,6 +38,9 @@ from specroute.router.monitor import (
     watch_profile,
     watch_silence,
 )
+from specroute.router.online import Online
+from specroute.router.online_samples import Samples
+from specroute.router.online_task import keep_fitting
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
@@ -91,6 +94,12 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         WorkerSync(board, None if workers is None else workers.folder),
         Verdicts(metrics, board),
         DecisionLog(metrics, settings.recent_decisions),
+        Online(
+            settings.online,
+            Samples(settings.online_window_samples, settings.online_window_seconds),
+            settings.sureness(),
+            records=board.leader,
+        ),
     )
     metrics.exposed.register(StateGauges(state))
     return state
@@ -160,6 +169,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     tasks.append(asyncio.create_task(watch_silence(state)))
+    if state.online.records:
+        tasks.append(asyncio.create_task(keep_fitting(state)))
     if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
     yield
@@ -261,6 +272,7 @@ async def _status(request: web.Request) -> web.Response:
                 }
                 for b, v in zip(state.roster.backends, view.backends, strict=True)
             ],
+            "online": state.online.describe(time.monotonic()),
             "recent_decisions": list(state.decisions.recent),
             "tasks": len(asyncio.all_tasks()),  # a leak shows here first
             "draining": state.draining,

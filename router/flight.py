@@ -26,11 +26,13 @@ class Flight:
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
         self.quiet_since = self.started
+        self.first_at: float | None = None  # when the first byte of the answer came
+        self.tail = self.before = b""  # the answer's last two chunks, for its usage
         backend.dispatched(1, context)
 
     def first_byte(self) -> None:
-        m = self.metrics
-        m.child(m.ttft, self.backend.pool).observe(time.monotonic() - self.started)
+        m, self.first_at = self.metrics, time.monotonic()
+        m.child(m.ttft, self.backend.pool).observe(self.first_at - self.started)
 
     def land(self) -> None:
         m, backend = self.metrics, self.backend

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from specroute.router.online_gauges import online_gauges
 from specroute.router.state import RouterState
 
 
@@ -62,6 +63,7 @@ class StateGauges(Collector):
             value=0 if note else 1,
         )
         yield from self._profile()
+        yield from online_gauges(state.online, profile)
         yield from self._backends()
 
     def _profile(self) -> Iterator[GaugeMetricFamily]:

@@ -132,6 +132,7 @@ async def _forward(
     context: int,
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
+    joined = state.online.joined(state.roster.backends, backend)  # before it joins
     flight = Flight(state.metrics, backend, body.get("stream") is True, context)
     try:
         upstream, first = await open_upstream(request, state, flight, raw)
@@ -157,6 +158,7 @@ async def _forward(
         raise
     finally:
         flight.land()
+        state.online.served(flight, joined)
 
 
 def _refusal(failure: Failure) -> web.Response:

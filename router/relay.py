@@ -52,6 +52,7 @@ async def relay(
                 except ConnectionError as exc:
                     raise ClientGone(response) from exc
             flight.reading = True
+            flight.before, flight.tail = flight.tail, chunk  # the usage is in the last two
             chunk = await upstream.content.readany()  # the backend's side
             flight.reading = False
         if held:

@@ -23,6 +23,7 @@ from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
+from specroute.router.online import Online
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
@@ -40,6 +41,7 @@ class RouterState:
     sync: WorkerSync
     verdicts: Verdicts
     decisions: DecisionLog
+    online: Online
     session: ClientSession | None = None
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
@@ -57,6 +59,7 @@ class RouterState:
             tuple([b.view(stale_after, now) for b in self.roster.backends]),
             source=self.settings.concurrency_source,
             now=now,
+            live_crossover=self.online.adopted,
         )
 
     def inflight(self) -> int:
