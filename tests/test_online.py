@@ -105,8 +105,9 @@ def test_a_pool_not_seen_at_a_level_takes_the_profile_s_curve() -> None:
         online.samples.add(s)
     online.refit(1.0, known, shared=True)
     found = online.fits[0].crossing
-    assert found is not None and found.at == pytest.approx(true_crossover(drifted), rel=0.05)
-    assert true_crossover(profiled) > 2 * found.at
+    assert found is not None and found.at is not None
+    assert found.at == pytest.approx(true_crossover(drifted), rel=0.05)
+    assert true_crossover(profiled) > 2 * found.at  # it moved by more than twice
     without = fit(spec + base, LEVELS, min_samples=7).crossing  # no profile: no common level
     assert without is None
 
@@ -209,7 +210,8 @@ def test_the_output_tokens_are_read_from_the_answer_s_usage(
 
 
 def test_adopt_with_several_workers_is_refused_at_start() -> None:
+    two: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "workers": 2, "port": 1}
     with pytest.raises(ValueError, match="online=adopt routes by the estimate of one worker"):
-        RouterSettings(spec=["http://a:1"], base=["http://b:1"], online="adopt", workers=2, port=1)
-    observe = RouterSettings(spec=["http://a:1"], base=["http://b:1"], workers=2, port=1)
+        RouterSettings(**two, online=OnlineMode.ADOPT)
+    observe = RouterSettings(**two)
     assert observe.online is OnlineMode.OBSERVE

@@ -29,9 +29,12 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
 
 
 async def streamed(url: str, usage: bool) -> None:
-    options = {"include_usage": True} if usage else None
     stream = await client(url).chat.completions.create(
-        model="m", messages=CHAT, max_tokens=48, stream=True, stream_options=options
+        model="m",
+        messages=CHAT,
+        max_tokens=48,
+        stream=True,
+        stream_options={"include_usage": usage},
     )
     async for _ in stream:
         pass
