@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specroute.emulator.accept_schedule import AcceptChange
 from specroute.emulator.acceptance import Acceptance
 from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
@@ -35,6 +36,7 @@ class EmulatorConfig:
     faults: tuple[Fault, ...] = ()  # injected from the start; /emulator/faults changes them
     noise: Noise = NO_NOISE  # run-to-run and step-to-step timing noise; off by default
     share_gpus: str | None = None  # a file naming GPUs shared with other servers (gpus.py)
+    accept_schedule: tuple[AcceptChange, ...] = ()  # accept length changes in emulated time
 
     @property
     def speculative(self) -> bool:
