@@ -38,7 +38,7 @@ from specroute.router.monitor import (
     watch_profile,
     watch_silence,
 )
-from specroute.router.online import Online
+from specroute.router.online import KEPT_PER_LEVEL, Online
 from specroute.router.online_samples import Samples
 from specroute.router.online_task import keep_fitting
 from specroute.router.openapi import document
@@ -96,9 +96,12 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         DecisionLog(metrics, settings.recent_decisions),
         Online(
             settings.online,
-            Samples(settings.online_window_samples, settings.online_window_seconds),
+            Samples(
+                settings.online_window_samples * KEPT_PER_LEVEL, settings.online_window_seconds
+            ),
             settings.sureness(),
             records=board.leader,
+            per_level=settings.online_window_samples,
         ),
     )
     metrics.exposed.register(StateGauges(state))

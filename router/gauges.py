@@ -38,6 +38,9 @@ class StateGauges(Collector):
         )
         policy, profile = state.in_force.policy, state.in_force.profile
         crossover = policy.crossover()
+        live = state.online.adopted
+        if live is not None and crossover is not None and policy.name == "crossover":
+            crossover = live  # what it routes by now: the crossover learned live (adopt)
         if crossover is not None:
             yield GaugeMetricFamily(
                 "specroute_crossover", "The crossover the policy routes by.", value=crossover

@@ -26,18 +26,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
+from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import Curves, context_curves, curves
-from specroute.policies.profile import Crossover, Profile, ProfileError
+from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
 from specroute.policies.view import Pool
-from specroute.router.backend import Backend
 from specroute.router.flight import Flight
 from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
 from specroute.router.online_samples import Sample, Samples, output_tokens
 from specroute.router.outcome import Outcome
 
 _log = logging.getLogger("specroute.router")
+
+
+KEPT_PER_LEVEL = 128  # the buffer holds this many times the samples a level counts
 
 
 class OnlineMode(StrEnum):
@@ -50,19 +53,36 @@ class OnlineMode(StrEnum):
 class Sureness:
     """When a live crossover is sure enough to route by: at least ``min_samples`` live
     samples at each level around it in each pool measured live there, and a closed interval
-    at most ``max_ratio`` wide (high / low). Once adopted it is kept while it holds half as
-    well (half the samples, twice the ratio): hysteresis, so that routing does not flap
-    between the live and the profiled crossover."""
+    at most ``max_ratio`` wide (high / low); for a bound (speculation pays at no level, or
+    at every one), as many samples at its level and 97.5% of the replicates finding it too.
+    Once adopted it is kept while it holds half as well (half the samples, twice the ratio):
+    hysteresis, so that routing does not flap between the live and the profiled crossover."""
 
     min_samples: int = 30
     max_ratio: float = 4.0
 
     def sure(self, found: LiveCrossing | None, holding: bool) -> bool:
-        if found is None or found.at is None or found.low is None or found.high is None:
+        if found is None:
             return False
         need = self.min_samples / 2 if holding else self.min_samples
+        if found.near < need:
+            return False
+        if found.at is None:
+            return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2
+        if found.low is None or found.high is None:
+            return False
         ratio = self.max_ratio * 2 if holding else self.max_ratio
-        return found.near >= need and found.high <= found.low * ratio
+        return found.high <= found.low * ratio
+
+
+class Seat(Protocol):
+    """Where a request runs, as far as the load it joins goes: a backend."""
+
+    @property
+    def inflight(self) -> int: ...
+
+    @property
+    def group(self) -> str: ...
 
 
 class Online:
@@ -72,9 +92,12 @@ class Online:
         samples: Samples,
         sureness: Sureness,
         records: bool = True,
+        per_level: int | None = None,
     ) -> None:
-        """``records``: whether this worker samples its requests (the leader does)."""
+        """``records``: whether this worker samples its requests (the leader does);
+        ``per_level``: the last samples of each pool and level that count (all: None)."""
         self.mode, self.samples, self.sureness = mode, samples, sureness
+        self.per_level = per_level
         self.records = records and mode is not OnlineMode.OFF
         self.shared = True  # the topology the load joined is counted in, from the policy
         self.fits: tuple[LiveFit, ...] = ()
@@ -84,7 +107,7 @@ class Online:
 
     # On the request path
 
-    def joined(self, backends: Sequence[Backend], backend: Backend) -> int:
+    def joined(self, backends: Sequence[Seat], backend: Seat) -> int:
         """The load a request dispatched to ``backend`` now joins, itself included."""
         if not self.records:
             return 0
@@ -105,7 +128,12 @@ class Online:
             return
         now = time.monotonic()
         tpot = (now - flight.first_at) / (tokens - 1)
-        self.samples.add(Sample(now, flight.backend.pool, joined, tpot, flight.context))
+        self.record(Sample(now, flight.backend.pool, joined, tpot, flight.context))
+
+    def record(self, sample: Sample) -> None:
+        """One served request's sample (what ``served`` takes; an offline replay, too)."""
+        if self.records:
+            self.samples.add(sample)
 
     def describe(self, now: float) -> dict[str, Any]:
         """For ``/router/status``: the mode, the samples kept, and each context's live
@@ -143,7 +171,9 @@ class Online:
         fits: tuple[LiveFit, ...]
         crossovers: tuple[Crossover, ...] | None
         if axis is None:
-            fits = (fit(window, _levels(profile), None, _known(profile), self._min()),)
+            fits = (
+                fit(window, _levels(profile), None, _known(profile), self._min(), self.per_level),
+            )
             crossovers = None if profile is None else (profile.crossover,)
         else:
             contexts = [b.context for b in axis.buckets]
@@ -152,7 +182,7 @@ class Online:
                 split[nearest(contexts, s.context)].append(s)
             assert profile is not None
             fits = tuple(
-                fit(part, _levels(profile), c, _at_context(profile, c), self._min())
+                fit(part, _levels(profile), c, _at_context(profile, c), self._min(), self.per_level)
                 for part, c in zip(split, contexts, strict=True)
             )
             crossovers = tuple(b.crossover for b in axis.buckets)
@@ -164,7 +194,9 @@ class Online:
         self._adopt(fits, profile)
 
     def _min(self) -> int:
-        return max(1, self.sureness.min_samples // 4)  # a level enters the fit with this many
+        """The live samples a pool's level enters the fit with (fewer: the profile's value
+        stands there): ``min_samples``, half as many while a live crossover is adopted."""
+        return max(1, self.sureness.min_samples // (1 if self.adopted is None else 2))
 
     def _drifted(self, live: LiveCrossing | None, profiled: Crossover | None) -> bool:
         """The live interval no longer meets the profile's: only for a live crossing sure
@@ -180,7 +212,8 @@ class Online:
     def _adopt(self, fits: tuple[LiveFit, ...], profile: Profile | None) -> None:
         """Fails closed: only in ``adopt``, only for one context and one crossover (a
         profile with bands routes by them), only while sure."""
-        banded = profile is not None and bool(profile.crossover.given_bands)
+        given = None if profile is None else profile.crossover.given_bands
+        banded = bool(given) and not one_crossover(given or ())
         if self.mode is not OnlineMode.ADOPT or len(fits) != 1 or banded:
             self.adopted = None
             return
@@ -188,9 +221,9 @@ class Online:
         was = self.adopted
         if self.sureness.sure(found, holding=was is not None):
             assert found is not None
-            self.adopted = found.at
+            self.adopted = found.threshold
             if was is None:
-                _log.warning("Online: routing by the live crossover %.3g.", found.at)
+                _log.warning("Online: routing by the live crossover %.3g.", self.adopted)
         elif was is not None:
             self.adopted = None
             _log.warning("Online: the live crossover is no longer sure; the profile's again.")

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from itertools import pairwise
 
 from specroute.crossing import at_or_beyond, crossing, log_margin, percentile_interval, snapped
 from specroute.policies.view import POOLS, Pool
@@ -52,7 +55,8 @@ class LiveCrossing:
     """The live crossover and its interval (an end None: open), or a bound when the margin
     does not change sign among the levels used; ``levels`` are those the margin was taken
     at, ``near``: the fewest live samples of a pool measured live at the two levels around
-    it (at the bound's level for a bound)."""
+    it (at the bound's level for a bound); ``beyond``: for a bound, the share of replicates
+    that find it too."""
 
     at: float | None
     low: float | None
@@ -61,6 +65,15 @@ class LiveCrossing:
     limit: float | None
     levels: tuple[float, ...]
     near: int
+    beyond: float = 0.0
+
+    @property
+    def threshold(self) -> float | None:
+        """The load to route by, as a profile's (``Crossover.threshold``): the crossover;
+        for a bound, 0 (it pays at no level) or the last level (it pays at every one)."""
+        if self.at is not None:
+            return self.at
+        return self.limit if self.bound == "above" else 0.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +88,14 @@ class LiveFit:
 
 
 def nearest(levels: Sequence[float], load: float) -> int:
-    """The index of the level nearest ``load`` in log load."""
-    x = math.log(max(load, 1e-9))
-    return min(range(len(levels)), key=lambda i: abs(math.log(levels[i]) - x))
+    """The index of the level nearest ``load`` in log load (ascending levels)."""
+    return bisect_left(_midpoints(tuple(levels)), load)
+
+
+@cache
+def _midpoints(levels: tuple[float, ...]) -> tuple[float, ...]:
+    """Where one level's share of the log-load axis ends and the next one's begins."""
+    return tuple(math.sqrt(a * b) for a, b in pairwise(levels))
 
 
 def fit(
@@ -86,13 +104,17 @@ def fit(
     context: float | None = None,
     known: Known | None = None,
     min_samples: int = 1,
+    per_level: int | None = None,
     seed: int = 0,
 ) -> LiveFit:
-    """The live curves of ``samples`` at ``levels`` and their crossing; a pool's level with
-    fewer than ``min_samples`` live samples takes ``known`` there (the profile's curve)."""
+    """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
+    pool's level from its last ``per_level`` samples (all: None); a pool's level with fewer
+    than ``min_samples`` live samples takes ``known`` there (the profile's curve)."""
     by: dict[Pool, list[list[float]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
         by[s.pool][nearest(levels, s.load)].append(s.tpot)
+    if per_level is not None:
+        by = {pool: [values[-per_level:] for values in rows] for pool, rows in by.items()}
     rng = random.Random(seed)
     curves: dict[Pool, tuple[Level, ...]] = {}
     draws: dict[Pool, list[list[float] | None]] = {}
@@ -108,12 +130,8 @@ def fit(
                 rows.append(Level(level, len(values), _median(values), low, high))
             reps.append(replicates if len(values) >= min_samples else None)
         curves[pool], draws[pool] = tuple(rows), reps
-    return LiveFit(
-        context,
-        curves,
-        _crossing(levels, curves, draws, known, min_samples),
-        len(samples),
-    )
+    counted = sum(level.samples for rows in curves.values() for level in rows)
+    return LiveFit(context, curves, _crossing(levels, curves, draws, known, min_samples), counted)
 
 
 def _crossing(
@@ -123,8 +141,8 @@ def _crossing(
     known: Known | None,
     min_samples: int,
 ) -> LiveCrossing | None:
-    """The crossing at the levels where both pools have a value, live or known, and at
-    least one of them is live."""
+    """The crossing at the levels where both pools have a value, live or known (at a level
+    where neither pool is live, the profile's own margin)."""
     used: list[int] = []
     points: dict[Pool, list[float]] = {pool: [] for pool in POOLS}
     columns: dict[Pool, list[list[float]]] = {pool: [] for pool in POOLS}
@@ -136,8 +154,7 @@ def _crossing(
                 row[pool] = (live.median, reps)
             elif known is not None and (value := known(pool, level)) is not None:
                 row[pool] = (value, [value] * REPLICATES)
-        live_here = any(draws[pool][i] is not None for pool in POOLS)
-        if len(row) == len(POOLS) and live_here:
+        if len(row) == len(POOLS):
             used.append(i)
             for pool, (value, reps) in row.items():
                 points[pool].append(value)
@@ -163,7 +180,9 @@ def _crossing(
         default=0,
     )
     if found.at is None:
-        return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near)
+        side = math.inf if found.bound == "above" else -math.inf
+        agree = sum(1 for r in replicates if r == side) / len(replicates)
+        return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near, agree)
     low, high = snapped(at, *percentile_interval(replicates))
     return LiveCrossing(found.at, low, high, None, None, tuple(at), near)
 

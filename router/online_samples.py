@@ -20,7 +20,8 @@ class Sample(NamedTuple):
 
 
 class Samples:
-    """The last ``keep`` samples, of which those younger than ``max_age`` seconds count."""
+    """The last ``keep`` samples, of which those younger than ``max_age`` seconds count
+    (the fit counts at most the last few of each pool and level: ``Online.per_level``)."""
 
     def __init__(self, keep: int, max_age: float) -> None:
         self.max_age = max_age

@@ -173,7 +173,11 @@ class RouterSettings(BaseSettings):
         600.0, gt=0, description="the forgetting window: samples older than this do not count"
     )
     online_window_samples: int = Field(
-        4096, ge=16, le=1 << 20, description="the forgetting window: the most samples kept"
+        64,
+        ge=4,
+        le=1 << 14,
+        description="the forgetting window: the last samples of each pool and level of load "
+        "that count (a level follows drift as fast as its new samples come)",
     )
     online_min_samples: int = Field(
         30,

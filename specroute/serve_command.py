@@ -141,7 +141,7 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
     for flag, kind, metavar, about in (
         ("--online-interval", float, "S", "seconds between fits (default 5)"),
         ("--online-window-seconds", float, "S", "samples older do not count (default 600)"),
-        ("--online-window-samples", int, "N", "the most samples kept (default 4096)"),
+        ("--online-window-samples", int, "N", "the last samples per pool and level (64)"),
         ("--online-min-samples", int, "N", "adopt: live samples per level around it (30)"),
         ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (4)"),
     ):

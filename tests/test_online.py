@@ -8,15 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from specroute.crossing import crossing, log_margin
 from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
+from specroute.router.app import build_state
 from specroute.router.online import Online, OnlineMode, Sureness
 from specroute.router.online_fit import fit
 from specroute.router.online_samples import Sample, Samples, output_tokens
 from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
 
 LEVELS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 Model = Callable[[str, float], float]
@@ -215,3 +218,30 @@ def test_adopt_with_several_workers_is_refused_at_start() -> None:
         RouterSettings(**two, online=OnlineMode.ADOPT)
     observe = RouterSettings(**two)
     assert observe.online is OnlineMode.OBSERVE
+
+
+def test_a_profile_s_one_band_is_a_crossover_the_live_one_replaces_but_real_bands_stay() -> None:
+    request = RequestInfo("/v1/chat/completions")
+    one = {"value": 5.2, "ci": [5.2, 5.2], "bands": [[None, 5.2]]}
+    banded = {"value": None, "bound": "below", "limit": 1, "bands": [[30, 120]]}
+    for crossover, load, pool in ((one, 3, "base"), (banded, 40, "spec")):
+        profile = parse_profile({"schema": "specroute.profile/v1", "crossover": crossover})
+        policy = build_policy("crossover", {}, profile)
+        assert policy.choose(request, view(load, 2.0)).pool == pool
+
+
+def test_the_crossover_gauge_says_the_live_one_while_it_is_routed_by() -> None:
+    given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
+    settings = RouterSettings(**given, online=OnlineMode.ADOPT)
+    state = build_state(settings)
+    assert gauge(state, "specroute_crossover") == 8
+    state.online.adopted = 3.0
+    assert gauge(state, "specroute_crossover") == 3.0
+    assert gauge(state, "specroute_online_adopted") == 1
+
+
+def gauge(state: RouterState, name: str) -> float:
+    text = generate_latest(state.metrics.exposed).decode()
+    return next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
+    )
