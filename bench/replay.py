@@ -285,16 +285,25 @@ def _median_tpot(records: list[RequestRecord], phase: int) -> float:
 
 
 def compare_offline(
-    plan: ReplayPlan, policies: dict[str, Policy], progress: Callable[[str], None] | None = None
+    plan: ReplayPlan,
+    policies: dict[str, Policy],
+    progress: Callable[[str], None] | None = None,
+    learning: Callable[[], Learning] | None = None,
 ) -> dict[str, Any]:
     """The same results as a live comparison (per phase and overall, each policy), plus
     the oracle and each policy's gap to it. Both static choices run whether asked for or
-    not: the oracle is made of them."""
+    not: the oracle is made of them. ``learning``: a fresh online estimator for each policy
+    asked for (``--online adopt`` in the router's config), whose fits are in ``online``."""
     statics = {f"always-{pool}": AlwaysPolicy(pool) for pool in POOLS}
     everyone = policies | {name: p for name, p in statics.items() if name not in policies}
     runs: dict[str, list[RequestRecord]] = {}
+    learned: dict[str, Learning] = {}
     for name, policy in everyone.items():
-        runs[name] = replay(plan, policy, name)
+        if learning is not None and name in policies:
+            learned[name] = learning()
+            topology = getattr(getattr(policy, "params", None), "topology", "shared")
+            learned[name].shared = topology != "partitioned"  # the load it joins, as counted
+        runs[name] = replay(plan, policy, name, learned.get(name))
         if progress is not None:
             progress(f"{name}: {len(runs[name])} requests replayed")
     best = oracle(plan, runs["always-spec"], runs["always-base"])
@@ -318,6 +327,8 @@ def compare_offline(
         "policies": {},
         "oracle": best.describe(),
     }
+    if learned:  # each fit: its time, the crossover routed by (None: the profile's), drift
+        results["online"] = {name: learning.history for name, learning in learned.items()}
     for name, records in runs.items():
         results["policies"][name] = policy_summary(
             plan.trace, records, 0.0, plan.trace.seconds, plan.slo, plan.settle

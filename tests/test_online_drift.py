@@ -8,6 +8,7 @@ of an oracle that knows the drift (the faster static choice of each phase)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from specroute.bench.compare import policy_summary
@@ -22,6 +23,7 @@ from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
 from specroute.router.online_samples import Samples
+from tests.test_bench import run
 
 MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
 LOADS = (2, 4, 8, 4)  # each phase 40 s, before the drift and again after it
@@ -82,3 +84,52 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
         assert adopt[key] <= ideal[key] * 1.03, (key, adopt, ideal)
     assert adopt["output_tps"] > stale["output_tps"] * 1.05, (adopt, stale)
     assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
+
+
+async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_config(
+    tmp_path: Path,
+) -> None:
+    """``bench compare --offline`` with ``online = "adopt"`` in the router's config and the
+    emulator's accept schedule: the crossover policy re-routes after the drift, and the
+    results say when (``online``: each fit's time, crossover adopted and drift)."""
+    profiled = config_from_flags((*MODEL, "--accept-length", "3.0"), "spec")
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)))
+    config = tmp_path / "router.toml"
+    config.write_text(
+        'spec = ["http://spec:1"]\nbase = ["http://base:2"]\nonline = "adopt"\n'
+        "online_window_samples = 24\nonline_min_samples = 12\n"
+    )
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"seconds": 40, "concurrency": c} for c in (4, 2, 4, 2)]))
+    code, _, stderr = await run(
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        "--profile",
+        str(profile),
+        *MODEL,
+        "--accept-schedule",
+        "0:3.0,80:1.6",
+        "--trace",
+        str(trace),
+        "--policies",
+        "crossover",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert code == 0, stderr
+    results = json.loads((tmp_path / "out" / "compare.json").read_text())
+    fits = results["online"]["crossover"]
+    assert all(c is not None and c > 4 for t, c, _ in fits if 40 <= t < 80)  # the profile's
+    assert any(c is not None and c < 4 for t, c, _ in fits if 80 < t <= 100), fits  # load 4
+    assert any(c is not None and c < 2 for t, c, _ in fits if 120 < t <= 150), fits  # load 2
+    after = results["policies"]["crossover"]["phases"][2]
+    assert after["spec_share"] < 0.5  # the load of 4 went to the plain server from 20 s in
+    assert "online" not in results["policies"]  # the static choices did not learn
