@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from specroute.background import cancel_and_wait
 from specroute.crossing import crossing, log_margin
 from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
@@ -18,6 +20,7 @@ from specroute.router.app import build_state
 from specroute.router.online import Online, OnlineMode, Sureness
 from specroute.router.online_fit import fit
 from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_task import keep_fitting
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 
@@ -245,3 +248,21 @@ def gauge(state: RouterState, name: str) -> float:
     return next(
         float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
     )
+
+
+async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile() -> None:
+    given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
+    state = build_state(RouterSettings(**given, online=OnlineMode.ADOPT, online_interval=0.01))
+    state.online.adopted = 3.0
+
+    def broken(now: float, profile: Any, shared: bool) -> None:
+        raise ArithmeticError("a fit that fails")
+
+    state.online.refit = broken  # type: ignore[method-assign]
+    fitting = asyncio.create_task(keep_fitting(state))
+    await asyncio.sleep(0.05)
+    await cancel_and_wait([fitting])
+    assert state.online.adopted is None
+    errors = 'specroute_background_errors_total{task="online"} '
+    text = generate_latest(state.metrics.exposed).decode()
+    assert float(next(ln for ln in text.splitlines() if ln.startswith(errors)).split()[-1]) >= 1
