@@ -266,3 +266,31 @@ async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile() -
     errors = 'specroute_background_errors_total{task="online"} '
     text = generate_latest(state.metrics.exposed).decode()
     assert float(next(ln for ln in text.splitlines() if ln.startswith(errors)).split()[-1]) >= 1
+
+
+def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
+    buckets = [
+        {"context": c, "crossover": {"value": v, "ci": [v - 1, v + 1]}}
+        for c, v in ((500, 8.0), (4000, 3.0))
+    ]
+    profile = parse_profile(
+        {
+            "schema": "specroute.profile/v2",
+            "crossover": buckets[0]["crossover"],
+            "context": {"tokens_per_byte": 0.25, "buckets": buckets},
+        }
+    )
+    online = Online(OnlineMode.OBSERVE, Samples(4096, 600.0), Sureness(30, 4.0))
+    short = served(dense(1 / 16), 40)  # crossover near 21, context 1000: the first bucket
+    long = [s._replace(context=3000) for s in served(dense(1 / 8), 40, seed=5)]
+    for s in short + long:
+        online.samples.add(s)
+    online.refit(1.0, profile, shared=True)
+    assert [f.context for f in online.fits] == [500, 4000]
+    assert [f.samples for f in online.fits] == [480, 480]
+    near = [f.crossing.at for f in online.fits if f.crossing is not None]
+    assert near == [
+        pytest.approx(true_crossover(dense(1 / 16)), rel=0.15),  # a shallow margin
+        pytest.approx(true_crossover(dense(1 / 8)), rel=0.05),
+    ]
+    assert online.drift == (True, False)  # 21 is far above the first bucket's 7 to 9
