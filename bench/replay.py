@@ -29,6 +29,7 @@ from functools import partial
 from typing import Any
 
 from specroute.bench.compare import over_time, policy_summary
+from specroute.bench.learning import Learning
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Emission, Step
 from specroute.emulator.openai_api import parse
@@ -51,6 +52,7 @@ from specroute.policies.view import (
     View,
 )
 from specroute.router.backend import backend_name
+from specroute.router.online_samples import Sample
 from specroute.router.request import request_info
 
 _PATH = "/v1/chat/completions"
@@ -78,6 +80,7 @@ class _Server(VirtualServer):
     def __init__(self, name: str, pool: Pool, config: EmulatorConfig) -> None:
         super().__init__(name, config, config.time_scale)
         self.pool = pool
+        self.group = ""  # the one GPU group, as the router places servers given by URL
         self.inflight = 0
         self.kv_tokens = 0  # the estimated context of those in flight, as the router's
         self.tokens = self.verifies = 0  # at finish, as SGLang counts them
@@ -108,8 +111,10 @@ class _Server(VirtualServer):
 
 
 class _Replay:
-    def __init__(self, plan: ReplayPlan, policy: Policy, label: str) -> None:
-        self.plan, self.policy, self.label = plan, policy, label
+    def __init__(
+        self, plan: ReplayPlan, policy: Policy, label: str, learning: Learning | None = None
+    ) -> None:
+        self.plan, self.policy, self.label, self.learning = plan, policy, label, learning
         self.servers = [
             _Server(backend_name(url, pool), pool, plan.servers[pool])
             for pool in plan.backends
@@ -120,7 +125,8 @@ class _Replay:
         self.ends = [end for *_, end in spans]
         self.windows = sorted({t for span in spans for t in span})  # where figures are cut
         self.records: list[RequestRecord] = []
-        self.owners: dict[str, tuple[RequestRecord, int | None, int]] = {}  # by rid: client, KV
+        # by rid: its record, client, KV tokens and the load it joined
+        self.owners: dict[str, tuple[RequestRecord, int | None, int, int]] = {}
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
@@ -146,6 +152,11 @@ class _Replay:
             self.time.at(t, lambda: self.send(None))
         for k in range(math.ceil(trace.seconds / self.plan.poll_interval)):
             self.time.at(k * self.plan.poll_interval, self.poll)
+        for server in self.servers:
+            self.time.follow_schedule(server)  # an accept length that drifts, if it does
+        if (learning := self.learning) is not None:
+            for k in range(1, math.ceil(trace.seconds / learning.interval)):
+                self.time.at(k * learning.interval, partial(learning.refit, k * learning.interval))
         self.time.run(until=trace.seconds)
         for record in self.records:
             if record.end is None:
@@ -168,7 +179,9 @@ class _Replay:
     def send(self, client: int | None) -> None:
         phase = self.phase(self.now)
         body = self.bodies(phase)
-        view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now)
+        learning = self.learning
+        live = None if learning is None else learning.online.adopted
+        view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now, live)
         info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)
         server = next(s for s in self.servers if s.name == decision.backend)
@@ -184,7 +197,8 @@ class _Replay:
         )
         self.records.append(record)
         context = info.context(self.tokens_per_byte)
-        self.owners[seq.rid] = (record, client, context)
+        joined = 0 if learning is None else learning.online.joined(self.servers, server)
+        self.owners[seq.rid] = (record, client, context, joined)
         self.time.submit(server, seq)
         server.inflight += 1
         server.kv_tokens += context
@@ -194,7 +208,7 @@ class _Replay:
             self.answer(server, emission)
 
     def answer(self, server: _Server, emission: Emission) -> None:
-        record, client, context = self.owners[emission.seq.rid]
+        record, client, context, joined = self.owners[emission.seq.rid]
         if emission.ids:
             if record.first_token is None:
                 record.first_token = self.now
@@ -214,6 +228,9 @@ class _Replay:
         server.kv_tokens -= context
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
+        if self.learning is not None and (tpot := record.tpot()) is not None:
+            sample = Sample(self.now, server.pool, joined, tpot, context)
+            self.learning.online.record(sample)  # as the router does at a request's end
         if client is None:
             return
         phase = self.phase(self.now)
@@ -224,9 +241,13 @@ class _Replay:
             self.idle[client] = True
 
 
-def replay(plan: ReplayPlan, policy: Policy, label: str | None = None) -> list[RequestRecord]:
-    """Every request of one policy over the trace, with virtual times from 0."""
-    return _Replay(plan, policy, label or policy.name).run()
+def replay(
+    plan: ReplayPlan, policy: Policy, label: str | None = None, learning: Learning | None = None
+) -> list[RequestRecord]:
+    """Every request of one policy over the trace, with virtual times from 0; with
+    ``learning``, the router's online estimator learns from the requests served, and routes
+    by its crossover when it adopts one."""
+    return _Replay(plan, policy, label or policy.name, learning).run()
 
 
 class Oracle:
@@ -264,16 +285,25 @@ def _median_tpot(records: list[RequestRecord], phase: int) -> float:
 
 
 def compare_offline(
-    plan: ReplayPlan, policies: dict[str, Policy], progress: Callable[[str], None] | None = None
+    plan: ReplayPlan,
+    policies: dict[str, Policy],
+    progress: Callable[[str], None] | None = None,
+    learning: Callable[[], Learning] | None = None,
 ) -> dict[str, Any]:
     """The same results as a live comparison (per phase and overall, each policy), plus
     the oracle and each policy's gap to it. Both static choices run whether asked for or
-    not: the oracle is made of them."""
+    not: the oracle is made of them. ``learning``: a fresh online estimator for each policy
+    asked for (``--online adopt`` in the router's config), whose fits are in ``online``."""
     statics = {f"always-{pool}": AlwaysPolicy(pool) for pool in POOLS}
     everyone = policies | {name: p for name, p in statics.items() if name not in policies}
     runs: dict[str, list[RequestRecord]] = {}
+    learned: dict[str, Learning] = {}
     for name, policy in everyone.items():
-        runs[name] = replay(plan, policy, name)
+        if learning is not None and name in policies:
+            learned[name] = learning()
+            topology = getattr(getattr(policy, "params", None), "topology", "shared")
+            learned[name].shared = topology != "partitioned"  # the load it joins, as counted
+        runs[name] = replay(plan, policy, name, learned.get(name))
         if progress is not None:
             progress(f"{name}: {len(runs[name])} requests replayed")
     best = oracle(plan, runs["always-spec"], runs["always-base"])
@@ -297,6 +327,8 @@ def compare_offline(
         "policies": {},
         "oracle": best.describe(),
     }
+    if learned:  # each fit: its time, the crossover routed by (None: the profile's), drift
+        results["online"] = {name: learning.history for name, learning in learned.items()}
     for name, records in runs.items():
         results["policies"][name] = policy_summary(
             plan.trace, records, 0.0, plan.trace.seconds, plan.slo, plan.settle

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specroute.emulator.accept_schedule import AcceptChange
 from specroute.emulator.acceptance import Acceptance
 from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
@@ -38,6 +39,7 @@ class EmulatorConfig:
     share_gpus: str | None = None  # a file naming GPUs shared with other servers (gpus.py)
     radix_cache_tokens: int = 0  # the radix cache's size in tokens; 0: no prefix caching
     enable_cache_report: bool = False  # SGLang's flag: cached tokens in the OpenAI usage
+    accept_schedule: tuple[AcceptChange, ...] = ()  # accept length changes in emulated time
 
     @property
     def speculative(self) -> bool:

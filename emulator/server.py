@@ -17,6 +17,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specroute.background import cancel_and_wait
+from specroute.emulator.accept_schedule import AcceptChange, apply, retake
 from specroute.emulator.acceptance import AcceptanceError
 from specroute.emulator.config import VERSION, EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence
@@ -128,11 +129,22 @@ def create_app(config: EmulatorConfig) -> web.Application:
 
 
 async def _run_engine(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(app[LOOP].run(), name="engine-loop")
+    tasks = [asyncio.create_task(app[LOOP].run(), name="engine-loop")]
+    if schedule := app[CONFIG].accept_schedule:
+        tasks.append(asyncio.create_task(_follow_schedule(app, schedule), name="accept-schedule"))
     yield
-    await cancel_and_wait([task])
+    await cancel_and_wait(tasks)
     if (gpus := app[LOOP].gpus) is not None:
         gpus.close()
+
+
+async def _follow_schedule(app: web.Application, schedule: tuple[AcceptChange, ...]) -> None:
+    """Each change at its emulated time since the engine started: wall time over the scale."""
+    loop, engine_loop = asyncio.get_running_loop(), app[LOOP]
+    started = loop.time()
+    for change in schedule:
+        await asyncio.sleep(max(0.0, started + change.at * engine_loop.time_scale - loop.time()))
+        apply(engine_loop.engine, change)
 
 
 def _model_card(config: EmulatorConfig) -> dict[str, Any]:
@@ -283,8 +295,7 @@ async def _set_acceptance(request: web.Request) -> web.Response:
         engine.acceptance = engine.acceptance.updated(await read_json(request))
     except AcceptanceError as exc:
         raise BadRequest(str(exc)) from None
-    for seq in (*engine.running, *engine.waiting):
-        seq.accept_rate = engine.acceptance.rate_for(seq.prompt)
+    retake(engine)
     return web.json_response(engine.acceptance.describe())
 
 

@@ -19,8 +19,10 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Generic, TypeVar
 
+from specroute.emulator.accept_schedule import apply
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence, Step
 
@@ -50,6 +52,12 @@ class VirtualTime(Generic[S]):
 
     def at(self, t: float, action: Callable[[], None]) -> None:
         heapq.heappush(self._events, (t, next(self._order), action))
+
+    def follow_schedule(self, server: S) -> None:
+        """The server's accept schedule on this clock (its changes in the model's seconds,
+        times its scale)."""
+        for change in server.config.accept_schedule:
+            self.at(change.at * server.scale, partial(apply, server.engine, change))
 
     def submit(self, server: S, seq: Sequence) -> None:
         server.engine.submit(seq)

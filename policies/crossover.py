@@ -27,7 +27,7 @@ from specroute.crossing import Band
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
-from specroute.policies.profile import Profile, up_to
+from specroute.policies.profile import Profile, one_crossover, up_to
 from specroute.policies.view import RequestInfo, View
 
 Topology = Literal["shared", "partitioned"]
@@ -86,7 +86,11 @@ class CrossoverPolicy:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate
         if that is at or below the crossover."""
         seat = view.seat(self.params.topology)
-        bands = up_to(self.threshold) if self.bands is None else self.bands
+        live = view.live_crossover
+        if live is not None and (self.bands is None or one_crossover(self.bands)):
+            bands = up_to(live)  # learned from live traffic (online adopt): one crossover
+        else:  # a profile's bands that are not one crossover are never moved by it
+            bands = up_to(self.threshold) if self.bands is None else self.bands
         out = not self._edges.inside(seat.key, seat.load + 1, bands)
         if self.bands is None:
             reason = "above_crossover" if out else "below_crossover"

@@ -118,14 +118,15 @@ class ContextAxis:
         below, above = buckets[hi - 1], buckets[hi]
         share = math.log(context / below.context) / math.log(above.context / below.context)
         lo_bands, hi_bands = below.crossover.bands, above.crossover.bands
-        if _one_crossover(lo_bands) and _one_crossover(hi_bands):
+        if one_crossover(lo_bands) and one_crossover(hi_bands):
             low, high = lo_bands[0][1], hi_bands[0][1]
             assert low is not None and high is not None
             return up_to(low * (high / low) ** share)
         return lo_bands if share < 0.5 else hi_bands
 
 
-def _one_crossover(bands: tuple[Band, ...]) -> bool:
+def one_crossover(bands: tuple[Band, ...]) -> bool:
+    """One band from the lowest load up to a closed top: a single crossover."""
     return len(bands) == 1 and bands[0][0] is None and bands[0][1] is not None
 
 

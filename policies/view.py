@@ -69,6 +69,9 @@ class View:
     backends: tuple[BackendView, ...]
     source: ConcurrencySource = ConcurrencySource.ROUTER
     now: float = 0.0
+    # the crossover learned from live traffic, when the router routes by it (``--online
+    # adopt``, sure enough); None: the policy's own
+    live_crossover: float | None = None
 
     def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
         return tuple([b for b in self.backends if b.pool == pool and b.healthy])

@@ -38,10 +38,10 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from specroute.crossing import Band, Turn, bands, crossing, crossings
+from specroute.crossing import Band, Turn, at_or_beyond, bands, crossing, crossings, snapped
+from specroute.crossing import percentile_interval as core_interval
 
 Array = NDArray[np.float64]
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -104,17 +104,9 @@ class Crossing:
 
 
 def percentile_interval(replicates: Array) -> tuple[float, float]:
-    """The central ``CONFIDENCE`` interval; infinite replicates (beyond what was measured)
-    give an infinite end once they reach into that end's tail."""
-    tail = (1 - CONFIDENCE) / 2 * 100
-    finite = replicates[np.isfinite(replicates)]
-    if not len(finite):
-        return float(replicates.min()), float(replicates.max())
-    lo, hi = float(finite.min()), float(finite.max())
-    spread = max(hi - lo, abs(hi), 1.0) * 4  # stands in for the infinities
-    stand_in = np.clip(replicates, lo - spread, hi + spread)
-    low, high = (float(x) for x in np.percentile(stand_in, [tail, 100 - tail]))
-    return (low if low >= lo else -math.inf), (high if high <= hi else math.inf)
+    """The central ``CONFIDENCE`` interval, by the crossing finder's rule
+    (``specroute.crossing.percentile_interval``)."""
+    return core_interval([float(x) for x in np.ravel(replicates)])
 
 
 def within_runs(
@@ -184,25 +176,14 @@ def crossing_with_ci(
     margins = [list(m) for m in replicates]
     turns = _edges(levels, crossings(levels, point), [crossings(levels, m) for m in margins])
     paying = tuple(bands(levels, point))
-    at = np.array([_at_or_beyond(levels, m) for m in margins], dtype=float)
+    at = np.array([at_or_beyond(levels, m) for m in margins], dtype=float)
     if not len(at):
-        at = np.array([_at_or_beyond(levels, point)])
+        at = np.array([at_or_beyond(levels, point)])
     beyond = (float(np.mean(at == -math.inf)), float(np.mean(at == math.inf)))
     if found.at is None:
         return Crossing(None, None, None, found.bound, found.limit, beyond, turns, paying)
-    low, high = _snapped(levels, *percentile_interval(at))
+    low, high = snapped(levels, *percentile_interval(at))
     return Crossing(found.at, low, high, beyond=beyond, turns=turns, bands=paying)
-
-
-def _snapped(levels: Sequence[float], low: float, high: float) -> tuple[float | None, float | None]:
-    """Each end of an interval out to the level measured past it (the margin may bend
-    between levels); an infinite end is open (None)."""
-    low = max((lvl for lvl in levels if lvl <= low), default=low)
-    high = min((lvl for lvl in levels if lvl >= high), default=high)
-    return (
-        float(low) if math.isfinite(low) else None,
-        float(high) if math.isfinite(high) else None,
-    )
 
 
 def _edges(
@@ -223,7 +204,7 @@ def _edges(
             if (near := [t.at for t in rep if t.direction == turn.direction and lo < t.at <= hi])
         ]
         found = np.array(matched or [turn.at])
-        low, high = _snapped(levels, *percentile_interval(found))
+        low, high = snapped(levels, *percentile_interval(found))
         edges.append(
             Edge(
                 turn.at,
@@ -234,10 +215,3 @@ def _edges(
             )
         )
     return tuple(edges)
-
-
-def _at_or_beyond(levels: Sequence[float], margin: Sequence[float]) -> float:
-    found = crossing(levels, margin)
-    if found.at is not None:
-        return found.at
-    return math.inf if found.bound == "above" else -math.inf

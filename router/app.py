@@ -42,6 +42,9 @@ from specroute.router.monitor import (
     watch_profile,
     watch_silence,
 )
+from specroute.router.online import KEPT_PER_LEVEL, Online
+from specroute.router.online_samples import Samples
+from specroute.router.online_task import keep_fitting
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
@@ -105,6 +108,15 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         Verdicts(metrics, board),
         DecisionLog(metrics, settings.recent_decisions),
         Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
+        Online(
+            settings.online,
+            Samples(
+                settings.online_window_samples * KEPT_PER_LEVEL, settings.online_window_seconds
+            ),
+            settings.sureness(),
+            records=board.leader,
+            per_level=settings.online_window_samples,
+        ),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
     )
@@ -185,6 +197,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     tasks.append(asyncio.create_task(watch_silence(state)))
+    if state.online.records:
+        tasks.append(asyncio.create_task(keep_fitting(state)))
     if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
     yield
@@ -289,6 +303,7 @@ async def _status(request: web.Request) -> web.Response:
                 }
                 for b, v in zip(state.roster.backends, view.backends, strict=True)
             ],
+            "online": state.online.describe(time.monotonic()),
             "recent_decisions": list(state.decisions.recent),
             "tasks": len(asyncio.all_tasks()),  # a leak shows here first
             "draining": state.draining,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from specroute.router.online_gauges import online_gauges
 from specroute.router.state import RouterState
 
 
@@ -49,6 +50,9 @@ class StateGauges(Collector):
         )
         policy, profile = state.in_force.policy, state.in_force.profile
         crossover = policy.crossover()
+        live = state.online.adopted
+        if live is not None and crossover is not None and policy.name == "crossover":
+            crossover = live  # what it routes by now: the crossover learned live (adopt)
         if crossover is not None:
             yield GaugeMetricFamily(
                 "specroute_crossover", "The crossover the policy routes by.", value=crossover
@@ -74,6 +78,7 @@ class StateGauges(Collector):
             value=0 if note else 1,
         )
         yield from self._profile()
+        yield from online_gauges(state.online, profile)
         yield from self._backends()
 
     def _profile(self) -> Iterator[GaugeMetricFamily]:

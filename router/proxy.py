@@ -202,6 +202,7 @@ async def _forward(
     context: int,
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
+    joined = state.online.joined(state.roster.backends, backend)  # before it joins
     flight = Flight(state.metrics, backend, body.get("stream") is True, context)
     trailed = trail_of(request)
     if trailed is not None:
@@ -228,6 +229,7 @@ async def _forward(
         raise
     finally:
         flight.land()
+        state.online.served(flight, joined)
         if (span := CURRENT.get()) is not None:
             span.landed(flight.outcome, backend.name)
 

@@ -23,6 +23,7 @@ from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
+from specroute.router.online import OnlineMode, Sureness
 from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -236,6 +237,35 @@ class RouterSettings(BaseSettings):
         le=256,
         description="router processes on one port (SO_REUSEPORT) that share one view of load",
     )
+    # online calibration: the live curves, from served requests
+    online: OnlineMode = Field(
+        OnlineMode.OBSERVE,
+        description="the crossover learned from live traffic: off; observe (estimate, export "
+        "and flag drift from the profile); adopt (route by it once sure, else by the profile)",
+    )
+    online_interval: float = Field(
+        5.0, gt=0, description="seconds between fits of the live curves, off the request path"
+    )
+    online_window_seconds: float = Field(
+        600.0, gt=0, description="the forgetting window: samples older than this do not count"
+    )
+    online_window_samples: int = Field(
+        64,
+        ge=4,
+        le=1 << 14,
+        description="the forgetting window: the last samples of each pool and level of load "
+        "that count (a level follows drift as fast as its new samples come)",
+    )
+    online_min_samples: int = Field(
+        30,
+        ge=4,
+        description="sure enough to adopt: live samples at each level around the crossover",
+    )
+    online_max_ratio: float = Field(
+        4.0,
+        gt=1,
+        description="sure enough to adopt: the widest interval of the live crossover, high / low",
+    )
     config: Path | None = Field(None, exclude=True, description="a TOML file of settings")
     _params: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -285,6 +315,18 @@ class RouterSettings(BaseSettings):
         if self.workers > 1 and self.port == 0:
             raise ValueError("workers share one port: give it (port 0 would give each its own)")
         return self
+
+    @model_validator(mode="after")
+    def _online_alone(self) -> RouterSettings:
+        if self.online is OnlineMode.ADOPT and self.workers > 1:
+            raise ValueError(
+                "online=adopt routes by the estimate of one worker: give workers=1, or "
+                "online=observe"
+            )
+        return self
+
+    def sureness(self) -> Sureness:
+        return Sureness(self.online_min_samples, self.online_max_ratio)
 
     @model_validator(mode="after")
     def _cool_downs(self) -> RouterSettings:

@@ -27,6 +27,7 @@ from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
+from specroute.router.online import Online
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
@@ -47,6 +48,7 @@ class RouterState:
     verdicts: Verdicts
     decisions: DecisionLog
     admission: Admission
+    online: Online
     rate_limit: RateLimit | None = None
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     session: ClientSession | None = None
@@ -68,6 +70,7 @@ class RouterState:
             tuple([b.view(stale_after, now) for b in self.roster.backends]),
             source=self.settings.concurrency_source,
             now=now,
+            live_crossover=self.online.adopted,
         )
 
     def place(self, decision: Decision, request: RequestInfo, view: View) -> Decision:

@@ -18,8 +18,13 @@ from specroute.measure import draw
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from specroute.bench.learning import Learning
     from specroute.flags import Subcommands
     from specroute.loadgen.trace import Trace
+    from specroute.policies.profile import Profile
+    from specroute.router.settings import RouterSettings
 
 
 def add_bench(sub: Subcommands) -> None:
@@ -559,10 +564,29 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
         return build_policy(spec.name, mine.policy_params(), profile)
 
     built = {label: build(PolicySpec.parse(label)) for label in policies}
-    results = compare_offline(plan, built, _note)
+    results = compare_offline(plan, built, _note, _learning(settings, profile))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     _write(results, Path(args.out) / "compare.json")
     return results
+
+
+def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[], Learning] | None:
+    """With ``online = "adopt"`` in the router's config, the router's online estimator as
+    its settings make it, a fresh one for each policy replayed."""
+    from specroute.bench.learning import Learning
+    from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode
+    from specroute.router.online_samples import Samples
+
+    if settings.online is not OnlineMode.ADOPT:
+        return None
+    per_level = settings.online_window_samples
+
+    def fresh() -> Learning:
+        samples = Samples(per_level * KEPT_PER_LEVEL, settings.online_window_seconds)
+        online = Online(OnlineMode.ADOPT, samples, settings.sureness(), per_level=per_level)
+        return Learning(online, profile, settings.online_interval)
+
+    return fresh
 
 
 def _seconds(text: str) -> list[float]:

@@ -101,3 +101,51 @@ def bands(levels: Sequence[float], margin: Sequence[float]) -> list[Band]:
 def _between(x0: float, m0: float, x1: float, m1: float) -> float:
     """Where the line through (log x0, m0) and (log x1, m1) reaches 0."""
     return float(x0 * (x1 / x0) ** (m0 / (m0 - m1)))
+
+
+# The interval of a crossing, from its bootstrap replicates: the profile's rule and the live
+# estimate's alike (``profiler.stats`` for calibration, ``router.online_fit`` while serving).
+
+CONFIDENCE = 0.95
+
+
+def at_or_beyond(levels: Sequence[float], margin: Sequence[float]) -> float:
+    """The crossing of ``margin``, or -inf / +inf when it lies below / above the levels."""
+    found = crossing(levels, margin)
+    if found.at is not None:
+        return found.at
+    return math.inf if found.bound == "above" else -math.inf
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of values in ascending order, interpolated linearly
+    between the two nearest ranks (numpy's default rule)."""
+    rank = q / 100 * (len(ordered) - 1)
+    below = math.floor(rank)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (rank - below)
+
+
+def percentile_interval(replicates: Sequence[float]) -> tuple[float, float]:
+    """The central ``CONFIDENCE`` interval; infinite replicates (beyond what was measured)
+    give an infinite end once they reach into that end's tail."""
+    tail = (1 - CONFIDENCE) / 2 * 100
+    finite = [x for x in replicates if math.isfinite(x)]
+    if not finite:
+        return float(min(replicates)), float(max(replicates))
+    lo, hi = min(finite), max(finite)
+    spread = max(hi - lo, abs(hi), 1.0) * 4  # stands in for the infinities
+    stand_in = sorted(min(max(x, lo - spread), hi + spread) for x in replicates)
+    low, high = percentile(stand_in, tail), percentile(stand_in, 100 - tail)
+    return (low if low >= lo else -math.inf), (high if high <= hi else math.inf)
+
+
+def snapped(levels: Sequence[float], low: float, high: float) -> tuple[float | None, float | None]:
+    """Each end of an interval out to the level measured past it (the margin may bend
+    between levels); an infinite end is open (None)."""
+    low = max((lvl for lvl in levels if lvl <= low), default=low)
+    high = min((lvl for lvl in levels if lvl >= high), default=high)
+    return (
+        float(low) if math.isfinite(low) else None,
+        float(high) if math.isfinite(high) else None,
+    )

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Literal
 
+from specroute.emulator.accept_schedule import parse_schedule
 from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.faults import parse_faults
@@ -52,6 +53,12 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         type=float,
         metavar="ALPHA",
         help="probability that each draft is accepted given the ones before",
+    )
+    p.add_argument(
+        "--accept-schedule",
+        metavar="T:TAU,...",
+        help="the accept length changes to TAU at T seconds of emulated time since the "
+        'server started, each in turn (e.g. "0:3.0,30:1.6")',
     )
     p.add_argument("--speculative-num-steps", type=positive(int), metavar="S")
     p.add_argument(
@@ -140,6 +147,7 @@ def emulator_config(
         share_gpus=getattr(args, "share_gpus", None),
         radix_cache_tokens=_cache_size(getattr(args, "radix_cache_tokens", 0)),
         enable_cache_report=getattr(args, "enable_cache_report", False),
+        accept_schedule=parse_schedule(args.accept_schedule, steps) if args.accept_schedule else (),
     )
 
 

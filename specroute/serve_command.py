@@ -41,6 +41,7 @@ def add_serve(sub: Subcommands) -> None:
     _add_serving_flags(serve.add_argument_group("serving"))
     _add_admission_flags(serve.add_argument_group("admission (default: no limit)"))
     _add_timing_flags(serve.add_argument_group("timing, in seconds"))
+    _add_online_flags(serve.add_argument_group("online calibration"))
     serve.set_defaults(handler=_serve)
 
 
@@ -198,6 +199,23 @@ _TIMES = (
 def _add_timing_flags(group: argparse._ArgumentGroup) -> None:
     for flag, about in _TIMES:
         group.add_argument(flag, type=float, metavar="S", help=about)
+
+
+def _add_online_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--online",
+        choices=["off", "observe", "adopt"],
+        help="the crossover learned from live traffic: observe (default) estimates and "
+        "flags drift; adopt routes by it once sure",
+    )
+    for flag, kind, metavar, about in (
+        ("--online-interval", float, "S", "seconds between fits (default 5)"),
+        ("--online-window-seconds", float, "S", "samples older do not count (default 600)"),
+        ("--online-window-samples", int, "N", "the last samples per pool and level (64)"),
+        ("--online-min-samples", int, "N", "adopt: live samples per level around it (30)"),
+        ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (4)"),
+    ):
+        group.add_argument(flag, type=kind, metavar=metavar, help=about)
 
 
 def _urls(text: str) -> list[str]:

@@ -1,0 +1,23 @@
+"""The router's online estimator in an offline replay: fed each served request as the
+router would feed it, fitted on the virtual clock, its crossover routed by in ``adopt``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specroute.policies.profile import Profile
+from specroute.router.online import Online
+
+
+@dataclass
+class Learning:
+    online: Online
+    profile: Profile | None  # the profile in force: its curves stand in where few samples are
+    interval: float = 5.0  # virtual seconds between fits, as ``online_interval``
+    shared: bool = True  # the topology the load joined is counted in
+    # each fit's time, the crossover adopted (None: the profile's) and whether it drifted
+    history: list[tuple[float, float | None, bool]] = field(default_factory=list)
+
+    def refit(self, now: float) -> None:
+        self.online.refit(now, self.profile, self.shared)
+        self.history.append((now, self.online.adopted, any(self.online.drift)))

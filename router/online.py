@@ -1,0 +1,282 @@
+"""Online calibration: the live curves fitted from served requests, drift from the profile,
+and, in ``adopt``, the live crossover routed by once it is sure.
+
+On the request path only two cheap steps: the load a request joins, read at dispatch, and
+one sample appended at its end (``served``). The fit runs in a background task every
+``online_interval`` seconds (``keep_fitting``), off the request path.
+
+Which requests make samples: those answered 200 as a stream whose last event says how many
+tokens they produced (``stream_options.include_usage``); a whole body has no first token to
+time the decode from. The load a request joins is counted as the policy counts it: the
+server's own requests in flight in the partitioned topology, its GPU group's (both pools)
+in the shared one, itself included.
+
+Several workers: the leader (worker 0) records and fits from the requests it serves, which
+are a share of the traffic drawn alike (the kernel spreads connections evenly), at loads
+counted over every worker through the board; the other workers record nothing, and
+``adopt`` is refused with several workers (``RouterSettings``), so that no worker routes on
+an estimate another lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from specroute.crossing import CONFIDENCE
+from specroute.policies.curves import Curves, context_curves, curves
+from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
+from specroute.policies.view import Pool
+from specroute.router.flight import Flight
+from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
+from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.outcome import Outcome
+
+_log = logging.getLogger("specroute.router")
+
+
+KEPT_PER_LEVEL = 128  # the buffer holds this many times the samples a level counts
+
+
+class OnlineMode(StrEnum):
+    OFF = "off"
+    OBSERVE = "observe"
+    ADOPT = "adopt"
+
+
+@dataclass(frozen=True)
+class Sureness:
+    """When a live crossover is sure enough to route by: at least ``min_samples`` live
+    samples at each level around it in each pool measured live there, and a closed interval
+    at most ``max_ratio`` wide (high / low); for a bound (speculation pays at no level, or
+    at every one), as many samples at its level and 97.5% of the replicates finding it too.
+    Once adopted it is kept while it holds half as well (half the samples, twice the ratio):
+    hysteresis, so that routing does not flap between the live and the profiled crossover."""
+
+    min_samples: int = 30
+    max_ratio: float = 4.0
+
+    def sure(self, found: LiveCrossing | None, holding: bool) -> bool:
+        if found is None:
+            return False
+        need = self.min_samples / 2 if holding else self.min_samples
+        if found.near < need:
+            return False
+        if found.at is None:
+            return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2
+        if found.low is None or found.high is None:
+            return False
+        ratio = self.max_ratio * 2 if holding else self.max_ratio
+        return found.high <= found.low * ratio
+
+
+class Seat(Protocol):
+    """Where a request runs, as far as the load it joins goes: a backend."""
+
+    @property
+    def inflight(self) -> int: ...
+
+    @property
+    def group(self) -> str: ...
+
+
+class Online:
+    def __init__(
+        self,
+        mode: OnlineMode,
+        samples: Samples,
+        sureness: Sureness,
+        records: bool = True,
+        per_level: int | None = None,
+    ) -> None:
+        """``records``: whether this worker samples its requests (the leader does);
+        ``per_level``: the last samples of each pool and level that count (all: None)."""
+        self.mode, self.samples, self.sureness = mode, samples, sureness
+        self.per_level = per_level
+        self.records = records and mode is not OnlineMode.OFF
+        self.shared = True  # the topology the load joined is counted in, from the policy
+        self.fits: tuple[LiveFit, ...] = ()
+        self.drift: tuple[bool, ...] = ()
+        self.adopted: float | None = None  # the live crossover routed by, in adopt
+        self.fitted_at: float | None = None
+
+    # On the request path
+
+    def joined(self, backends: Sequence[Seat], backend: Seat) -> int:
+        """The load a request dispatched to ``backend`` now joins, itself included."""
+        if not self.records:
+            return 0
+        if not self.shared:
+            return backend.inflight + 1
+        return sum([b.inflight for b in backends if b.group == backend.group]) + 1
+
+    def served(self, flight: Flight, joined: int) -> None:
+        """At the request's end: one sample, if it makes one."""
+        if not self.records or flight.outcome is not Outcome.ANSWERED or flight.status != 200:
+            return
+        if not flight.stream or flight.first_at is None:
+            return
+        before, last = flight.tail
+        tokens = output_tokens(last)
+        if tokens is None:  # a stream's usage event, then [DONE] apart
+            tokens = output_tokens(before)
+        if tokens is None or tokens < 2:
+            return
+        now = time.monotonic()
+        tpot = (now - flight.first_at) / (tokens - 1)
+        self.record(Sample(now, flight.backend.pool, joined, tpot, flight.context))
+
+    def record(self, sample: Sample) -> None:
+        """One served request's sample (what ``served`` takes; an offline replay, too)."""
+        if self.records:
+            self.samples.add(sample)
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """For ``/router/status``: the mode, the samples kept, and each context's live
+        crossover with its interval, its drift and its curves."""
+        return {
+            "mode": str(self.mode),
+            "recording": self.records,
+            "samples": len(self.samples),
+            "fitted_seconds_ago": None if self.fitted_at is None else now - self.fitted_at,
+            "adopted_crossover": self.adopted,
+            "fits": [
+                {
+                    "context": f.context,
+                    "samples": f.samples,
+                    "crossover": None if f.crossing is None else asdict(f.crossing),
+                    "drift": drift,
+                    "levels": {
+                        pool: [asdict(level) for level in rows if level.samples]
+                        for pool, rows in f.curves.items()
+                    },
+                }
+                for f, drift in zip(self.fits, self.drift, strict=True)
+            ],
+        }
+
+    # Off it
+
+    def refit(self, now: float, profile: Profile | None, shared: bool) -> None:
+        """The live curves again from the samples in the window, per context bucket of the
+        profile (one when it has none), their drift from it and, in ``adopt``, the crossover
+        routed by."""
+        self.shared = shared
+        window = self.samples.window(now)
+        axis = None if profile is None else profile.context
+        fits: tuple[LiveFit, ...]
+        crossovers: tuple[Crossover, ...] | None
+        if axis is None:
+            fits = (
+                fit(window, _levels(profile), None, _known(profile), self._min(), self.per_level),
+            )
+            crossovers = None if profile is None else (profile.crossover,)
+        else:
+            contexts = [b.context for b in axis.buckets]
+            split: list[list[Sample]] = [[] for _ in contexts]
+            for s in window:
+                split[nearest(contexts, s.context)].append(s)
+            assert profile is not None
+            fits = tuple(
+                fit(part, _levels(profile), c, _at_context(profile, c), self._min(), self.per_level)
+                for part, c in zip(split, contexts, strict=True)
+            )
+            crossovers = tuple(b.crossover for b in axis.buckets)
+        self.fits, self.fitted_at = fits, now
+        self.drift = tuple(
+            crossovers is not None and self._drifted(f.crossing, c)
+            for f, c in zip(fits, crossovers or [None] * len(fits), strict=True)
+        )
+        self._adopt(fits, profile)
+
+    def _min(self) -> int:
+        """The live samples a pool's level enters the fit with (fewer: the profile's value
+        stands there): ``min_samples``, half as many while a live crossover is adopted."""
+        return max(1, self.sureness.min_samples // (1 if self.adopted is None else 2))
+
+    def _drifted(self, live: LiveCrossing | None, profiled: Crossover | None) -> bool:
+        """The live interval no longer meets the profile's: only for a live crossing sure
+        enough to adopt, so that thin evidence does not raise an alarm."""
+        if profiled is None or not self.sureness.sure(live, holding=False):
+            return False
+        assert live is not None
+        low, high = _span(live.low, live.high, live.at, live.bound, live.limit)
+        ci = profiled.ci or (profiled.value, profiled.value)
+        p_low, p_high = _span(ci[0], ci[1], profiled.value, profiled.bound, profiled.limit)
+        return high < p_low or p_high < low
+
+    def _adopt(self, fits: tuple[LiveFit, ...], profile: Profile | None) -> None:
+        """Fails closed: only in ``adopt``, only for one context and one crossover (a
+        profile with bands routes by them), only while sure."""
+        given = None if profile is None else profile.crossover.given_bands
+        banded = bool(given) and not one_crossover(given or ())
+        if self.mode is not OnlineMode.ADOPT or len(fits) != 1 or banded:
+            self.adopted = None
+            return
+        found = fits[0].crossing
+        was = self.adopted
+        if self.sureness.sure(found, holding=was is not None):
+            assert found is not None
+            self.adopted = found.threshold
+            if was is None:
+                _log.warning("Online: routing by the live crossover %.3g.", self.adopted)
+        elif was is not None:
+            self.adopted = None
+            _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+
+
+def _span(
+    low: float | None, high: float | None, at: float | None, bound: str | None, limit: float | None
+) -> tuple[float, float]:
+    """An interval as numbers, open ends infinite; a bound's from its limit outwards."""
+    if at is None:
+        edge = limit if limit is not None else (math.inf if bound == "above" else 0.0)
+        return (edge, math.inf) if bound == "above" else (0.0, edge)
+    return (0.0 if low is None else low), (math.inf if high is None else high)
+
+
+def _levels(profile: Profile | None) -> tuple[float, ...]:
+    """The profile's levels, where it measured; the default doubling levels without one."""
+    given = _curves(profile)
+    return DEFAULT_LEVELS if given is None else given.tpot["spec"].levels
+
+
+def _curves(profile: Profile | None) -> Curves | None:
+    if profile is None:
+        return None
+    try:
+        return curves(profile)
+    except ProfileError:
+        return None
+
+
+def _known(profile: Profile | None) -> Known | None:
+    """The profile's TPOT at a level it measured."""
+    given = _curves(profile)
+    if given is None:
+        return None
+    tpot = given.tpot
+
+    def at(pool: Pool, level: float) -> float | None:
+        curve = tpot[pool]
+        return curve.at(level) if curve.levels[0] <= level <= curve.levels[-1] else None
+
+    return at
+
+
+def _at_context(profile: Profile, context: float) -> Known | None:
+    """A ``v2`` profile's TPOT at a level it measured, at ``context`` KV tokens."""
+    given = context_curves(profile)
+    if given is None:
+        return None
+    levels = _levels(profile)
+
+    def at(pool: Pool, level: float) -> float | None:
+        return given.at(pool, level, context) if levels[0] <= level <= levels[-1] else None
+
+    return at

@@ -1,0 +1,212 @@
+"""The live curves and their crossing, fitted from served requests: pure Python (the router
+must not load numpy), by the profile's statistics and the project's one crossing finder.
+
+Each sample is one answered request: its pool, the load it joined and its time per output
+token. A sample counts at the level nearest its load in log load (levels are spaced
+geometrically, as calibration measures them). A level's statistic is the median TPOT of its
+samples, as a profile's is. Its bootstrap replicates are drawn by the distribution of a
+resampled median: the median of ``n`` values drawn with replacement from sorted ``x`` is
+``x[k]`` with ``k`` near ``(n - 1) / 2`` and a spread of ``sqrt(n) / 2`` ranks (binomial,
+its normal limit), so a replicate costs one draw instead of ``n``. The crossing is
+``specroute.crossing`` on the margin of the two curves (the log of their ratio), once for the
+medians and once per replicate; its interval is the percentile interval of the replicates'
+crossings, each end out to the level past it (``crossing.percentile_interval``,
+``crossing.snapped``): the profile's rule, so that the two intervals can be compared.
+
+A pool seldom seen at a level (the plain server at low load, under a crossover policy) takes
+the profile's curve there, when the profile has one, as a known value without spread: it is
+the speculative server's curve that drifts with acceptance, and it is seen where it
+speculates.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from itertools import pairwise
+
+from specroute.crossing import at_or_beyond, crossing, log_margin, percentile_interval, snapped
+from specroute.policies.view import POOLS, Pool
+from specroute.router.online_samples import Sample
+
+DEFAULT_LEVELS: tuple[float, ...] = tuple(float(2**i) for i in range(10))  # 1 to 512
+REPLICATES = 400
+Known = Callable[[Pool, float], float | None]  # the profile's TPOT at a load, if it has one
+
+
+@dataclass(frozen=True)
+class Level:
+    """One pool at one level: its live samples, their median TPOT and its interval
+    (seconds); ``median`` is None with no sample."""
+
+    level: float
+    samples: int
+    median: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class LiveCrossing:
+    """The live crossover and its interval (an end None: open), or a bound when the margin
+    does not change sign among the levels used; ``levels`` are those the margin was taken
+    at, ``near``: the fewest live samples of a pool measured live at the two levels around
+    it (at the bound's level for a bound); ``beyond``: for a bound, the share of replicates
+    that find it too."""
+
+    at: float | None
+    low: float | None
+    high: float | None
+    bound: str | None
+    limit: float | None
+    levels: tuple[float, ...]
+    near: int
+    beyond: float = 0.0
+
+    @property
+    def threshold(self) -> float | None:
+        """The load to route by, as a profile's (``Crossover.threshold``): the crossover;
+        for a bound, 0 (it pays at no level) or the last level (it pays at every one)."""
+        if self.at is not None:
+            return self.at
+        return self.limit if self.bound == "above" else 0.0
+
+
+@dataclass(frozen=True)
+class LiveFit:
+    """The live curves of one context (None: all contexts together) and their crossing
+    (None: no level has a value for both pools)."""
+
+    context: float | None
+    curves: dict[Pool, tuple[Level, ...]]
+    crossing: LiveCrossing | None
+    samples: int
+
+
+def nearest(levels: Sequence[float], load: float) -> int:
+    """The index of the level nearest ``load`` in log load (ascending levels)."""
+    return bisect_left(_midpoints(tuple(levels)), load)
+
+
+@cache
+def _midpoints(levels: tuple[float, ...]) -> tuple[float, ...]:
+    """Where one level's share of the log-load axis ends and the next one's begins."""
+    return tuple(math.sqrt(a * b) for a, b in pairwise(levels))
+
+
+def fit(
+    samples: Sequence[Sample],
+    levels: Sequence[float],
+    context: float | None = None,
+    known: Known | None = None,
+    min_samples: int = 1,
+    per_level: int | None = None,
+    seed: int = 0,
+) -> LiveFit:
+    """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
+    pool's level from its last ``per_level`` samples (all: None); a pool's level with fewer
+    than ``min_samples`` live samples takes ``known`` there (the profile's curve)."""
+    by: dict[Pool, list[list[float]]] = {pool: [[] for _ in levels] for pool in POOLS}
+    for s in samples:
+        by[s.pool][nearest(levels, s.load)].append(s.tpot)
+    if per_level is not None:
+        by = {pool: [values[-per_level:] for values in rows] for pool, rows in by.items()}
+    rng = random.Random(seed)
+    curves: dict[Pool, tuple[Level, ...]] = {}
+    draws: dict[Pool, list[list[float] | None]] = {}
+    for pool in POOLS:
+        rows, reps = [], []
+        for level, values in zip(levels, by[pool], strict=True):
+            values.sort()
+            replicates = _median_replicates(values, rng) if values else None
+            if replicates is None:
+                rows.append(Level(level, 0, None, None, None))
+            else:
+                low, high = percentile_interval(replicates)
+                rows.append(Level(level, len(values), _median(values), low, high))
+            reps.append(replicates if len(values) >= min_samples else None)
+        curves[pool], draws[pool] = tuple(rows), reps
+    counted = sum(level.samples for rows in curves.values() for level in rows)
+    return LiveFit(context, curves, _crossing(levels, curves, draws, known, min_samples), counted)
+
+
+def _crossing(
+    levels: Sequence[float],
+    curves: dict[Pool, tuple[Level, ...]],
+    draws: dict[Pool, list[list[float] | None]],
+    known: Known | None,
+    min_samples: int,
+) -> LiveCrossing | None:
+    """The crossing at the levels where both pools have a value, live or known (at a level
+    where neither pool is live, the profile's own margin)."""
+    used: list[int] = []
+    points: dict[Pool, list[float]] = {pool: [] for pool in POOLS}
+    columns: dict[Pool, list[list[float]]] = {pool: [] for pool in POOLS}
+    for i, level in enumerate(levels):
+        row: dict[Pool, tuple[float, list[float]]] = {}
+        for pool in POOLS:
+            live, reps = curves[pool][i], draws[pool][i]
+            if reps is not None and live.median is not None:
+                row[pool] = (live.median, reps)
+            elif known is not None and (value := known(pool, level)) is not None:
+                row[pool] = (value, [value] * REPLICATES)
+        if len(row) == len(POOLS):
+            used.append(i)
+            for pool, (value, reps) in row.items():
+                points[pool].append(value)
+                columns[pool].append(reps)
+    if not used:
+        return None
+    at = [levels[i] for i in used]
+    found = crossing(at, log_margin(points["spec"], points["base"]))
+    replicates = [
+        at_or_beyond(
+            at, log_margin([c[r] for c in columns["spec"]], [c[r] for c in columns["base"]])
+        )
+        for r in range(REPLICATES)
+    ]
+    around = _around(at, found.at if found.at is not None else found.limit)
+    near = min(
+        (
+            curves[pool][used[j]].samples
+            for j in around
+            for pool in POOLS
+            if draws[pool][used[j]] is not None
+        ),
+        default=0,
+    )
+    if found.at is None:
+        side = math.inf if found.bound == "above" else -math.inf
+        agree = sum(1 for r in replicates if r == side) / len(replicates)
+        return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near, agree)
+    low, high = snapped(at, *percentile_interval(replicates))
+    return LiveCrossing(found.at, low, high, None, None, tuple(at), near)
+
+
+def _around(levels: Sequence[float], at: float | None) -> list[int]:
+    """The indices of the levels on each side of ``at`` (the one level it is at, if so)."""
+    if at is None:
+        return []
+    below = [i for i, x in enumerate(levels) if x <= at]
+    above = [i for i, x in enumerate(levels) if x >= at]
+    return sorted({i for i in (below[-1:] + above[:1])})
+
+
+def _median(ordered: Sequence[float]) -> float:
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _median_replicates(ordered: Sequence[float], rng: random.Random) -> list[float]:
+    """``REPLICATES`` bootstrap medians of ``ordered``, each by its rank's distribution."""
+    n = len(ordered)
+    centre, spread = (n - 1) / 2, math.sqrt(n) / 2
+    top = n - 1
+    return [
+        ordered[min(top, max(0, round(centre + rng.gauss(0.0, spread))))] for _ in range(REPLICATES)
+    ]

@@ -1,0 +1,35 @@
+"""The background task that fits the live curves, off the request path."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from specroute.router.state import RouterState
+
+_log = logging.getLogger("specroute.router")
+
+
+async def keep_fitting(state: RouterState) -> None:
+    """Every ``online_interval`` seconds, until cancelled; a failed fit is logged and
+    counted (``specroute_background_errors_total{task="online"}``), routing goes back to the
+    profile's crossover (a live one no fit stands behind is not routed by), and the next
+    fit comes."""
+    errors = state.metrics.background_errors.labels(task="online")  # 0 from the start
+    while True:
+        await asyncio.sleep(state.settings.online_interval)
+        try:
+            fit_now(state)
+        except Exception:
+            state.online.adopted = None
+            errors.inc()
+            _log.exception("The online fit failed; the profile's crossover until one works.")
+
+
+def fit_now(state: RouterState) -> None:
+    """One fit, with the profile and the topology in force."""
+    in_force = state.in_force
+    topology = getattr(getattr(in_force.policy, "params", None), "topology", "shared")
+    shared = topology != "partitioned"
+    state.online.refit(time.monotonic(), in_force.profile, shared)

@@ -1,0 +1,296 @@
+"""Online calibration: the live curves fitted from served requests, by the profile's rule."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from specroute.background import cancel_and_wait
+from specroute.crossing import crossing, log_margin
+from specroute.policies.profile import parse_profile
+from specroute.policies.registry import build_policy
+from specroute.policies.view import BackendView, RequestInfo, View
+from specroute.router.app import build_state
+from specroute.router.online import Online, OnlineMode, Sureness
+from specroute.router.online_fit import fit
+from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_task import keep_fitting
+from specroute.router.settings import RouterSettings
+from specroute.router.state import RouterState
+
+LEVELS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+Model = Callable[[str, float], float]
+
+
+def dense(spec_slope: float = 1 / 8) -> Model:
+    """Seconds per token: speculation cheaper at low load, dearer past about 5 (slope
+    1/8), or past about 21 (slope 1/16)."""
+
+    def tpot(pool: str, load: float) -> float:
+        if pool == "spec":
+            return 0.010 * (1 + load * spec_slope)
+        return 0.014 * (1 + load / 32)
+
+    return tpot
+
+
+def true_crossover(model: Model) -> float:
+    """The crossover of ``model``'s medians at ``LEVELS``, by the one crossing finder."""
+    margin = log_margin([model("spec", c) for c in LEVELS], [model("base", c) for c in LEVELS])
+    found = crossing(LEVELS, margin).at
+    assert found is not None
+    return found
+
+
+def served(
+    model: Model,
+    per_level: int,
+    start: float = 0.0,
+    pools: tuple[str, ...] = ("spec", "base"),
+    levels: tuple[float, ...] = LEVELS,
+    seed: int = 1,
+) -> list[Sample]:
+    """``per_level`` requests of each pool at each level, 5% lognormal noise, one a ms."""
+    rng = random.Random(seed)
+    out, at = [], start
+    for level in levels:
+        for pool in pools:
+            for _ in range(per_level):
+                at += 0.001
+                noisy = model(pool, level) * math.exp(rng.gauss(0, 0.05))
+                out.append(Sample(at, pool, int(level), noisy, 1000))  # type: ignore[arg-type]
+    return out
+
+
+def profile_of(model: Model, ci: tuple[float, float]) -> dict[str, Any]:
+    rows = [
+        {"concurrency": c}
+        | {p: {"tpot_ms": {"median": model(p, c) * 1000}} for p in ("spec", "base")}
+        for c in LEVELS
+    ]
+    return {
+        "schema": "specroute.profile/v1",
+        "crossover": {"value": true_crossover(model), "ci": list(ci)},
+        "levels": rows,
+    }
+
+
+def test_the_live_crossing_is_the_one_crossing_finder_s_and_its_interval_holds_it() -> None:
+    model = dense()
+    found = fit(served(model, 40), LEVELS, min_samples=10).crossing
+    assert found is not None and found.at is not None
+    assert found.at == pytest.approx(true_crossover(model), rel=0.05)
+    assert found.low is not None and found.high is not None
+    assert found.low <= true_crossover(model) <= found.high
+    assert (found.low, found.high) == (4.0, 8.0)  # out to the levels around it, as a profile's
+    assert found.near == 40 and found.levels == LEVELS
+
+
+def test_a_level_with_too_few_samples_does_not_count() -> None:
+    few = fit(served(dense(), 3), LEVELS, min_samples=10)
+    assert few.crossing is None  # no level has ten of either pool
+    assert few.curves["spec"][0].samples == 3 and few.curves["spec"][0].median is not None
+
+
+def test_a_pool_not_seen_at_a_level_takes_the_profile_s_curve() -> None:
+    """Under a crossover policy the plain server is seen only above the crossover: its
+    profiled curve stands in below, and the speculative server's live one moves the
+    crossing (here its TPOT grows twice as fast with load as the profile says)."""
+    profiled, drifted = dense(1 / 16), dense(1 / 8)
+    spec = served(drifted, 40, pools=("spec",), levels=LEVELS[:4])
+    base = served(profiled, 40, pools=("base",), levels=LEVELS[4:], seed=2)
+    known = parse_profile(profile_of(profiled, (8.0, 16.0)))
+    online = Online(OnlineMode.OBSERVE, Samples(4096, 600.0), Sureness(30, 4.0))
+    for s in spec + base:
+        online.samples.add(s)
+    online.refit(1.0, known, shared=True)
+    found = online.fits[0].crossing
+    assert found is not None and found.at is not None
+    assert found.at == pytest.approx(true_crossover(drifted), rel=0.05)
+    assert true_crossover(profiled) > 2 * found.at  # it moved by more than twice
+    without = fit(spec + base, LEVELS, min_samples=7).crossing  # no profile: no common level
+    assert without is None
+
+
+def test_the_forgetting_window_follows_drift_by_age_and_by_count() -> None:
+    before, after = dense(1 / 16), dense(1 / 8)
+    samples = Samples(keep=100_000, max_age=10.0)
+    for s in served(before, 40) + served(after, 40, start=20.0, seed=3):
+        samples.add(s)
+    now = 21.0  # the first run ended 20 s ago, past the window
+    found = fit(samples.window(now), LEVELS, min_samples=10).crossing
+    assert found is not None and found.at == pytest.approx(true_crossover(after), rel=0.05)
+    assert len(samples) == 480  # the old ones are gone for good
+    counted = Samples(keep=480, max_age=1e9)
+    for s in served(before, 40) + served(after, 40, start=20.0, seed=3):
+        counted.add(s)
+    found = fit(counted.window(now), LEVELS, min_samples=10).crossing
+    assert found is not None and found.at == pytest.approx(true_crossover(after), rel=0.05)
+
+
+def observed(mode: OnlineMode, model: Model, per_level: int, profile: dict[str, Any]) -> Online:
+    online = Online(mode, Samples(4096, 600.0), Sureness(30, 4.0))
+    for s in served(model, per_level):
+        online.samples.add(s)
+    online.refit(1.0, parse_profile(profile), shared=True)
+    return online
+
+
+def test_drift_is_flagged_when_the_intervals_no_longer_meet() -> None:
+    drifted, stale = dense(1 / 8), dense(1 / 16)
+    assert observed(OnlineMode.OBSERVE, drifted, 40, profile_of(stale, (16.0, 32.0))).drift == (
+        True,
+    )
+    assert observed(OnlineMode.OBSERVE, drifted, 40, profile_of(drifted, (4.0, 8.0))).drift == (
+        False,
+    )
+    thin = observed(OnlineMode.OBSERVE, drifted, 12, profile_of(stale, (16.0, 32.0)))
+    assert thin.drift == (False,)  # not sure enough to say
+
+
+@pytest.mark.parametrize(
+    ("mode", "per_level", "adopted"),
+    [
+        (OnlineMode.ADOPT, 40, True),
+        (OnlineMode.OBSERVE, 40, False),  # observe never moves routing
+        (OnlineMode.ADOPT, 12, False),  # not sure: fails closed
+    ],
+)
+def test_adopt_routes_by_the_live_crossover_only_when_sure(
+    mode: OnlineMode, per_level: int, adopted: bool
+) -> None:
+    drifted, stale = dense(1 / 8), dense(1 / 16)
+    online = observed(mode, drifted, per_level, profile_of(stale, (16.0, 32.0)))
+    assert (online.adopted is not None) is adopted
+    if adopted:
+        assert online.adopted == pytest.approx(true_crossover(drifted), rel=0.05)
+
+
+def test_adopt_holds_on_with_hysteresis_and_falls_back_when_evidence_thins() -> None:
+    drifted, stale = dense(1 / 8), dense(1 / 16)
+    online = observed(OnlineMode.ADOPT, drifted, 40, profile_of(stale, (16.0, 32.0)))
+    assert online.adopted is not None
+    kept = Samples(4096, 600.0)
+    for s in served(drifted, 20):  # half as many: not enough to adopt, enough to hold
+        kept.add(s)
+    online.samples = kept
+    online.refit(2.0, parse_profile(profile_of(stale, (16.0, 32.0))), shared=True)
+    assert online.adopted is not None
+    online.samples = Samples(4096, 600.0)  # the evidence is gone
+    online.refit(3.0, parse_profile(profile_of(stale, (16.0, 32.0))), shared=True)
+    assert online.adopted is None
+
+
+def view(load: int, live: float | None) -> View:
+    spec = BackendView("s", "spec", True, load)
+    return View((spec, BackendView("b", "base", True, 0)), live_crossover=live)
+
+
+def test_the_crossover_policy_sees_the_live_crossover_through_its_view() -> None:
+    policy = build_policy("crossover", {"crossover": 16}, None)
+    request = RequestInfo("/v1/chat/completions")
+    assert policy.choose(request, view(8, None)).pool == "spec"
+    assert policy.choose(request, view(8, 5.0)).pool == "base"  # the live one: lower
+    assert policy.choose(request, view(3, 5.0)).pool == "spec"
+
+
+@pytest.mark.parametrize(
+    ("tail", "tokens"),
+    [
+        (b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":64}}\n\n', 64),
+        (b'{"usage": {"completion_tokens": 7, "total_tokens": 12}}', 7),
+        (b"data: [DONE]\n\n", None),
+        (b'"completion_tokens":null', None),
+    ],
+)
+def test_the_output_tokens_are_read_from_the_answer_s_usage(
+    tail: bytes, tokens: int | None
+) -> None:
+    assert output_tokens(tail) == tokens
+
+
+def test_adopt_with_several_workers_is_refused_at_start() -> None:
+    two: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "workers": 2, "port": 1}
+    with pytest.raises(ValueError, match="online=adopt routes by the estimate of one worker"):
+        RouterSettings(**two, online=OnlineMode.ADOPT)
+    observe = RouterSettings(**two)
+    assert observe.online is OnlineMode.OBSERVE
+
+
+def test_a_profile_s_one_band_is_a_crossover_the_live_one_replaces_but_real_bands_stay() -> None:
+    request = RequestInfo("/v1/chat/completions")
+    one = {"value": 5.2, "ci": [5.2, 5.2], "bands": [[None, 5.2]]}
+    banded = {"value": None, "bound": "below", "limit": 1, "bands": [[30, 120]]}
+    for crossover, load, pool in ((one, 3, "base"), (banded, 40, "spec")):
+        profile = parse_profile({"schema": "specroute.profile/v1", "crossover": crossover})
+        policy = build_policy("crossover", {}, profile)
+        assert policy.choose(request, view(load, 2.0)).pool == pool
+
+
+def test_the_crossover_gauge_says_the_live_one_while_it_is_routed_by() -> None:
+    given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
+    settings = RouterSettings(**given, online=OnlineMode.ADOPT)
+    state = build_state(settings)
+    assert gauge(state, "specroute_crossover") == 8
+    state.online.adopted = 3.0
+    assert gauge(state, "specroute_crossover") == 3.0
+    assert gauge(state, "specroute_online_adopted") == 1
+
+
+def gauge(state: RouterState, name: str) -> float:
+    text = generate_latest(state.metrics.exposed).decode()
+    return next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
+    )
+
+
+async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile() -> None:
+    given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
+    state = build_state(RouterSettings(**given, online=OnlineMode.ADOPT, online_interval=0.01))
+    state.online.adopted = 3.0
+
+    def broken(now: float, profile: Any, shared: bool) -> None:
+        raise ArithmeticError("a fit that fails")
+
+    state.online.refit = broken  # type: ignore[method-assign]
+    fitting = asyncio.create_task(keep_fitting(state))
+    await asyncio.sleep(0.05)
+    await cancel_and_wait([fitting])
+    assert state.online.adopted is None
+    errors = 'specroute_background_errors_total{task="online"} '
+    text = generate_latest(state.metrics.exposed).decode()
+    assert float(next(ln for ln in text.splitlines() if ln.startswith(errors)).split()[-1]) >= 1
+
+
+def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
+    buckets = [
+        {"context": c, "crossover": {"value": v, "ci": [v - 1, v + 1]}}
+        for c, v in ((500, 8.0), (4000, 3.0))
+    ]
+    profile = parse_profile(
+        {
+            "schema": "specroute.profile/v2",
+            "crossover": buckets[0]["crossover"],
+            "context": {"tokens_per_byte": 0.25, "buckets": buckets},
+        }
+    )
+    online = Online(OnlineMode.OBSERVE, Samples(4096, 600.0), Sureness(30, 4.0))
+    short = served(dense(1 / 16), 40)  # crossover near 21, context 1000: the first bucket
+    long = [s._replace(context=3000) for s in served(dense(1 / 8), 40, seed=5)]
+    for s in short + long:
+        online.samples.add(s)
+    online.refit(1.0, profile, shared=True)
+    assert [f.context for f in online.fits] == [500, 4000]
+    assert [f.samples for f in online.fits] == [480, 480]
+    near = [f.crossing.at for f in online.fits if f.crossing is not None]
+    assert near == [
+        pytest.approx(true_crossover(dense(1 / 16)), rel=0.15),  # a shallow margin
+        pytest.approx(true_crossover(dense(1 / 8)), rel=0.05),
+    ]
+    assert online.drift == (True, False)  # 21 is far above the first bucket's 7 to 9

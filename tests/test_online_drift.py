@@ -1,0 +1,135 @@
+"""The proof of online calibration, offline in virtual time: the fitted Kimi-K2.5 model,
+profiled at accept length 3.0 (crossover near 5), whose speculative server's accept length
+falls to 1.6 mid-run (speculation then pays at no load). The router's online estimator,
+fed each served request as the router feeds it, re-routes within a stated time under
+``adopt``, beats the stale profile on median and p99 TPOT and on tok/s, and comes within 3%
+of an oracle that knows the drift (the faster static choice of each phase)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specroute.bench.compare import policy_summary
+from specroute.bench.learning import Learning
+from specroute.bench.replay import ReplayPlan, oracle, replay
+from specroute.emulator.predict import as_profile, predict
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.trace import Phase, Trace
+from specroute.model_flags import config_from_flags
+from specroute.policies.profile import parse_profile
+from specroute.policies.registry import build_policy
+from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.router.online_samples import Samples
+from tests.test_bench import run
+
+MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
+LOADS = (2, 4, 8, 4)  # each phase 40 s, before the drift and again after it
+DRIFT = 40.0 * len(LOADS)
+PER_LEVEL, MIN_SAMPLES = 24, 12  # --online-window-samples, --online-min-samples
+RE_ROUTED_WITHIN = 30.0  # virtual seconds from the drift to routing load 2 to the plain server
+
+
+def overall(trace: Trace, records: list[RequestRecord]) -> dict[str, Any]:
+    summary = policy_summary(trace, records, 0.0, trace.seconds, {}, 0.0)
+    figures: dict[str, Any] = summary["overall"]
+    return figures
+
+
+def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
+    profiled = config_from_flags((*MODEL, "--accept-length", "3.0"), "spec")
+    document = as_profile(predict(profiled, [1, 2, 4, 6, 8, 12, 16], 128, 128), profiled)
+    profile = parse_profile(json.loads(json.dumps(document)))
+    assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
+    trace = Trace("drift", tuple(Phase(40.0, c) for c in LOADS + LOADS))
+    drifting = f"0:3.0,{DRIFT:g}:1.6"
+    plan = ReplayPlan(
+        trace,
+        synthetic(128, 128),
+        {
+            "spec": config_from_flags((*MODEL, "--accept-schedule", drifting), "spec"),
+            "base": config_from_flags(MODEL, "base"),
+        },
+        backends={"spec": ("http://spec:1",), "base": ("http://base:2",)},
+        output_len=128,
+    )
+    online = Online(
+        OnlineMode.ADOPT,
+        Samples(PER_LEVEL * KEPT_PER_LEVEL, 600.0),
+        Sureness(MIN_SAMPLES, 4.0),
+        per_level=PER_LEVEL,
+    )
+    learning = Learning(online, profile)
+    runs = {
+        "stale": replay(plan, build_policy("crossover", {}, profile), "stale"),
+        "adopt": replay(plan, build_policy("crossover", {}, profile), "adopt", learning),
+        "always-spec": replay(plan, build_policy("always-spec", {}, None)),
+        "always-base": replay(plan, build_policy("always-base", {}, None)),
+    }
+    best = oracle(plan, runs["always-spec"], runs["always-base"])
+    assert best.choice == ["spec", "spec", "base", "spec", "base", "base", "base", "base"]
+    runs["oracle"] = replay(plan, best)
+    stale, adopt, ideal = (overall(trace, runs[name]) for name in ("stale", "adopt", "oracle"))
+
+    history = learning.history
+    re_routed = next(t for t, c, _ in history if t >= DRIFT and c is not None and c < 2)
+    assert re_routed - DRIFT <= RE_ROUTED_WITHIN, history
+    before = [(c, drift) for t, c, drift in history if t < DRIFT]
+    assert all(c is not None and 4 < c < 6 and not drift for c, drift in before[-8:])
+
+    for key in ("tpot_ms_p50", "tpot_ms_p99"):
+        assert adopt[key] < stale[key], (key, adopt, stale)
+        assert adopt[key] <= ideal[key] * 1.03, (key, adopt, ideal)
+    assert adopt["output_tps"] > stale["output_tps"] * 1.05, (adopt, stale)
+    assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
+
+
+async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_config(
+    tmp_path: Path,
+) -> None:
+    """``bench compare --offline`` with ``online = "adopt"`` in the router's config and the
+    emulator's accept schedule: the crossover policy re-routes after the drift, and the
+    results say when (``online``: each fit's time, crossover adopted and drift)."""
+    profiled = config_from_flags((*MODEL, "--accept-length", "3.0"), "spec")
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)))
+    config = tmp_path / "router.toml"
+    config.write_text(
+        'spec = ["http://spec:1"]\nbase = ["http://base:2"]\nonline = "adopt"\n'
+        "online_window_samples = 24\nonline_min_samples = 12\n"
+    )
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"seconds": 40, "concurrency": c} for c in (4, 2, 4, 2)]))
+    code, _, stderr = await run(
+        "bench",
+        "compare",
+        "--offline",
+        "--router-config",
+        str(config),
+        "--profile",
+        str(profile),
+        *MODEL,
+        "--accept-schedule",
+        "0:3.0,80:1.6",
+        "--trace",
+        str(trace),
+        "--policies",
+        "crossover",
+        "--input-len",
+        "128",
+        "--output-len",
+        "128",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert code == 0, stderr
+    results = json.loads((tmp_path / "out" / "compare.json").read_text())
+    fits = results["online"]["crossover"]
+    assert all(c is not None and c > 4 for t, c, _ in fits if 40 <= t < 80)  # the profile's
+    assert any(c is not None and c < 4 for t, c, _ in fits if 80 < t <= 100), fits  # load 4
+    assert any(c is not None and c < 2 for t, c, _ in fits if 120 < t <= 150), fits  # load 2
+    after = results["policies"]["crossover"]["phases"][2]
+    assert after["spec_share"] < 0.5  # the load of 4 went to the plain server from 20 s in
+    assert "online" not in results["policies"]  # the static choices did not learn

@@ -1,0 +1,158 @@
+"""Online calibration in a running router: the official openai client through the router to
+two emulators, the samples taken at each request's end, the fit shown on the status page and
+in the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from specroute.emulator.predict import as_profile, predict
+from specroute.model_flags import config_from_flags
+from specroute.router.online_task import fit_now
+from tests.emulators import running_emulator
+from tests.routers import running_router
+from tests.test_emulator_api import CHAT, client
+
+FAST = ("--time-scale", "0.05")
+
+
+@pytest.fixture
+async def backends() -> AsyncIterator[tuple[str, str]]:
+    async with (
+        running_emulator("--mode", "spec", *FAST) as spec,
+        running_emulator("--mode", "base", *FAST) as base,
+    ):
+        yield spec, base
+
+
+async def streamed(url: str, usage: bool) -> None:
+    stream = await client(url).chat.completions.create(
+        model="m",
+        messages=CHAT,
+        max_tokens=48,
+        stream=True,
+        stream_options={"include_usage": usage},
+    )
+    async for _ in stream:
+        pass
+
+
+async def test_streams_that_say_their_usage_become_samples_of_the_load_they_joined(
+    backends: tuple[str, str],
+) -> None:
+    spec, base = backends
+    async with running_router(spec=[spec], base=[base], crossover=2.5) as (url, state):
+        assert str(state.online.mode) == "observe"  # the default
+        await asyncio.gather(*(streamed(url, usage=True) for _ in range(6)))
+        await streamed(url, usage=False)  # no usage: no token count, no sample
+        await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=12)
+        samples = state.online.samples.window(time.monotonic())
+        assert len(samples) == 6
+        assert {s.pool for s in samples} == {"spec", "base"}  # six at once: past 2.5
+        assert max(s.load for s in samples) >= 3 and min(s.load for s in samples) == 1
+        assert all(0 < s.tpot < 1 for s in samples)
+        fit_now(state)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{url}/router/status") as r:
+                online = (await r.json())["online"]
+            async with s.get(f"{url}/metrics") as r:
+                metrics = await r.text()
+        assert online["mode"] == "observe" and online["samples"] == 6
+        assert online["adopted_crossover"] is None
+        levels = online["fits"][0]["levels"]
+        assert sum(row["samples"] for rows in levels.values() for row in rows) == 6
+        assert 'specroute_online_samples{bucket="0",level="1",pool="spec"}' in metrics
+        assert "specroute_profile_drift{" in metrics
+        assert "specroute_online_adopted 0.0" in metrics
+
+
+async def test_online_off_records_nothing(backends: tuple[str, str]) -> None:
+    spec, base = backends
+    async with running_router(spec=[spec], base=[base], crossover=8, online="off") as (url, state):
+        await streamed(url, usage=True)
+        assert len(state.online.samples) == 0
+
+
+async def test_adopt_routes_by_the_live_crossover_the_fit_adopted(
+    backends: tuple[str, str],
+) -> None:
+    spec, base = backends
+    async with running_router(spec=[spec], base=[base], crossover=8, online="adopt") as (
+        url,
+        state,
+    ):
+        pools = []
+        for adopted in (None, 0.0, None):  # the profile's; the live one (pays nowhere); back
+            state.online.adopted = adopted
+            raw = await client(url).chat.completions.with_raw_response.create(
+                model="m", messages=CHAT, max_tokens=4
+            )
+            pools.append(raw.headers["x-specroute-backend"].split(":")[0])
+        assert pools == ["spec", "base", "spec"]
+
+
+SCALE = 0.05
+KIMI = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
+
+
+async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path: Path) -> None:
+    """Profiled at accept length 3.0 (crossover near 5, in the servers' scaled time), four
+    clients speculate; 20 emulated seconds in, the speculative server's accept length falls
+    to 1.6 and speculation pays at no load: the router learns it from the requests it
+    serves and sends the four clients to the plain server."""
+    profiled = config_from_flags((*KIMI, "--accept-length", "3.0"), "spec")
+    document: dict[str, Any] = as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)
+    for row in document["levels"]:  # the servers run at SCALE: so do their TPOTs
+        for pool in ("spec", "base"):
+            row[pool]["tpot_ms"]["median"] *= SCALE
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(document))
+    timing = ("--time-scale", str(SCALE), "--stream-interval", "4")
+    async with (
+        running_emulator(
+            "--mode", "spec", *KIMI, *timing, "--accept-schedule", "0:3,20:1.6"
+        ) as spec,
+        running_emulator("--mode", "base", *KIMI, *timing) as base,
+        running_router(
+            spec=[spec],
+            base=[base],
+            profile=profile,
+            online="adopt",
+            online_interval=0.2,
+            online_window_samples=24,
+            online_min_samples=12,
+        ) as (url, state),
+    ):
+        served: list[tuple[float, str]] = []
+        started = time.monotonic()
+
+        async def client_loop(k: int) -> None:
+            sent = 0
+            while time.monotonic() - started < 5.0:
+                sent += 1
+                words = f"client {k} request {sent}: say something"  # lengths of its own
+                raw = await client(url).chat.completions.with_raw_response.create(
+                    model="m",
+                    messages=[{"role": "user", "content": words}],
+                    max_tokens=256,  # natural lengths: clients in lockstep join at 1, 2, 3, 4
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                async for _ in raw.parse():
+                    pass
+                served.append((time.monotonic() - started, raw.headers["x-specroute-backend"]))
+
+        await asyncio.gather(*(client_loop(k) for k in range(4)))
+    before = [b for t, b in served if t < 0.9]
+    after = [b for t, b in served if t > 4.0]
+    assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.8, served
+    assert after and sum(b.startswith("base") for b in after) / len(after) > 0.8, served
+    assert state.online.adopted is not None and state.online.adopted < 4
