@@ -1,6 +1,6 @@
 """``specroute bench overhead``: what a router adds between a client and its backends,
 measured on loopback in one run, side by side with no router, a bare Python pass-through
-and SGLang's own router.
+and SGLang's gateways in Rust.
 
 Two stub backends (``bench/servers/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
 in CPU) stand behind every target (``bench/overhead_targets.py``). For each repeat, level
@@ -13,7 +13,8 @@ tree, of each backend and of this load generator, from ``/proc``. A target's "ad
 figures are its own less direct's, in the same repeat, at the same level.
 
 On a machine of four cores or more the router, the backends and the load generator are
-pinned to cores of their own; on fewer they share, which is said in the output, and the
+pinned to cores of their own, from their start (a runtime that sizes its thread pool by
+the cores it may use sees its own); on fewer they share, which is said in the output, and the
 load generator's and backends' CPU shares tell how much of the machine they took.
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specroute.bench.overhead_load import Address, Load, Sampled, run_window
-from specroute.bench.overhead_targets import Target, start_backends, start_targets
+from specroute.bench.overhead_targets import GATEWAYS, Target, start_backends, start_targets
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
 from specroute.loadgen.progress import Progress
 
@@ -51,7 +52,8 @@ class OverheadPlan:
     seconds: float = 1.5  # each window
     chunks: int = 16  # events per streamed answer
     gap_ms: float = 20.0  # between them
-    sglang_router: bool = True  # when installed
+    gateways: tuple[str, ...] = ("smg",)  # routers in Rust to compare, each when installed
+    router_cores: int | None = None  # pinned: each router's cores; None: the most workers
     idle: float = 2.0  # seconds of no load, once, for the routers' background CPU
 
     def __post_init__(self) -> None:
@@ -59,6 +61,10 @@ class OverheadPlan:
             raise ValueError("overhead needs levels >= 1, repeats >= 1 and a worker count")
         if min(self.workers) < 1 or self.chunks < 2 or self.gap_ms <= 0:
             raise ValueError("overhead needs workers >= 1, chunks >= 2 and gap_ms > 0")
+        if not set(self.gateways) <= set(GATEWAYS):
+            raise ValueError(f"overhead's gateways are among {', '.join(GATEWAYS)}")
+        if self.router_cores is not None and self.router_cores < 1:
+            raise ValueError("overhead needs router_cores >= 1")
         if self.warmup <= 0 or self.seconds <= 0 or not set(self.modes) <= set(MODES):
             raise ValueError(f"overhead needs warmup, seconds > 0 and modes among {MODES}")
 
@@ -171,13 +177,14 @@ def _request(url: str, stream: bool, chunks: int) -> Address:
     return Address(host, port, head.encode() + body)
 
 
-def pinning(cores: Sequence[int], workers: int) -> dict[str, set[int]] | None:
+def pinning(cores: Sequence[int], router_cores: int) -> dict[str, set[int]] | None:
     """Which of ``cores`` the router, the backends and the load generator run on; None
-    below ``PIN_MIN_CORES``. The router gets as many cores as it has workers, leaving one
-    to the backends and at least two to the load generator."""
+    below ``PIN_MIN_CORES``. Each router gets ``router_cores`` (every one the same cores,
+    one after another), leaving one to the backends and at least two to the load
+    generator."""
     if len(cores) < PIN_MIN_CORES:
         return None
-    routers = max(1, min(workers, len(cores) - 3))
+    routers = max(1, min(router_cores, len(cores) - 3))
     return {
         "router": set(cores[:routers]),
         "backends": {cores[routers]},
@@ -212,14 +219,21 @@ async def measure_overhead(
 ) -> dict[str, Any]:
     """Start the backends and targets, run every window, stop them all; returns what ran."""
     cores = sorted(os.sched_getaffinity(0))
-    pinned = pinning(cores, max(plan.workers))
+    pinned = pinning(cores, plan.router_cores or max(plan.workers))
     note(machine_note(cores, pinned))
+
+    def run_on(part: str) -> None:  # what this process starts next inherits it
+        if pinned is not None:
+            os.sched_setaffinity(0, pinned[part])
+
     async with AsyncExitStack() as stack:
         stack.callback(os.sched_setaffinity, 0, cores)  # this process's, as it was
+        run_on("backends")
         backends = await start_backends(stack, plan.chunks, plan.gap_ms)
         urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
-        targets = await start_targets(stack, urls, plan.workers, plan.sglang_router, note)
-        if pinned is not None:
+        run_on("router")
+        targets = await start_targets(stack, urls, plan.workers, plan.gateways, note)
+        if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:
                 pin_tree(pid, pinned["backends"])
             for target in targets:
