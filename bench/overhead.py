@@ -22,24 +22,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from specroute.bench.overhead_load import Address, Load, Sampled, run_window
+from specroute.bench.overhead_load import Address, Load, Sampled, address, run_window
+from specroute.bench.overhead_profile import FORMATS, Profiles
 from specroute.bench.overhead_targets import GATEWAYS, Target, start_backends, start_targets
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
 from specroute.loadgen.progress import Progress
 
 MODES = ("stream", "whole")
 PIN_MIN_CORES = 4
-ENDPOINT = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class OverheadPlan:
     gap_ms: float = 20.0  # between them
     gateways: tuple[str, ...] = ("smg",)  # routers in Rust to compare, each when installed
     router_cores: int | None = None  # pinned: each router's cores; None: the most workers
+    profile_dir: str | None = None  # py-spy profiles of the Python routers, when given
+    profile_levels: tuple[int, ...] = (256,)  # those of them among levels
+    profile_format: str = "speedscope"
+    profile_seconds: float = 5.0  # each profiled window
     idle: float = 2.0  # seconds of no load, once, for the routers' background CPU
 
     def __post_init__(self) -> None:
@@ -65,6 +69,8 @@ class OverheadPlan:
             raise ValueError(f"overhead's gateways are among {', '.join(GATEWAYS)}")
         if self.router_cores is not None and self.router_cores < 1:
             raise ValueError("overhead needs router_cores >= 1")
+        if self.profile_format not in FORMATS or self.profile_seconds <= 0:
+            raise ValueError(f"overhead profiles in {', '.join(FORMATS)}, over seconds > 0")
         if self.warmup <= 0 or self.seconds <= 0 or not set(self.modes) <= set(MODES):
             raise ValueError(f"overhead needs warmup, seconds > 0 and modes among {MODES}")
 
@@ -159,24 +165,6 @@ def figures(
     )
 
 
-def _request(url: str, stream: bool, chunks: int) -> Address:
-    where = urlsplit(url)
-    host, port = where.hostname or "127.0.0.1", where.port or 80
-    body = json.dumps(
-        {
-            "model": "stub",
-            "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": chunks,
-            "stream": stream,
-        }
-    ).encode()
-    head = (
-        f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return Address(host, port, head.encode() + body)
-
-
 def pinning(cores: Sequence[int], router_cores: int) -> dict[str, set[int]] | None:
     """Which of ``cores`` the router, the backends and the load generator run on; None
     below ``PIN_MIN_CORES``. Each router gets ``router_cores`` (every one the same cores,
@@ -258,29 +246,43 @@ async def measure_overhead(
         )
         for repeat, level, mode, name in windows:
             target = by_name[name]
-            stream = mode == "stream"
-            addresses = [_request(u, stream, plan.chunks) for u in target.urls]
-            load = Load(
-                level,
-                stream,
-                plan.warmup,
-                plan.seconds,
-                spread=min(plan.answer_seconds, plan.warmup / 2),
-            )
             readings = _Readings(target.pid, backend_pids)
             progress.begin(f"{name} {mode}", level, repeat)
             began = time.monotonic()
-            sampled = await run_window(addresses, load, readings.take)
+            sampled = await _window(plan, target, level, mode, readings.take)
             window = figures(target, mode, level, repeat, sampled, readings.used())
             on_window(window)
             progress.finish(_line(window), time.monotonic() - began)
+        profiled = []
+        if plan.profile_dir is not None:
+            routers = [t for t in targets if t.pid is not None and t.name not in GATEWAYS]
+            levels = [n for n in plan.profile_levels if n in plan.levels]
+            where = Profiles(Path(plan.profile_dir), plan.profile_format)
+            longer = replace(plan, seconds=plan.profile_seconds)
+            profiled = await where.record(
+                routers, levels, plan.modes, partial(_window, longer), note
+            )
     return {
         "targets": [t.name for t in targets],
+        "profiles": profiled,
         "cores": len(cores),
         "machine": machine_note(cores, pinned),
         "idle_router_cores": idle,
         "router_processes": processes,
     }
+
+
+def _load(plan: OverheadPlan, target: Target, level: int, mode: str) -> tuple[list[Address], Load]:
+    stream = mode == "stream"
+    spread = min(plan.answer_seconds, plan.warmup / 2)
+    addresses = [address(u, stream, plan.chunks) for u in target.urls]
+    return addresses, Load(level, stream, plan.warmup, plan.seconds, spread)
+
+
+async def _window(
+    plan: OverheadPlan, target: Target, level: int, mode: str, snapshot: Callable[[], None]
+) -> Sampled:
+    return await run_window(*_load(plan, target, level, mode), snapshot)
 
 
 async def _idle_cores(targets: Sequence[Target], seconds: float) -> dict[str, float]:

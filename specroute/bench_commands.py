@@ -213,6 +213,20 @@ def _add_overhead(commands: Subcommands) -> None:
         help="pinned (4 cores or more): each router's cores; default the largest --workers",
     )
     overhead.add_argument(
+        "--profile-dir",
+        metavar="DIR",
+        help="after the measured windows, one window more per Python router, mode and "
+        "--profile-levels level, py-spy recording the router's workers into DIR",
+    )
+    _counts(overhead, "--profile-levels", [256], "the levels to profile, among --levels")
+    _duration(overhead, "--profile-seconds", 5.0, "each profiled window")
+    overhead.add_argument(
+        "--profile-format",
+        choices=["speedscope", "flamegraph", "raw"],
+        default="speedscope",
+        help="py-spy's: speedscope JSON, a flame graph SVG or collapsed stacks (text)",
+    )
+    overhead.add_argument(
         "--quick", action="store_true", help="a smoke test: levels 1,16, one repeat, short windows"
     )
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
@@ -402,6 +416,10 @@ def _overhead(args: argparse.Namespace) -> int:
             "gap_ms": args.gap_ms,
             "gateways": tuple(args.gateways),
             "router_cores": args.router_cores,
+            "profile_dir": args.profile_dir,
+            "profile_levels": tuple(args.profile_levels),
+            "profile_format": args.profile_format,
+            "profile_seconds": args.profile_seconds,
             **quick,
         }
     )

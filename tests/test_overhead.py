@@ -62,7 +62,7 @@ def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
     document = _run(
         tmp_path,
         "--levels",
-        "2",
+        "16",
         "--modes",
         "whole",
         "--workers",
@@ -73,8 +73,20 @@ def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
         "0.3",
         "--seconds",
         "0.3",
+        "--profile-dir",
+        str(tmp_path / "profiles"),
+        "--profile-levels",
+        "16",
+        "--profile-format",
+        "raw",
+        "--profile-seconds",
+        "1",
     )
     assert document["targets"] == ["direct", "bare", "specroute-w1"]
+    # one window more each, py-spy on the Python routers: the router's own frames sampled
+    assert document["profiles"] == ["bare-whole-16.txt", "specroute-w1-whole-16.txt"]
+    stacks = (tmp_path / "profiles" / "specroute-w1-whole-16.txt").read_text()
+    assert "specroute serve" in stacks and "router/proxy.py:" in stacks
     hint = GATEWAYS["smg"].install
     assert hint in capsys.readouterr().err
     assert any(hint in note for note in document["notes"])

@@ -66,9 +66,8 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
     from specroute.router.settings import RouterSettings
     from specroute.router.workers import Workers
 
-    settings = RouterSettings(
-        spec=["http://127.0.0.1:9"], base=["http://127.0.0.1:10"], crossover=4, workers=2
-    )
+    given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
+    settings = RouterSettings(**given, crossover=4, workers=2)
     board = Board(2, settings.columns())
     board.become(1)  # this process is the second worker; the leader publishes on the board
     state = build_state(settings, Workers(board, tmp_path))
