@@ -441,7 +441,8 @@ def _overhead(args: argparse.Namespace) -> int:
     notes.append(f"{len(windows)} windows in {time.monotonic() - began:.0f} s")
     rows = report.summarize(windows, ran["targets"])
     print(report.render(plan, rows, notes))
-    document = report.as_json(plan, ran, windows, rows, notes)
+    command = report.command_line(plan, args.out, args.plot)
+    document = report.as_json(plan, ran, windows, rows, notes, command)
     _save(document, args.out)
     if args.plot:
         from specroute.bench.overhead_plot import plot_overhead

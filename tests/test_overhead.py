@@ -12,6 +12,7 @@ import pytest
 
 from specroute.bench import overhead_targets
 from specroute.bench.overhead import OverheadPlan, pinning, schedule
+from specroute.bench.overhead_report import command_line
 from specroute.bench.overhead_targets import GATEWAYS, installed
 from specroute.cli import main, parser
 
@@ -38,6 +39,7 @@ def test_a_quick_run_measures_every_target_at_every_level(
     expected = {"direct", *PROXIES} | ({"smg"} if installed("smg") else set())
     assert expected <= set(targets)
     assert "pinned" in said.out and "TTFC p50" in said.out and "router CPU ms/request" in said.out
+    assert document["command"].startswith("specroute bench overhead --levels 1,16 ")
     rows = _rows(document)
     for mode in ("stream", "whole"):
         for level in (1, 16):
@@ -136,3 +138,29 @@ def test_pinning_gives_the_router_its_own_cores_from_four_up(
     cores: list[int], router_cores: int, expected: dict[str, set[int]] | None
 ) -> None:
     assert pinning(cores, router_cores) == expected
+
+
+def test_the_command_line_a_run_records_runs_the_same_plan_again() -> None:
+    plan = OverheadPlan(
+        levels=(1, 256),
+        workers=(1, 4),
+        repeats=2,
+        gateways=("smg", "sglang-router"),
+        router_cores=4,
+        profile_dir="/tmp/somewhere/profiles",
+        profile_seconds=3,
+    )
+    line = command_line(plan, "/out/overhead.json")
+    assert line.endswith("--profile-format speedscope --out overhead.json")
+    args = parser().parse_args(line.split()[1:])
+    assert (args.levels, args.workers, args.repeats) == ([1, 256], [1, 4], 2)
+    assert (args.gateways, args.router_cores, args.profile_dir) == (
+        ["smg", "sglang-router"],
+        4,
+        "profiles",
+    )
+    assert (args.profile_levels, args.profile_seconds, args.modes) == (
+        [256],
+        3,
+        ["stream", "whole"],
+    )
