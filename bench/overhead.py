@@ -1,6 +1,6 @@
 """``specroute bench overhead``: what a router adds between a client and its backends,
 measured on loopback in one run, side by side with no router, a bare Python pass-through
-and SGLang's own router.
+and SGLang's gateways in Rust.
 
 Two stub backends (``bench/servers/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
 in CPU) stand behind every target (``bench/overhead_targets.py``). For each repeat, level
@@ -13,7 +13,8 @@ tree, of each backend and of this load generator, from ``/proc``. A target's "ad
 figures are its own less direct's, in the same repeat, at the same level.
 
 On a machine of four cores or more the router, the backends and the load generator are
-pinned to cores of their own; on fewer they share, which is said in the output, and the
+pinned to cores of their own, from their start (a runtime that sizes its thread pool by
+the cores it may use sees its own); on fewer they share, which is said in the output, and the
 load generator's and backends' CPU shares tell how much of the machine they took.
 """
 
@@ -21,24 +22,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from specroute.bench.overhead_load import Address, Load, Sampled, run_window
-from specroute.bench.overhead_targets import Target, start_backends, start_targets
+from specroute.bench.overhead_load import Address, Load, Sampled, address, run_window
+from specroute.bench.overhead_profile import FORMATS, Profiles
+from specroute.bench.overhead_targets import GATEWAYS, Target, start_backends, start_targets
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
 from specroute.loadgen.progress import Progress
 
 MODES = ("stream", "whole")
 PIN_MIN_CORES = 4
-ENDPOINT = "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,12 @@ class OverheadPlan:
     seconds: float = 1.5  # each window
     chunks: int = 16  # events per streamed answer
     gap_ms: float = 20.0  # between them
-    sglang_router: bool = True  # when installed
+    gateways: tuple[str, ...] = ("smg",)  # routers in Rust to compare, each when installed
+    router_cores: int | None = None  # pinned: each router's cores; None: the most workers
+    profile_dir: str | None = None  # py-spy profiles of the Python routers, when given
+    profile_levels: tuple[int, ...] = (256,)  # those of them among levels
+    profile_format: str = "speedscope"
+    profile_seconds: float = 5.0  # each profiled window
     idle: float = 2.0  # seconds of no load, once, for the routers' background CPU
 
     def __post_init__(self) -> None:
@@ -59,6 +65,12 @@ class OverheadPlan:
             raise ValueError("overhead needs levels >= 1, repeats >= 1 and a worker count")
         if min(self.workers) < 1 or self.chunks < 2 or self.gap_ms <= 0:
             raise ValueError("overhead needs workers >= 1, chunks >= 2 and gap_ms > 0")
+        if not set(self.gateways) <= set(GATEWAYS):
+            raise ValueError(f"overhead's gateways are among {', '.join(GATEWAYS)}")
+        if self.router_cores is not None and self.router_cores < 1:
+            raise ValueError("overhead needs router_cores >= 1")
+        if self.profile_format not in FORMATS or self.profile_seconds <= 0:
+            raise ValueError(f"overhead profiles in {', '.join(FORMATS)}, over seconds > 0")
         if self.warmup <= 0 or self.seconds <= 0 or not set(self.modes) <= set(MODES):
             raise ValueError(f"overhead needs warmup, seconds > 0 and modes among {MODES}")
 
@@ -153,31 +165,14 @@ def figures(
     )
 
 
-def _request(url: str, stream: bool, chunks: int) -> Address:
-    where = urlsplit(url)
-    host, port = where.hostname or "127.0.0.1", where.port or 80
-    body = json.dumps(
-        {
-            "model": "stub",
-            "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": chunks,
-            "stream": stream,
-        }
-    ).encode()
-    head = (
-        f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return Address(host, port, head.encode() + body)
-
-
-def pinning(cores: Sequence[int], workers: int) -> dict[str, set[int]] | None:
+def pinning(cores: Sequence[int], router_cores: int) -> dict[str, set[int]] | None:
     """Which of ``cores`` the router, the backends and the load generator run on; None
-    below ``PIN_MIN_CORES``. The router gets as many cores as it has workers, leaving one
-    to the backends and at least two to the load generator."""
+    below ``PIN_MIN_CORES``. Each router gets ``router_cores`` (every one the same cores,
+    one after another), leaving one to the backends and at least two to the load
+    generator."""
     if len(cores) < PIN_MIN_CORES:
         return None
-    routers = max(1, min(workers, len(cores) - 3))
+    routers = max(1, min(router_cores, len(cores) - 3))
     return {
         "router": set(cores[:routers]),
         "backends": {cores[routers]},
@@ -212,14 +207,21 @@ async def measure_overhead(
 ) -> dict[str, Any]:
     """Start the backends and targets, run every window, stop them all; returns what ran."""
     cores = sorted(os.sched_getaffinity(0))
-    pinned = pinning(cores, max(plan.workers))
+    pinned = pinning(cores, plan.router_cores or max(plan.workers))
     note(machine_note(cores, pinned))
+
+    def run_on(part: str) -> None:  # what this process starts next inherits it
+        if pinned is not None:
+            os.sched_setaffinity(0, pinned[part])
+
     async with AsyncExitStack() as stack:
         stack.callback(os.sched_setaffinity, 0, cores)  # this process's, as it was
+        run_on("backends")
         backends = await start_backends(stack, plan.chunks, plan.gap_ms)
         urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
-        targets = await start_targets(stack, urls, plan.workers, plan.sglang_router, note)
-        if pinned is not None:
+        run_on("router")
+        targets = await start_targets(stack, urls, plan.workers, plan.gateways, note)
+        if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:
                 pin_tree(pid, pinned["backends"])
             for target in targets:
@@ -244,29 +246,43 @@ async def measure_overhead(
         )
         for repeat, level, mode, name in windows:
             target = by_name[name]
-            stream = mode == "stream"
-            addresses = [_request(u, stream, plan.chunks) for u in target.urls]
-            load = Load(
-                level,
-                stream,
-                plan.warmup,
-                plan.seconds,
-                spread=min(plan.answer_seconds, plan.warmup / 2),
-            )
             readings = _Readings(target.pid, backend_pids)
             progress.begin(f"{name} {mode}", level, repeat)
             began = time.monotonic()
-            sampled = await run_window(addresses, load, readings.take)
+            sampled = await _window(plan, target, level, mode, readings.take)
             window = figures(target, mode, level, repeat, sampled, readings.used())
             on_window(window)
             progress.finish(_line(window), time.monotonic() - began)
+        profiled = []
+        if plan.profile_dir is not None:
+            routers = [t for t in targets if t.pid is not None and t.name not in GATEWAYS]
+            levels = [n for n in plan.profile_levels if n in plan.levels]
+            where = Profiles(Path(plan.profile_dir), plan.profile_format)
+            longer = replace(plan, seconds=plan.profile_seconds)
+            profiled = await where.record(
+                routers, levels, plan.modes, partial(_window, longer), note
+            )
     return {
         "targets": [t.name for t in targets],
+        "profiles": profiled,
         "cores": len(cores),
         "machine": machine_note(cores, pinned),
         "idle_router_cores": idle,
         "router_processes": processes,
     }
+
+
+def _load(plan: OverheadPlan, target: Target, level: int, mode: str) -> tuple[list[Address], Load]:
+    stream = mode == "stream"
+    spread = min(plan.answer_seconds, plan.warmup / 2)
+    addresses = [address(u, stream, plan.chunks) for u in target.urls]
+    return addresses, Load(level, stream, plan.warmup, plan.seconds, spread)
+
+
+async def _window(
+    plan: OverheadPlan, target: Target, level: int, mode: str, snapshot: Callable[[], None]
+) -> Sampled:
+    return await run_window(*_load(plan, target, level, mode), snapshot)
 
 
 async def _idle_cores(targets: Sequence[Target], seconds: float) -> dict[str, float]:

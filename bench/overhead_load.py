@@ -13,12 +13,15 @@ started in the window are known); what is still running ``DRAIN_SECONDS`` later 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from specroute.loadgen.connection import Connection, Reply
 
+ENDPOINT = "/v1/chat/completions"
 DRAIN_SECONDS = 30.0
 _RETRY_SECONDS = 0.05  # after a connection failed to open
 
@@ -45,6 +48,25 @@ class Sampled:
     t1: float
     replies: list[Reply]
     cut: int  # requests still running DRAIN_SECONDS after the window, cut off
+
+
+def address(url: str, stream: bool, chunks: int) -> Address:
+    """A chat completion of ``chunks`` tokens to ``url``, streamed or not."""
+    where = urlsplit(url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+    body = json.dumps(
+        {
+            "model": "stub",
+            "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": chunks,
+            "stream": stream,
+        }
+    ).encode()
+    head = (
+        f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return Address(host, port, head.encode() + body)
 
 
 async def run_window(

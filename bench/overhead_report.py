@@ -6,8 +6,10 @@ JSON document."""
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from specroute.bench.overhead import OverheadPlan, Window
@@ -122,15 +124,44 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
     return "\n".join(out)
 
 
+def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = None) -> str:
+    """The command that runs ``plan`` again, every flag spelled out; files by their names."""
+
+    def joined(values: Sequence[object]) -> str:
+        return ",".join(str(v) for v in values) or "none"
+
+    flags = [
+        f"--levels {joined(plan.levels)} --workers {joined(plan.workers)}",
+        f"--repeats {plan.repeats} --modes {joined(plan.modes)}",
+        f"--warmup {plan.warmup:g} --seconds {plan.seconds:g}",
+        f"--chunks {plan.chunks} --gap-ms {plan.gap_ms:g} --gateways {joined(plan.gateways)}",
+    ]
+    if plan.router_cores is not None:
+        flags.append(f"--router-cores {plan.router_cores}")
+    if plan.profile_dir is not None:
+        flags.append(
+            f"--profile-dir {Path(plan.profile_dir).name} --profile-levels "
+            f"{joined(plan.profile_levels)} --profile-seconds {plan.profile_seconds:g} "
+            f"--profile-format {plan.profile_format}"
+        )
+    flags += [
+        f"--{what} {Path(path).name}" for what, path in (("out", out), ("plot", plot)) if path
+    ]
+    return " ".join(["specroute bench overhead", *flags])
+
+
 def as_json(
     plan: OverheadPlan,
     ran: dict[str, Any],
     windows: Sequence[Window],
     rows: Sequence[dict[str, Any]],
     notes: Sequence[str],
+    command: str = "",
 ) -> dict[str, Any]:
     return {
         "benchmark": "router_overhead",
+        "command": command,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),  # the day it ran, UTC
         "plan": asdict(plan),
         **ran,
         "notes": list(notes),

@@ -5,8 +5,9 @@ started by the project's one spawner as a process of its own on loopback:
 - ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
 - ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
   goes to the speculative backend, through the whole routing path), with N worker processes;
-- ``sglang-router``: SGLang's router in Rust, round robin, when the optional extra is
-  installed.
+- the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
+  (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
+  predecessor).
 """
 
 from __future__ import annotations
@@ -23,9 +24,26 @@ from specroute.loadgen.spawn import free_port, spawned
 
 STUB = "specroute.bench.servers.stub_backend"
 BARE = "specroute.bench.servers.bare_proxy"
-SGLANG_ROUTER = "sglang_router.launch_router"
-INSTALL_HINT = "pip install 'specroute[overhead]'"
 _WORKER_TRIES = 500
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """A router in Rust that ``bench overhead`` compares against: started as ``python -m
+    MODULE`` with sglang-router's flags (smg kept them), round robin over both backends."""
+
+    package: str  # the Python package it installs
+    module: str
+    install: str
+    ready: str = "/readiness"
+
+
+GATEWAYS = {
+    "smg": Gateway("smg", "smg.launch_router", "pip install 'specroute[overhead]'"),
+    "sglang-router": Gateway(
+        "sglang_router", "sglang_router.launch_router", "pip install sglang-router==0.3.2"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -48,8 +66,8 @@ async def _every_worker_listening(url: str, workers: int) -> None:
     raise RuntimeError(f"only workers {sorted(seen)} of {workers} answered at {url}")
 
 
-def sglang_router_installed() -> bool:
-    return importlib.util.find_spec("sglang_router") is not None
+def installed(gateway: str) -> bool:
+    return importlib.util.find_spec(GATEWAYS[gateway].package) is not None
 
 
 async def start_backends(
@@ -68,11 +86,11 @@ async def start_targets(
     stack: AsyncExitStack,
     backends: Sequence[str],
     workers: Sequence[int],
-    sglang_router: bool,
+    gateways: Sequence[str],
     note: Callable[[str], None],
 ) -> list[Target]:
-    """Every target the flags ask for, in a fixed order; sglang-router, when it is not
-    installed, is skipped with a note."""
+    """Every target the flags ask for, in a fixed order; a gateway that is not installed
+    is skipped with a note that says how to install it."""
     spec, base = backends
     targets = [Target("direct", (spec, base), None)]
     bare = await stack.enter_async_context(
@@ -98,30 +116,30 @@ async def start_targets(
         )
         await _every_worker_listening(router.url, n)
         targets.append(Target(f"specroute-w{n}", (router.url,), router.process.pid))
-    if not sglang_router:
-        return targets
-    if not sglang_router_installed():
-        note(f"sglang-router skipped: it is not installed ({INSTALL_HINT})")
-        return targets
-    options = (
-        "--worker-urls",
-        spec,
-        base,
-        "--policy",
-        "round_robin",
-        "--host",
-        "127.0.0.1",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(free_port()),
-        "--log-level",
-        "warn",
-        "--shutdown-grace-period-secs",
-        "1",
-    )
-    router = await stack.enter_async_context(
-        spawned(*options, module=SGLANG_ROUTER, ready="/readiness")
-    )
-    targets.append(Target("sglang-router", (router.url,), router.process.pid))
+    for name in gateways:
+        gateway = GATEWAYS[name]
+        if not installed(name):
+            note(f"{name} skipped: it is not installed ({gateway.install})")
+            continue
+        options = (
+            "--worker-urls",
+            spec,
+            base,
+            "--policy",
+            "round_robin",
+            "--host",
+            "127.0.0.1",
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(free_port()),
+            "--log-level",
+            "warn",
+            "--shutdown-grace-period-secs",
+            "1",
+        )
+        router = await stack.enter_async_context(
+            spawned(*options, module=gateway.module, ready=gateway.ready)
+        )
+        targets.append(Target(name, (router.url,), router.process.pid))
     return targets

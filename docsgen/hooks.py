@@ -19,7 +19,9 @@ from mkdocs.structure.pages import Page
 
 from docsgen.blocks import render
 
-MARKER = re.compile(r"<!-- docsgen: (?P<name>[\w-]+)(?P<args>[^>]*?) -->")
+MARKER = re.compile(
+    r"(?P<indent>^[ ]+)?<!-- docsgen: (?P<name>[\w-]+)(?P<args>[^>]*?) -->", re.MULTILINE
+)
 
 
 # where blocks link to (``(@data/x.json)``), from the docs folder's root
@@ -34,7 +36,8 @@ def fill(markdown: str, page: str = "index.md") -> str:
         text = render(match["name"], match["args"].split())
         for mark, folder in FOLDERS.items():
             text = text.replace(f"({mark}/", f"({posixpath.relpath(folder, where)}/")
-        return text
+        indent = match["indent"]  # a block inside a note or a list keeps its place
+        return indent + text.replace("\n", "\n" + indent).rstrip(" ") if indent else text
 
     where = posixpath.dirname(page) or "."
     return MARKER.sub(block, markdown)

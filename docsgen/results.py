@@ -29,12 +29,22 @@ def made_by(*names: str) -> str:
     """An admonition naming each run's command, day and JSON."""
     lines = ['!!! info "How these numbers were made"', ""]
     for name in names:
-        run = RUNS[name]
-        lines.append(f"    - `{run.command}`")
-        where = f"on {run.date}, on {MACHINE}"
+        run, document = RUNS[name], load(name)
+        said = document if isinstance(document, dict) else {}  # what a run says of itself
+        lines.append(f"    - `{said.get('command') or run.command}`")
+        day = said.get("date", run.date)
+        where = f"on {day}, on {_machine(document)}"
         note = f"; {run.note}" if run.note else ""
         lines.append(f"      ({where}{note}): [{name}.json]({DATA_LINK}/{name}.json)")
     return "\n".join(lines) + "\n"
+
+
+def _machine(document: Any) -> str:
+    """The machine a run names in its JSON (its cores, and how it pinned its processes), else
+    the project's; likewise its command and day, above."""
+    if isinstance(document, dict) and "cores" in document and "machine" in document:
+        return f"a machine of {document['cores']} cores, {document['machine']}"
+    return MACHINE
 
 
 def runs_table() -> str:

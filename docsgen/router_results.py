@@ -22,6 +22,71 @@ def _spread(spread: dict[str, float] | None, digits: int = 2) -> str:
     return f"{mid} ({low} to {high})"
 
 
+_COMPARED = ("ttfc_p50", "ttfc_p99", "router_cpu_ms_per_request", "requests_per_s")
+_WHAT = {
+    "ttfc_p50": "added first-chunk p50, ms",
+    "ttfc_p99": "added first-chunk p99, ms",
+    "router_cpu_ms_per_request": "router CPU per request, ms",
+    "requests_per_s": "requests/s",
+}
+
+
+def _reference_order(targets: list[str]) -> list[str]:
+    """specroute's targets first, then the gateways, then the bare pass-through."""
+    ours = [t for t in targets if t.startswith("specroute")]
+    return (
+        ours
+        + [t for t in targets if t not in ours and t not in ("bare", "direct")]
+        + [t for t in targets if t == "bare"]
+    )
+
+
+def _figure(row: dict[str, Any] | None, name: str) -> float | None:
+    if row is None:
+        return None
+    spread = row[f"added_{name}"] if name.startswith("ttfc") else row[name]
+    return None if spread is None else float(spread["median"])
+
+
+def overhead_reference(document: dict[str, Any]) -> str:
+    """Per mode, a figure a row and a level a column, every target side by side in each
+    cell (``a / b / c``, the targets in the order the header names); then each target's
+    CPU per request over the first gateway's (below 1: cheaper)."""
+    targets = _reference_order(list(document["targets"]))
+    gateway = next((t for t in targets if not t.startswith("specroute") and t != "bare"), None)
+    names = {"stream": "streamed", "whole": "whole answers"}
+    rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+    parts = []
+    for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
+        levels = sorted({r["level"] for r in document["summary"] if r["mode"] == mode})
+        body = []
+        for name in _COMPARED:
+            cells = []
+            for level in levels:
+                got = [_figure(rows_of.get((mode, level, t)), name) for t in targets]
+                digits = 0 if name == "requests_per_s" else 2
+                cells.append(" / ".join(number(g, digits) for g in got))
+            body.append([f"{_WHAT[name]}: {' / '.join(targets)}", *cells])
+        if gateway is not None:
+            others = [t for t in targets if t != gateway]
+            cells = []
+            for level in levels:
+                theirs = _figure(rows_of.get((mode, level, gateway)), "router_cpu_ms_per_request")
+                ours = [
+                    _figure(rows_of.get((mode, level, t)), "router_cpu_ms_per_request")
+                    for t in others
+                ]
+                cells.append(
+                    " / ".join(
+                        "-" if o is None or not theirs else f"{o / theirs:.2f}" for o in ours
+                    )
+                )
+            body.append([f"CPU per request over {gateway}'s: {' / '.join(others)}", *cells])
+        header = [names.get(mode, mode), *(str(n) for n in levels)]
+        parts.append(table(header, body, "l" + "r" * len(levels)))
+    return "\n".join(parts)
+
+
 def overhead(document: dict[str, Any]) -> str:
     """Per mode and level, each target's added first-chunk time and router CPU."""
     parts = []
@@ -178,6 +243,7 @@ def capacity(document: dict[str, Any]) -> str:
 
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
+    "overhead-reference": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,
@@ -186,10 +252,14 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+RUN_OF = {"overhead-reference": "overhead"}  # a table of a run named otherwise
+
+
 def blocks(load: Loader) -> dict[str, Callable[[], str]]:
-    """Each table as a block of no arguments: the run of the same name, rendered."""
+    """Each table as a block of no arguments: its run (of the same name unless ``RUN_OF``
+    says), rendered."""
 
     def block(name: str) -> Callable[[], str]:
-        return lambda: RENDERS[name](load(name))
+        return lambda: RENDERS[name](load(RUN_OF.get(name, name)))
 
     return {name: block(name) for name in RENDERS}

@@ -146,6 +146,12 @@ class Board:
     def servers_published(self) -> int:
         return self._servers[0]
 
+    def news(self) -> tuple[int, int, int]:
+        """Changes whenever anything is published for the workers (a set of backends, a
+        profile posted, a health verdict): one look at it tells a worker whether to
+        follow."""
+        return self._servers[0], sum(self._posted), sum(self._health_seq)
+
     # breaker levels, for the gauges
 
     def show_level(self, backend: int, level: int) -> None:

@@ -31,7 +31,12 @@ from specroute.router.state import RouterState
 _log = logging.getLogger("specroute.router")
 
 Task = Literal["health", "poll", "follow", "discovery"]
-FOLLOW_INTERVAL = 0.25  # seconds: how late a worker may learn what another published
+FOLLOW_INTERVAL = 0.25  # seconds: how often a worker starting looks for the first verdicts
+# A worker follows what the others publish before each decision (``RouterState.view``);
+# this loop is for one that serves nothing meanwhile, and for what shows with no event (a
+# cool-down's end, on the breaker gauges; the CPU time): once a second, not four times,
+# since each wake of an idle worker costs CPU that every worker would pay.
+QUIET_FOLLOW_INTERVAL = 1.0
 Job = Callable[[RouterState, Backend], Awaitable[None]]
 
 
@@ -149,7 +154,7 @@ async def follow(state: RouterState) -> None:
     """One of several workers: what the others publish, applied here, until cancelled."""
     state.metrics.background_errors.labels(task="follow")  # 0 from the start
     while True:
-        await asyncio.sleep(FOLLOW_INTERVAL)
+        await asyncio.sleep(QUIET_FOLLOW_INTERVAL)
         try:
             state.follow()
         except Exception:  # a posted profile that no longer reads: a bug to see, not a stop

@@ -58,6 +58,7 @@ class RouterState:
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)
+    _news: tuple[int, int, int] = (0, 0, 0)  # the board's news as this worker last followed
 
     def __post_init__(self) -> None:
         self.timeouts = self.settings.upstream_timeouts()
@@ -65,6 +66,8 @@ class RouterState:
         self.verdicts.watch(self.roster.backends)
 
     def view(self) -> View:
+        if self._news != self.board.news():  # published since: applied before deciding
+            self.follow()
         now, stale_after = time.monotonic(), self.settings.stale_after
         return View(
             tuple([b.view(stale_after, now) for b in self.roster.backends]),
@@ -112,6 +115,7 @@ class RouterState:
         """What the other workers published and this one has not applied: the leader's set
         of backends; its health verdicts, to this worker's breakers; the profile posted
         last, to its policy."""
+        self._news = self.board.news()  # first: what is published meanwhile is news next time
         listed = self.sync.new_servers()
         if listed is not None:
             self.roster.follow(listed)

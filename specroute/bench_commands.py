@@ -175,10 +175,11 @@ def _add_capacity(commands: Subcommands) -> None:
 def _add_overhead(commands: Subcommands) -> None:
     overhead = commands.add_parser(
         "overhead",
-        help="what a router adds: direct, a bare proxy, specroute, sglang-router",
+        help="what a router adds: direct, a bare proxy, specroute, SGLang's gateways",
         description="Two stub SGLang backends on loopback and, in front of them in turn: "
         "nothing, a bare Python pass-through, specroute serve (one target per --workers "
-        "count) and sglang-router when installed (pip install 'specroute[overhead]'). "
+        "count) and the gateways in Rust that --gateways names, each when installed (smg: "
+        "pip install 'specroute[overhead]'). "
         "Closed-loop load at each level, the targets interleaved and repeated; per level "
         "and target the time to first chunk, the gaps between chunks, throughput and the "
         "CPU the router used per request, and what each adds over direct.",
@@ -204,10 +205,32 @@ def _add_overhead(commands: Subcommands) -> None:
         help="the backends' pause between chunks",
     )
     overhead.add_argument(
-        "--no-sglang-router",
-        dest="sglang_router",
-        action="store_false",
-        help="leave sglang-router out even when it is installed",
+        "--gateways",
+        type=_gateways,
+        default=["smg"],
+        metavar="G1,G2",
+        help="the gateways in Rust to compare against, each when installed: smg, "
+        "sglang-router, both, or none",
+    )
+    overhead.add_argument(
+        "--router-cores",
+        type=positive(int),
+        metavar="N",
+        help="pinned (4 cores or more): each router's cores; default the largest --workers",
+    )
+    overhead.add_argument(
+        "--profile-dir",
+        metavar="DIR",
+        help="after the measured windows, one window more per Python router, mode and "
+        "--profile-levels level, py-spy recording the router's workers into DIR",
+    )
+    _counts(overhead, "--profile-levels", [256], "the levels to profile, among --levels")
+    _duration(overhead, "--profile-seconds", 5.0, "each profiled window")
+    overhead.add_argument(
+        "--profile-format",
+        choices=["speedscope", "flamegraph", "raw"],
+        default="speedscope",
+        help="py-spy's: speedscope JSON, a flame graph SVG or collapsed stacks (text)",
     )
     overhead.add_argument(
         "--quick", action="store_true", help="a smoke test: levels 1,16, one repeat, short windows"
@@ -398,6 +421,19 @@ def _modes(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _gateways(text: str) -> list[str]:
+    from specroute.bench.overhead_targets import GATEWAYS
+
+    found = [g.strip() for g in text.split(",") if g.strip()]
+    if found == ["none"]:
+        return []
+    if not found or not set(found) <= set(GATEWAYS):
+        raise argparse.ArgumentTypeError(
+            f"gateways are {', '.join(GATEWAYS)} or none, got {text!r}"
+        )
+    return list(dict.fromkeys(found))
+
+
 def _overhead(args: argparse.Namespace) -> int:
     from specroute.bench import overhead_report as report
     from specroute.bench.overhead import OverheadPlan, Window, measure_overhead
@@ -413,7 +449,12 @@ def _overhead(args: argparse.Namespace) -> int:
             "seconds": args.seconds,
             "chunks": args.chunks,
             "gap_ms": args.gap_ms,
-            "sglang_router": args.sglang_router,
+            "gateways": tuple(args.gateways),
+            "router_cores": args.router_cores,
+            "profile_dir": args.profile_dir,
+            "profile_levels": tuple(args.profile_levels),
+            "profile_format": args.profile_format,
+            "profile_seconds": args.profile_seconds,
             **quick,
         }
     )
@@ -435,7 +476,8 @@ def _overhead(args: argparse.Namespace) -> int:
     notes.append(f"{len(windows)} windows in {time.monotonic() - began:.0f} s")
     rows = report.summarize(windows, ran["targets"])
     print(report.render(plan, rows, notes))
-    document = report.as_json(plan, ran, windows, rows, notes)
+    command = report.command_line(plan, args.out, args.plot)
+    document = report.as_json(plan, ran, windows, rows, notes, command)
     _save(document, args.out)
     if args.plot:
         from specroute.bench.overhead_plot import plot_overhead

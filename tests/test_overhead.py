@@ -1,5 +1,5 @@
 """``specroute bench overhead``: a quick run from the command line against real processes
-(stub backends, a bare proxy, specroute, sglang-router when installed), checked for what
+(stub backends, a bare proxy, specroute, smg when installed), checked for what
 holds on any machine; and the order in which windows interleave."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 
 from specroute.bench import overhead_targets
 from specroute.bench.overhead import OverheadPlan, pinning, schedule
-from specroute.bench.overhead_targets import INSTALL_HINT, sglang_router_installed
-from specroute.cli import main
+from specroute.bench.overhead_report import command_line
+from specroute.bench.overhead_targets import GATEWAYS, installed
+from specroute.cli import main, parser
 
 PROXIES = ("bare", "specroute-w1")
 
@@ -35,9 +36,10 @@ def test_a_quick_run_measures_every_target_at_every_level(
     document = _run(tmp_path, "--quick")
     said = capsys.readouterr()
     targets = document["targets"]
-    expected = {"direct", *PROXIES} | ({"sglang-router"} if sglang_router_installed() else set())
+    expected = {"direct", *PROXIES} | ({"smg"} if installed("smg") else set())
     assert expected <= set(targets)
     assert "pinned" in said.out and "TTFC p50" in said.out and "router CPU ms/request" in said.out
+    assert document["command"].startswith("specroute bench overhead --levels 1,16 ")
     rows = _rows(document)
     for mode in ("stream", "whole"):
         for level in (1, 16):
@@ -53,21 +55,16 @@ def test_a_quick_run_measures_every_target_at_every_level(
                     assert r["added_ttfc_p50"] is not None
             if mode == "stream":  # chunks arrive paced by the backend, proxied or not
                 assert rows[mode, level, "direct"]["gap_p50"]["median"] == pytest.approx(20, abs=5)
-    if "sglang-router" in targets:  # 0.3.2 sends a stream's first chunk after a delayed ACK
-        for level in (1, 16):
-            ours = rows["stream", level, "specroute-w1"]["added_ttfc_p50"]["median"]
-            theirs = rows["stream", level, "sglang-router"]["added_ttfc_p50"]["median"]
-            assert ours < theirs
 
 
-def test_without_sglang_router_the_run_says_how_to_get_it(
+def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(overhead_targets, "sglang_router_installed", lambda: False)
+    monkeypatch.setattr(overhead_targets, "installed", lambda gateway: False)
     document = _run(
         tmp_path,
         "--levels",
-        "2",
+        "16",
         "--modes",
         "whole",
         "--workers",
@@ -78,10 +75,44 @@ def test_without_sglang_router_the_run_says_how_to_get_it(
         "0.3",
         "--seconds",
         "0.3",
+        "--profile-dir",
+        str(tmp_path / "profiles"),
+        "--profile-levels",
+        "16",
+        "--profile-format",
+        "raw",
+        "--profile-seconds",
+        "1",
     )
     assert document["targets"] == ["direct", "bare", "specroute-w1"]
-    assert INSTALL_HINT in capsys.readouterr().err
-    assert any(INSTALL_HINT in note for note in document["notes"])
+    # one window more each, py-spy on the Python routers: the router's own frames sampled
+    assert document["profiles"] == ["bare-whole-16.txt", "specroute-w1-whole-16.txt"]
+    stacks = (tmp_path / "profiles" / "specroute-w1-whole-16.txt").read_text()
+    assert "specroute serve" in stacks and "router/proxy.py:" in stacks
+    hint = GATEWAYS["smg"].install
+    assert hint in capsys.readouterr().err
+    assert any(hint in note for note in document["notes"])
+    assert document["plan"]["gateways"] == ["smg"]  # the default, when installed
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("smg", ["smg"]),
+        ("sglang-router,smg,smg", ["sglang-router", "smg"]),
+        ("none", []),
+    ],
+)
+def test_gateways_are_named_on_the_command_line(flag: str, expected: list[str]) -> None:
+    args = parser().parse_args(["bench", "overhead", "--gateways", flag])
+    assert args.gateways == expected
+
+
+def test_an_unknown_gateway_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "overhead", "--gateways", "nginx"])
+    assert stopped.value.code == 2
+    assert "gateways are smg, sglang-router or none" in capsys.readouterr().err
 
 
 def test_windows_interleave_with_the_order_rotated() -> None:
@@ -94,15 +125,42 @@ def test_windows_interleave_with_the_order_rotated() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cores", "workers", "expected"),
+    ("cores", "router_cores", "expected"),
     [
         ([0, 1], 2, None),
         ([0, 1, 2, 3], 1, {"router": {0}, "backends": {1}, "load": {2, 3}}),
         ([0, 1, 2, 3], 2, {"router": {0}, "backends": {1}, "load": {2, 3}}),
         ([2, 3, 4, 5, 6, 7], 2, {"router": {2, 3}, "backends": {4}, "load": {5, 6, 7}}),
+        (list(range(16)), 4, {"router": {0, 1, 2, 3}, "backends": {4}, "load": set(range(5, 16))}),
     ],
 )
 def test_pinning_gives_the_router_its_own_cores_from_four_up(
-    cores: list[int], workers: int, expected: dict[str, set[int]] | None
+    cores: list[int], router_cores: int, expected: dict[str, set[int]] | None
 ) -> None:
-    assert pinning(cores, workers) == expected
+    assert pinning(cores, router_cores) == expected
+
+
+def test_the_command_line_a_run_records_runs_the_same_plan_again() -> None:
+    plan = OverheadPlan(
+        levels=(1, 256),
+        workers=(1, 4),
+        repeats=2,
+        gateways=("smg", "sglang-router"),
+        router_cores=4,
+        profile_dir="/tmp/somewhere/profiles",
+        profile_seconds=3,
+    )
+    line = command_line(plan, "/out/overhead.json")
+    assert line.endswith("--profile-format speedscope --out overhead.json")
+    args = parser().parse_args(line.split()[1:])
+    assert (args.levels, args.workers, args.repeats) == ([1, 256], [1, 4], 2)
+    assert (args.gateways, args.router_cores, args.profile_dir) == (
+        ["smg", "sglang-router"],
+        4,
+        "profiles",
+    )
+    assert (args.profile_levels, args.profile_seconds, args.modes) == (
+        [256],
+        3,
+        ["stream", "whole"],
+    )

@@ -57,3 +57,26 @@ def test_a_posted_profile_reaches_every_worker_the_poster_too(tmp_path: Path) ->
     assert poster.new_profile() == later and other.new_profile() == later  # the last one
     assert poster.new_profile() is None and other.new_profile() is None
     assert sorted(p.name for p in tmp_path.iterdir()) == [POSTED_FILE]  # written whole
+
+
+def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: Path) -> None:
+    """Before each decision, not at its next timer: a follower routes by the verdicts the
+    leader published a moment ago."""
+    from specroute.router.app import build_state
+    from specroute.router.settings import RouterSettings
+    from specroute.router.workers import Workers
+
+    given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
+    settings = RouterSettings(**given, crossover=4, workers=2)
+    board = Board(2, settings.columns())
+    board.become(1)  # this process is the second worker; the leader publishes on the board
+    state = build_state(settings, Workers(board, tmp_path))
+    spec = state.roster.backends[0]
+    board.publish_verdict(spec.index, True)  # the leader's first round
+    state.view()
+    for _ in range(settings.eject_after_failures):
+        assert spec.healthy
+        board.publish_verdict(spec.index, False)
+        state.view()
+    assert not spec.healthy and not state.view().backends[0].healthy
+    assert board.worst_level(spec.index) > 0  # shown for the gauges of every worker
