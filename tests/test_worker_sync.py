@@ -63,6 +63,7 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
     """Before each decision, not at its next timer: a follower routes by the verdicts the
     leader published a moment ago."""
     from specroute.router.app import build_state
+    from specroute.router.quota import quota_of
     from specroute.router.settings import RouterSettings
     from specroute.router.workers import Workers
 
@@ -70,7 +71,7 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
     settings = RouterSettings(**given, crossover=4, workers=2)
     board = Board(2, settings.columns())
     board.become(1)  # this process is the second worker; the leader publishes on the board
-    state = build_state(settings, Workers(board, tmp_path))
+    state = build_state(settings, Workers(board, tmp_path, quota_of(settings)))
     spec = state.roster.backends[0]
     board.publish_verdict(spec.index, True)  # the leader's first round
     state.view()
