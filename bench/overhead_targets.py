@@ -4,7 +4,8 @@ started by the project's one spawner as a process of its own on loopback:
 - ``direct``: nothing; the clients talk to the backends (client ``i`` to backend ``i % 2``);
 - ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
 - ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
-  goes to the speculative backend, through the whole routing path), with N worker processes;
+  goes to the speculative backend, through the whole routing path), with N worker processes
+  and no access log (the gateways run at log level ``warn``: no line for each request either);
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).
@@ -110,6 +111,7 @@ async def start_targets(
             "0",
             "--drain-timeout",
             "1",
+            "--no-access-log",  # as the gateways run: no line for each request
         )
         router = await stack.enter_async_context(
             spawned(*flags, "--workers", str(n), ready="/ready")

@@ -146,6 +146,12 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
         help="log lines as text (default) or as one JSON object a line",
     )
     group.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one line for each request as it ends (default on)",
+    )
+    group.add_argument(
         "--workers",
         type=int,
         metavar="N",

@@ -267,3 +267,16 @@ async def test_one_id_on_two_generates_at_once_is_the_rid_of_the_first_only() ->
         seen.bodies.clear()
         assert await generate() == 200  # the first has ended: its id is free again
         assert json.loads(seen.bodies[-1])["rid"] == "twice"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"), [([], True), (["--no-access-log"], False), (["--access-log"], True)]
+)
+def test_the_access_log_flag_reaches_the_settings(flags: list[str], expected: bool) -> None:
+    from specroute.cli import parser
+    from specroute.router.settings import RouterSettings
+    from specroute.serve_command import given_settings
+
+    backends = ["serve", "--spec", "http://127.0.0.1:1", "--base", "http://127.0.0.1:2"]
+    given = given_settings(parser().parse_args([*backends, *flags]))
+    assert RouterSettings(**given).access_log is expected
