@@ -3,6 +3,7 @@ has, and every results block and figure has its committed JSON."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -61,6 +62,23 @@ def test_a_marker_is_filled_and_an_unknown_one_fails() -> None:
     assert "specroute_requests_total" in fill("x <!-- docsgen: metrics router --> y")
     with pytest.raises(KeyError, match="no docs block"):
         render("no-such-block", [])
+
+
+def test_a_marker_inside_a_note_is_filled_inside_it() -> None:
+    page = '??? note "Every target"\n\n    <!-- docsgen: overhead -->\n\nAfter.\n'
+    filled = fill(page, "results/router.md").splitlines()
+    inside = filled[2 : filled.index("After.")]
+    assert any("| `specroute-w1` |" in line for line in inside)
+    assert all(line.startswith("    ") for line in inside if line.strip())
+
+
+def test_the_overhead_reference_puts_every_target_side_by_side() -> None:
+    text = BLOCKS["overhead-reference"]()
+    document = json.loads((DOCS / "results" / "data" / "overhead.json").read_text())
+    compared = [t for t in document["targets"] if t != "direct"]
+    assert len(text.split("added first-chunk p50, ms: ")) == 3  # streamed, whole
+    row = next(line for line in text.splitlines() if "router CPU per request, ms" in line)
+    assert row.count(" / ") == (len(compared) - 1) * (1 + len(document["plan"]["levels"]))
 
 
 def test_every_marker_of_every_page_names_a_block() -> None:
