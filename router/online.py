@@ -32,9 +32,9 @@ from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import Curves, context_curves, curves
 from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
 from specroute.policies.view import Pool
-from specroute.router.flight import Flight
+from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
-from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_samples import Sample, Samples
 from specroute.router.outcome import Outcome
 
 _log = logging.getLogger("specroute.router")
@@ -135,10 +135,7 @@ class Online:
             return
         if not flight.stream or flight.first_at is None:
             return
-        before, last = flight.tail
-        tokens = output_tokens(last)
-        if tokens is None:  # a stream's usage event, then [DONE] apart
-            tokens = output_tokens(before)
+        tokens = usage(flight.tail).get("completion_tokens")
         if tokens is None or tokens < 2:
             return
         now = time.monotonic()

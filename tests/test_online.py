@@ -19,7 +19,7 @@ from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router.app import build_state
 from specroute.router.online import Online, OnlineMode, Sureness
 from specroute.router.online_fit import LiveCrossing, LiveFit, fit
-from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_samples import Sample, Samples
 from specroute.router.online_task import keep_fitting
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -229,21 +229,6 @@ def test_the_crossover_policy_sees_the_live_crossover_through_its_view() -> None
     assert policy.choose(request, view(8, None)).pool == "spec"
     assert policy.choose(request, view(8, 5.0)).pool == "base"  # the live one: lower
     assert policy.choose(request, view(3, 5.0)).pool == "spec"
-
-
-@pytest.mark.parametrize(
-    ("tail", "tokens"),
-    [
-        (b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":64}}\n\n', 64),
-        (b'{"usage": {"completion_tokens": 7, "total_tokens": 12}}', 7),
-        (b"data: [DONE]\n\n", None),
-        (b'"completion_tokens":null', None),
-    ],
-)
-def test_the_output_tokens_are_read_from_the_answer_s_usage(
-    tail: bytes, tokens: int | None
-) -> None:
-    assert output_tokens(tail) == tokens
 
 
 def test_adopt_with_several_workers_is_refused_at_start() -> None:
