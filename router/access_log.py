@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,12 +16,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from specroute.policies.decision import Decision
-from specroute.router.flight import Flight
+from specroute.router.flight import Flight, usage
 from specroute.router.request_id import RIDS, enter, given_or_made, leave
 
 LOG = logging.getLogger("specroute.router.access")
-_TOKENS = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
-_TAIL = 4096  # bytes of each of the last two chunks searched for a usage
 _PATH_SHOWN = 200  # characters of the path a line shows at most
 
 
@@ -67,21 +64,11 @@ class Trail:
         if flight is not None:
             if flight.first_at is not None:
                 fields["ttfb_s"] = round(flight.first_at - self.started, 6)
-            before, last = flight.tail
-            fields.update(_tokens(before[-_TAIL:] + last[-_TAIL:]))
+            fields.update(usage(flight.tail))
         return fields
 
 
 TRAIL = web.RequestKey("trail", Trail)
-
-
-def _tokens(tail: bytes) -> dict[str, int]:
-    """The usage the answer's end gives, if it gives one (a whole answer's, a stream's
-    last event with ``include_usage``, ``/generate``'s ``meta_info``)."""
-    found: dict[str, int] = {}
-    for name, value in _TOKENS.findall(tail):
-        found[name.decode()] = int(value)  # the last of each: a stream's running count
-    return found
 
 
 def trail_of(request: web.Request) -> Trail | None:

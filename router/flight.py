@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from specroute.router.backend import Backend
 from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
+
+Tail = tuple[bytes, bytes]  # the answer's last two chunks relayed, the last one last
+_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d{1,12})(?!\d)')
+_SEARCHED = 4096  # bytes of each of the last two chunks searched for a usage
 
 
 class Flight:
@@ -26,7 +31,7 @@ class Flight:
         self.first_at: float | None = None  # when its first byte came
         # the answer's last two chunks relayed: where its usage is, if it gives one (a
         # stream's usage event may come apart from its [DONE])
-        self.tail = (b"", b"")
+        self.tail: Tail = (b"", b"")
         # a stream's silence, as the watchdog (monitor.watch_silence) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
@@ -48,3 +53,16 @@ class Flight:
         m.child(m.duration, backend.pool).observe(time.monotonic() - self.started)
         if self.outcome in (Outcome.OUT_OF_FDS, Outcome.INTERNAL):
             m.child(m.router_errors, self.outcome).inc()
+
+
+def usage(tail: Tail) -> dict[str, int]:
+    """The token counts an answer's end gives, by name (``prompt_tokens``,
+    ``completion_tokens``; only those it gives): a whole body's ``usage``, a stream's last
+    event when the client asked for it (``stream_options.include_usage``; it may come apart
+    from its ``[DONE]``, hence two chunks), ``/generate``'s ``meta_info``. The last of each
+    counts (a stream's running count); a ``null`` or a number past 12 digits is none."""
+    before, last = tail
+    found: dict[str, int] = {}
+    for name, value in _USAGE.findall(before[-_SEARCHED:] + last[-_SEARCHED:]):
+        found[name.decode()] = int(value)
+    return found

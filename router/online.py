@@ -32,9 +32,9 @@ from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import Curves, context_curves, curves
 from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
 from specroute.policies.view import Pool
-from specroute.router.flight import Flight
+from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
-from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_samples import Sample, Samples
 from specroute.router.outcome import Outcome
 
 _log = logging.getLogger("specroute.router")
@@ -53,13 +53,18 @@ class OnlineMode(StrEnum):
 class Sureness:
     """When a live crossover is sure enough to route by: at least ``min_samples`` live
     samples at each level around it in each pool measured live there, and a closed interval
-    at most ``max_ratio`` wide (high / low); for a bound (speculation pays at no level, or
-    at every one), as many samples at its level and 97.5% of the replicates finding it too.
-    Once adopted it is kept while it holds half as well (half the samples, twice the ratio):
-    hysteresis, so that routing does not flap between the live and the profiled crossover."""
+    at most ``max_ratio`` wide (high / low; 2 by default: one doubling of load, so that the
+    replicates agree on the two doubling levels it lies between, and its point is not one
+    draw from a span of several); for a bound (speculation pays at no level, or at every
+    one), as many samples at its level and 97.5% of the replicates finding it too.
+
+    Once adopted, a crossover is kept where it is while the evidence holds it half as well
+    (half the samples, twice the ratio, and its interval still holding it): hysteresis, so
+    that routing does not flap between the live and the profiled crossover, nor follow a
+    point that wanders inside a wide interval. Only a sure fit moves it."""
 
     min_samples: int = 30
-    max_ratio: float = 4.0
+    max_ratio: float = 2.0
 
     def sure(self, found: LiveCrossing | None, holding: bool) -> bool:
         if found is None:
@@ -73,6 +78,15 @@ class Sureness:
             return False
         ratio = self.max_ratio * 2 if holding else self.max_ratio
         return found.high <= found.low * ratio
+
+    def holds(self, found: LiveCrossing | None, adopted: float) -> bool:
+        """Whether a fit still holds the crossover adopted: sure half as well, and its
+        interval (a bound's, from its limit outwards) around it."""
+        if not self.sure(found, holding=True):
+            return False
+        assert found is not None
+        low, high = _span(found.low, found.high, found.at, found.bound, found.limit)
+        return low <= adopted <= high
 
 
 class Seat(Protocol):
@@ -121,10 +135,7 @@ class Online:
             return
         if not flight.stream or flight.first_at is None:
             return
-        before, last = flight.tail
-        tokens = output_tokens(last)
-        if tokens is None:  # a stream's usage event, then [DONE] apart
-            tokens = output_tokens(before)
+        tokens = usage(flight.tail).get("completion_tokens")
         if tokens is None or tokens < 2:
             return
         now = time.monotonic()
@@ -218,14 +229,13 @@ class Online:
         if self.mode is not OnlineMode.ADOPT or len(fits) != 1 or banded:
             self.adopted = None
             return
-        found = fits[0].crossing
-        was = self.adopted
-        if self.sureness.sure(found, holding=was is not None):
+        found, was = fits[0].crossing, self.adopted
+        if self.sureness.sure(found, holding=False):
             assert found is not None
             self.adopted = found.threshold
             if was is None:
                 _log.warning("Online: routing by the live crossover %.3g.", self.adopted)
-        elif was is not None:
+        elif was is not None and not self.sureness.holds(found, was):
             self.adopted = None
             _log.warning("Online: the live crossover is no longer sure; the profile's again.")
 

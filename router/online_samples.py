@@ -8,8 +8,6 @@ from typing import NamedTuple
 
 from specroute.policies.view import Pool
 
-_USAGE = b'"completion_tokens"'
-
 
 class Sample(NamedTuple):
     at: float  # monotonic seconds, at the request's end
@@ -39,17 +37,3 @@ class Samples:
 
     def __len__(self) -> int:
         return len(self._kept)
-
-
-def output_tokens(tail: bytes) -> int | None:
-    """The answer's ``usage.completion_tokens``, read from its last bytes (a whole body ends
-    with its usage; a stream sends it last when the client asks, ``stream_options.
-    include_usage``); None when they do not say."""
-    at = tail.rfind(_USAGE)
-    if at < 0:
-        return None
-    digits = tail[at + len(_USAGE) :].lstrip(b": \t")
-    end = 0
-    while end < len(digits) and 48 <= digits[end] <= 57:
-        end += 1
-    return int(digits[:end]) if 0 < end <= 12 else None

@@ -262,7 +262,7 @@ class RouterSettings(BaseSettings):
         description="sure enough to adopt: live samples at each level around the crossover",
     )
     online_max_ratio: float = Field(
-        4.0,
+        2.0,
         gt=1,
         description="sure enough to adopt: the widest interval of the live crossover, high / low",
     )

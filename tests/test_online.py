@@ -18,8 +18,8 @@ from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router.app import build_state
 from specroute.router.online import Online, OnlineMode, Sureness
-from specroute.router.online_fit import fit
-from specroute.router.online_samples import Sample, Samples, output_tokens
+from specroute.router.online_fit import LiveCrossing, LiveFit, fit
+from specroute.router.online_samples import Sample, Samples
 from specroute.router.online_task import keep_fitting
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -187,6 +187,37 @@ def test_adopt_holds_on_with_hysteresis_and_falls_back_when_evidence_thins() -> 
     assert online.adopted is None
 
 
+def around(point: float, low: float | None, high: float | None, near: int = 40) -> LiveCrossing:
+    return LiveCrossing(point, low, high, None, None, LEVELS, near)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "sure"),
+    [
+        (4.0, 8.0, True),  # between two doubling levels
+        (2.0, 8.0, False),  # two doublings: its point is one draw from the span
+        (4.0, None, False),  # open
+    ],
+)
+def test_a_live_crossover_is_sure_only_within_one_doubling_of_load(
+    low: float, high: float | None, sure: bool
+) -> None:
+    assert Sureness(30).sure(around(5.0, low, high), holding=False) is sure
+
+
+def test_a_held_crossover_stays_where_it_is_until_a_sure_fit_moves_it() -> None:
+    online = Online(OnlineMode.ADOPT, Samples(16, 600.0), Sureness(30))
+
+    def fitted(found: LiveCrossing) -> float | None:
+        online._adopt((LiveFit(None, {}, found, 80),), None)
+        return online.adopted
+
+    assert fitted(around(2.4, 2.0, 4.0)) == 2.4
+    assert fitted(around(6.2, 2.0, 8.0, near=20)) == 2.4  # not sure: it does not follow
+    assert fitted(around(6.2, 4.0, 8.0)) == 6.2  # sure: it moves
+    assert fitted(around(2.4, 1.0, 4.0, near=20)) is None  # no longer holds 6.2: the profile's
+
+
 def view(load: int, live: float | None) -> View:
     spec = BackendView("s", "spec", True, load)
     return View((spec, BackendView("b", "base", True, 0)), live_crossover=live)
@@ -198,21 +229,6 @@ def test_the_crossover_policy_sees_the_live_crossover_through_its_view() -> None
     assert policy.choose(request, view(8, None)).pool == "spec"
     assert policy.choose(request, view(8, 5.0)).pool == "base"  # the live one: lower
     assert policy.choose(request, view(3, 5.0)).pool == "spec"
-
-
-@pytest.mark.parametrize(
-    ("tail", "tokens"),
-    [
-        (b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":64}}\n\n', 64),
-        (b'{"usage": {"completion_tokens": 7, "total_tokens": 12}}', 7),
-        (b"data: [DONE]\n\n", None),
-        (b'"completion_tokens":null', None),
-    ],
-)
-def test_the_output_tokens_are_read_from_the_answer_s_usage(
-    tail: bytes, tokens: int | None
-) -> None:
-    assert output_tokens(tail) == tokens
 
 
 def test_adopt_with_several_workers_is_refused_at_start() -> None:

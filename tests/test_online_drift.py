@@ -58,7 +58,7 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
     online = Online(
         OnlineMode.ADOPT,
         Samples(PER_LEVEL * KEPT_PER_LEVEL, 600.0),
-        Sureness(MIN_SAMPLES, 4.0),
+        Sureness(MIN_SAMPLES),  # the default: an interval at most one doubling wide
         per_level=PER_LEVEL,
     )
     learning = Learning(online, profile)
@@ -128,7 +128,8 @@ async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_conf
     results = json.loads((tmp_path / "out" / "compare.json").read_text())
     fits = results["online"]["crossover"]
     assert all(c is not None and c > 4 for t, c, _ in fits if 40 <= t < 80)  # the profile's
-    assert any(c is not None and c < 4 for t, c, _ in fits if 80 < t <= 100), fits  # load 4
+    # load 4: once the window of 24 samples there holds the drift (not while it straddles it)
+    assert any(c is not None and c < 4 for t, c, _ in fits if 80 < t <= 105), fits
     assert any(c is not None and c < 2 for t, c, _ in fits if 120 < t <= 150), fits  # load 2
     after = results["policies"]["crossover"]["phases"][2]
     assert after["spec_share"] < 0.5  # the load of 4 went to the plain server from 20 s in
