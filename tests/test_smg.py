@@ -103,7 +103,7 @@ async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load
             assert all(r.status == 200 for r in streams)
             for _ in range(100):  # SMG reads its servers every second, the router SMG often
                 seen = state.view().backends[spec.index]
-                if seen.running == 4:
+                if (seen.running, seen.queued) == (4, 0):  # its servers read apart: settled
                     break
                 await asyncio.sleep(0.05)
             assert (seen.running, seen.queued) == (4, 0)  # over both servers behind SMG
