@@ -317,6 +317,16 @@ _CHAT_ANSWER = json.dumps(
 ).encode()
 
 
+async def _spare_descriptors(pid: int, limit: int) -> int:
+    """The most descriptors the process had to spare over a fifth of a second (a health
+    check takes a spare one for a moment)."""
+    most = 0
+    for _ in range(20):
+        most = max(most, limit - len(os.listdir(f"/proc/{pid}/fd")))
+        await asyncio.sleep(0.01)
+    return most
+
+
 def _reply(status: int, body: bytes, content_type: bytes) -> bytes:
     return (
         b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
@@ -559,20 +569,28 @@ async def test_out_of_file_descriptors_a_health_check_blames_the_router(tmp_path
         room = len(os.listdir(f"/proc/{pid}/fd")) + 2 * 6
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (room, room))
         held: list[aiohttp.ClientResponse] = []
-        for _ in range(24):  # streams, until the router cannot even accept
+        for _ in range(24):  # streams while the router can take them
             try:
                 post = s.post(f"{router.url}/v1/chat/completions", json=LONG_STREAM)
                 held.append(await asyncio.wait_for(post, 2))
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):  # refused at its last descriptor
                 break
-            except TimeoutError:  # not accepted, or only slow on a busy machine
-                if len(os.listdir(f"/proc/{pid}/fd")) >= room - 1:
-                    break
+        idle: list[asyncio.StreamWriter] = []  # then bare connections, until none is left
+        host, port = router.url.removeprefix("http://").rsplit(":", 1)
+        for _ in range(24):
+            if not (spare := await _spare_descriptors(pid, room)):
+                break
+            for _ in range(spare):
+                idle.append((await asyncio.open_connection(host, int(port)))[1])
+        await asyncio.sleep(1.2)  # asyncio retries an accept that found no descriptor
+        full = await _spare_descriptors(pid, room) == 0
         probes = spec_backend.probes
         await asyncio.sleep(0.5)  # ten rounds of health checks
         starved = spec_backend.probes - probes
         for r in held:  # their descriptors come back to the router
             r.close()
+        for w in idle:
+            w.close()
         await asyncio.sleep(1.2)  # asyncio retries an accept that failed a second later
         async with s.get(f"{router.url}/metrics", timeout=aiohttp.ClientTimeout(10)) as r:
             text = await r.text()
@@ -580,7 +598,7 @@ async def test_out_of_file_descriptors_a_health_check_blames_the_router(tmp_path
         await asyncio.sleep(0.2)
         checked_again = spec_backend.probes - probes
     name = (("backend", f"spec:127.0.0.1:{spec.rsplit(':', 1)[1]}"),)
-    assert held and starved <= 1 and checked_again >= 2
+    assert held and full and starved <= 1 and checked_again >= 2
     assert samples(text, "specroute_router_errors_total")[(("kind", "out_of_fds"),)] >= 5
     assert samples(text, "specroute_upstream_errors_total") == {}
     assert samples(text, "specroute_backend_ejections_total")[name] == 0
