@@ -43,6 +43,7 @@ def test_there_is_something_to_check() -> None:
         "cpu",
         "upstream errors",
         "ejections",
+        "live crossover",
     ):
         assert subject in titles, subject
 

@@ -185,6 +185,49 @@ def latency() -> Panels:
     return [ttft, tpot, accept, duration]
 
 
+def online() -> Panels:
+    crossover = graph(
+        "Live crossover against the profile's",
+        "The crossover learned from the requests each router replica served (online "
+        "calibration), with the ends of its interval, beside the profile's and its interval, "
+        "per context bucket. When the two intervals stop meeting, the profile has drifted "
+        "(SpecrouteProfileDrift); with --online adopt the router routes by the live one "
+        "once it is sure (adopted: 1).",
+        "short",
+        [
+            query("max by (bucket, edge) (specroute_online_crossover)", "live {{bucket}} {{edge}}"),
+            query(
+                "max by (bucket, edge) (specroute_online_profile_crossover)",
+                "profile {{bucket}} {{edge}}",
+            ),
+            query("max(specroute_online_adopted)", "adopted"),
+            query("max by (bucket) (specroute_profile_drift)", "drift {{bucket}}"),
+        ],
+    )
+    tpot = graph(
+        "Live time per output token by pool and level",
+        "The median time per output token of the served requests in the forgetting window, "
+        "at each level of load they joined: the two live curves the crossover is read from. "
+        "Where a pool has few samples (the plain one at low load under a crossover policy), "
+        "the fit takes the profile's value.",
+        "s",
+        [
+            query(
+                "max by (bucket, pool, level) (specroute_online_tpot_seconds)",
+                "{{pool}} at {{level}} ({{bucket}})",
+            )
+        ],
+    )
+    samples = graph(
+        "Live samples by pool and level",
+        "Served requests in the forgetting window per pool and level of load: how much "
+        "evidence each point of the live curves has (--online-min-samples to enter the fit).",
+        "short",
+        [query("sum by (pool, level) (specroute_online_samples)", "{{pool}} at {{level}}")],
+    ).span(24)
+    return [crossover, tpot, samples]
+
+
 def health() -> Panels:
     healthy = (
         statetimeline.Panel()
@@ -264,7 +307,12 @@ def build() -> dashboard_builder.Dashboard:
             .type("prometheus")
         )
     )
-    sections = (("Routing", load()), ("Latency and acceptance", latency()), ("Health", health()))
+    sections = (
+        ("Routing", load()),
+        ("Latency and acceptance", latency()),
+        ("Online calibration", online()),
+        ("Health", health()),
+    )
     for title, panels in sections:
         board.with_row(dashboard_builder.Row(title))
         for panel in panels:
