@@ -290,12 +290,14 @@ async def test_acceptance_crossover_follows_a_drop_in_acceptance(tmp_path: Path)
     one stream); the fixed crossover keeps speculating, the acceptance-aware one stops."""
     profile, server, trace = await kimi_setup(tmp_path, 64, [(3, 4), (4, 4)])
     results = {}
-    async with (
-        emulator_pair(*server) as (spec, base),
-        aiohttp.ClientSession() as session,
-    ):
-        config = router_config(tmp_path / "router.toml", spec, base, profile)
-        for policy in ("crossover", "acceptance-crossover"):
+    for policy in ("crossover", "acceptance-crossover"):
+        # fresh servers for each: SGLang's accept-length gauge is over its last 40 decode
+        # steps, so steps at 2.1 left from the run before would be read in this one's first
+        async with (
+            emulator_pair(*server) as (spec, base),
+            aiohttp.ClientSession() as session,
+        ):
+            config = router_config(tmp_path / f"{policy}.toml", spec, base, profile)
             await set_acceptance(session, spec, 3.0)
             out = tmp_path / policy
             compare = asyncio.create_task(
