@@ -28,6 +28,7 @@ from specroute.router.discovery import Discovery
 from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
+from specroute.router.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
 from specroute.router.metrics import RouterMetrics
 from specroute.router.model_card import model_card
 from specroute.router.monitor import (
@@ -163,6 +164,7 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/router/status", _status)
     app.router.add_post("/router/profile", _swap_profile)
+    app.router.add_get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
     app.router.add_get("/openapi.json", _openapi)
     app.cleanup_ctx.append(_background)
     return app

@@ -1,5 +1,6 @@
 """Bearer keys: optional client keys for serving, and the admin key that changing the
-router's routing needs: without one configured, those endpoints refuse (fail closed).
+router's routing, or reading the profile of its live fit, needs: without one configured,
+those endpoints refuse (fail closed).
 
 Probes and scrapers (``/health``, ``/ready``, ``/metrics``) and the router's own API
 description (``/openapi.json``) stay open. Keys are compared in
@@ -18,7 +19,7 @@ from pydantic import SecretStr
 from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
-ADMIN_PATHS = frozenset({"/router/profile"})
+ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live"})
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -58,7 +59,7 @@ class Keys:
         if admin_path and not self.admins:
             return error_response(
                 403,
-                "Changing the router's routing needs its admin key, and none is configured "
+                "This endpoint needs the router's admin key, and none is configured "
                 "(SPECROUTE_ADMIN_KEY or --admin-key): refused.",
                 "permission_error",
             )

@@ -290,3 +290,11 @@ def _at_context(profile: Profile, context: float) -> Known | None:
         return given.at(pool, level, context) if levels[0] <= level <= levels[-1] else None
 
     return at
+
+
+def profiled(profile: Profile | None, context: float | None) -> Known | None:
+    """The profile's TPOT at a level it measured, at ``context`` KV tokens for a fit of a
+    context bucket: what a pool's level with too few live samples takes in that fit."""
+    if profile is None:
+        return None
+    return _known(profile) if context is None else _at_context(profile, context)

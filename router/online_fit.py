@@ -79,12 +79,14 @@ class LiveCrossing:
 @dataclass(frozen=True)
 class LiveFit:
     """The live curves of one context (None: all contexts together) and their crossing
-    (None: no level has a value for both pools)."""
+    (None: no level has a value for both pools); ``min_samples``: the live samples a pool's
+    level counted with (with fewer, the profile's value stood there)."""
 
     context: float | None
     curves: dict[Pool, tuple[Level, ...]]
     crossing: LiveCrossing | None
     samples: int
+    min_samples: int = 1
 
 
 def nearest(levels: Sequence[float], load: float) -> int:
@@ -131,7 +133,8 @@ def fit(
             reps.append(replicates if len(values) >= min_samples else None)
         curves[pool], draws[pool] = tuple(rows), reps
     counted = sum(level.samples for rows in curves.values() for level in rows)
-    return LiveFit(context, curves, _crossing(levels, curves, draws, known, min_samples), counted)
+    found = _crossing(levels, curves, draws, known, min_samples)
+    return LiveFit(context, curves, found, counted, min_samples)
 
 
 def _crossing(

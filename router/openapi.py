@@ -198,12 +198,12 @@ def _schemas() -> dict[str, Any]:
         },
         "Profile": _object(
             {
-                "schema": {"const": "specroute.profile/v1"},
+                "schema": {"enum": ["specroute.profile/v1", "specroute.profile/v2"]},
                 "created": {"type": "string", "format": "date-time"},
                 "crossover": _object(
                     {
                         "value": {"type": ["number", "null"], "minimum": 0},
-                        "ci": {"type": ["array", "null"], "items": {"type": "number"}},
+                        "ci": {"type": ["array", "null"], "items": {"type": ["number", "null"]}},
                         "bound": {"enum": ["above", "below"]},
                         "limit": {"type": ["number", "null"]},
                     },
@@ -212,6 +212,33 @@ def _schemas() -> dict[str, Any]:
             },
             ["schema", "crossover"],
         ),
+    }
+
+
+def _live_profile() -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": "The live fit (online calibration) as a profile that `serve --profile` "
+            "loads: its crossover and interval, and each pool's median TPOT at the levels it "
+            "was taken at, live or the profile's where a pool was seen too seldom. Refused "
+            "(403) when no admin key is configured.",
+            "security": [{"adminKey": []}],
+            "responses": {
+                "200": {
+                    "description": "A `specroute.profile/v1` document, `/v2` when the profile "
+                    "in force has context buckets (a fit per bucket).",
+                    "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Profile"}}},
+                },
+                "409": {
+                    "description": "No profile to write yet: online calibration is off, this "
+                    "worker is not the leader, no fit has run, the profile in force changed "
+                    "since the last fit, or no crossover stands on live samples; the message "
+                    "says which, and how many samples the router has.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+                **_errors(401, 403),
+            },
+        }
     }
 
 
@@ -232,7 +259,8 @@ def document() -> dict[str, Any]:
             "description": "An OpenAI-compatible router in front of a speculative and a "
             "plain SGLang pool. Keys are bearer tokens: client keys (`SPECROUTE_API_KEYS`) "
             "for serving, needed only when some are configured; the admin key "
-            "(`SPECROUTE_ADMIN_KEY`) serves too and alone changes the routing.",
+            "(`SPECROUTE_ADMIN_KEY`) serves too and alone changes the routing or reads the "
+            "live fit as a profile.",
         },
         "paths": {
             "/v1/chat/completions": _proxied("OpenAI chat completions", "ChatCompletionRequest"),
@@ -280,6 +308,7 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            "/router/profile/live": _live_profile(),
         },
         "components": {
             "securitySchemes": {

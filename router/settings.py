@@ -169,8 +169,8 @@ class RouterSettings(BaseSettings):
     )
     admin_key: SecretStr | None = Field(
         None,
-        description="the key of the endpoints that change routing (POST /router/profile); "
-        "none: they refuse",
+        description="the key of the endpoints that change routing (POST /router/profile) or "
+        "give the live fit as a profile (GET /router/profile/live); none: they refuse",
     )
     backend_api_key: SecretStr | None = Field(
         None, description="the key the router sends to the backends"

@@ -5,6 +5,7 @@ serve`` starts without them."""
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,14 +24,35 @@ if TYPE_CHECKING:
 def add_profile(sub: Subcommands) -> None:
     profile = sub.add_parser(
         "profile",
-        help="turn a sweep folder into a specroute.profile/v1 file",
+        help="turn a sweep folder, or a router's live fit, into a specroute.profile file",
         description="Medians, bootstrap intervals and the crossover of a sweep. A "
-        "calibration's folder of context buckets (input-len-N) gives a specroute.profile/v2.",
+        "calibration's folder of context buckets (input-len-N) gives a specroute.profile/v2. "
+        "With --from-live, the profile of a serving router's online calibration instead: "
+        "its live crossover and curves (GET /router/profile/live, with its admin key).",
     )
-    profile.add_argument("sweep", metavar="DIR")
+    source = profile.add_mutually_exclusive_group(required=True)
+    source.add_argument("sweep", metavar="DIR", nargs="?", help="a sweep or calibration folder")
+    source.add_argument(
+        "--from-live",
+        metavar="URL",
+        help="a serving router (http://HOST:PORT): the profile of its live fit",
+    )
     add_report_flags(profile)
     profile.add_argument("--slo", type=slo, default=None, metavar="ttft=S,tpot=S")
     profile.add_argument("--seed", type=int, default=0)
+    live = profile.add_argument_group("from a serving router (--from-live)")
+    live.add_argument(
+        "--admin-key-file",
+        metavar="FILE",
+        help="the router's admin key, read from FILE (default: the SPECROUTE_ADMIN_KEY "
+        "environment variable); never on the command line",
+    )
+    live.add_argument(
+        "--compare",
+        metavar="calibrated.json",
+        help="a calibrated profile: its crossover, interval and per-level TPOT beside the "
+        "live one's, printed and added to --report",
+    )
     profile.set_defaults(handler=_profile)
 
 
@@ -116,7 +138,12 @@ def _write(document: dict[str, Any], args: argparse.Namespace, output: str | Non
 def _profile(args: argparse.Namespace) -> int:
     """One sweep folder: a v1 profile. A calibration's folder of context buckets (its
     ``input-len-N`` folders): v2, a bucket per folder, as the calibration wrote it but for
-    the search's own record."""
+    the search's own record. ``--from-live``: a router's live fit."""
+    if args.from_live is not None:
+        return _from_live(args)
+    for flag, given in (("--admin-key-file", args.admin_key_file), ("--compare", args.compare)):
+        if given is not None:
+            raise ValueError(f"{flag} goes with --from-live")
     from specroute.profiler.analysis import analyse, profile_document
     from specroute.profiler.sweep_data import load_sweep
 
@@ -127,6 +154,40 @@ def _profile(args: argparse.Namespace) -> int:
         slo_ = args.slo if args.slo is not None else data.meta.get("settings", {}).get("slo")
         analyses.append(analyse(data, slo_, args.seed))
     _write(profile_document(analyses[0], analyses), args)
+    return 0
+
+
+def _from_live(args: argparse.Namespace) -> int:
+    """The router's live profile, checked as any profile is (``save_profile``) and written;
+    its report, and a calibrated profile beside it, if asked for."""
+    from specroute.policies.profile import load_profile, save_profile
+    from specroute.profiler.live_report import comparison_lines, render_live_report
+    from specroute.profiler.live_source import admin_key, fetch_live
+    from specroute.profiler.report import context_lines, crossover_text
+
+    for flag, given in (("--plot", args.plot), ("--slo", args.slo)):
+        if given is not None:
+            raise ValueError(f"{flag} is for a sweep's profile: a live fit has TPOT alone")
+    key = admin_key(args.admin_key_file, os.environ)
+    calibrated = None
+    if args.compare is not None:
+        calibrated = load_profile(args.compare).raw  # a bad file stops here, before the fetch
+    document = run_loop(fetch_live(args.from_live, key))
+    save_profile(document, args.output)
+    print(f"live profile written to {args.output}")
+    meta = document["measurement"]
+    sure = "sure" if all(meta["sureness"]["sure"]) else "not yet sure"
+    print(
+        f"per-request TPOT: crossover {crossover_text(document['crossover'])}, from "
+        f"{meta['samples_counted']} live samples ({sure} by the router's rule)"
+    )
+    if "context" in document:
+        print("by context:", *context_lines(document), sep="\n")
+    if args.report:
+        Path(args.report).write_text(render_live_report(document, calibrated))
+        print(f"report written to {args.report}")
+    if calibrated is not None:
+        print(*comparison_lines(document, calibrated), sep="\n")
     return 0
 
 

@@ -131,7 +131,11 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
         metavar="KEY",
         help=f"a client key (repeatable); {keys}",
     )
-    group.add_argument("--admin-key", metavar="KEY", help="the key for POST /router/profile")
+    group.add_argument(
+        "--admin-key",
+        metavar="KEY",
+        help="the key for POST /router/profile and GET /router/profile/live",
+    )
     group.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
     group.add_argument(
         "--request-id-header",

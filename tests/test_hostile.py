@@ -747,6 +747,7 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
                 "/ready",
                 "/metrics",
                 "/router/status",
+                "/router/profile/live",
                 "/openapi.json",
                 "/nowhere",
             ):
