@@ -43,7 +43,7 @@ from specroute.router.monitor import (
     watch_profile,
     watch_silence,
 )
-from specroute.router.online import KEPT_PER_LEVEL, Online
+from specroute.router.online import Online
 from specroute.router.online_samples import Samples
 from specroute.router.online_task import keep_fitting
 from specroute.router.openapi import document
@@ -111,12 +111,11 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
         Online(
             settings.online,
-            Samples(
-                settings.online_window_samples * KEPT_PER_LEVEL, settings.online_window_seconds
-            ),
+            Samples(settings.online_kept(), settings.online_window_seconds),
             settings.sureness(),
-            records=board.leader,
             per_level=settings.online_window_samples,
+            rings=None if workers is None else workers.rings,
+            leads=board.leader,
         ),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
@@ -199,7 +198,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     tasks.append(asyncio.create_task(watch_silence(state)))
-    if state.online.records:
+    if state.online.fitting:  # alone, or the leader: from every worker's samples
         tasks.append(asyncio.create_task(keep_fitting(state)))
     if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))

@@ -16,6 +16,8 @@ and each backend's health and reported load. So the workers keep those here:
 - how many profiles each worker was posted (``POST /router/profile``): a worker that sees
   the total grow reads the profile posted last from the workers' folder; and how many
   times the leader published the set of backends (discovery), likewise.
+- online calibration's live crossover that the leader adopted (NaN: none), and how many
+  times it published a fit (the fit itself is a file in the workers' folder).
 
 Backends are columns: a fixed number, each given to one server at a time by the leader
 (discovery adds and removes servers while the router runs; a column is given again only
@@ -34,8 +36,9 @@ from dataclasses import dataclass
 _INTS = 3  # per worker and backend: in flight, their KV tokens, breaker level
 _PUBLISHED_INTS = 2  # per backend: health-check sequence number, its verdict
 _OWN_INTS = 1  # per worker: profiles it was posted
-_GLOBAL_INTS = 1  # times the leader published the set of backends
+_GLOBAL_INTS = 2  # times the leader published the set of backends, and an online fit
 _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
+_GLOBAL_FLOATS = 1  # the live crossover the leader adopted
 _FLOATS = 8  # per backend: running, queued, capacity, the router's in flight, accept length,
 # its time, the engine, the reading's time
 _ENGINES = (None, "sglang", "vllm")
@@ -64,7 +67,7 @@ class Board:
         self.workers, self.backends, self.worker = workers, backends, worker
         cells = workers * backends
         counts = _INTS * cells + _PUBLISHED_INTS * backends + _OWN_INTS * workers + _GLOBAL_INTS
-        floats = _FLOATS * backends + _OWN_FLOATS * workers
+        floats = _FLOATS * backends + _OWN_FLOATS * workers + _GLOBAL_FLOATS
         self._memory = mmap.mmap(-1, (counts + floats) * 8)  # MAP_SHARED
         every = memoryview(self._memory)
         whole = every[: counts * 8].cast("q")
@@ -78,12 +81,14 @@ class Board:
             self._health_seq,
             self._health_ok,
             self._posted,
-            self._servers,
+            self._published,
         ) = parts
         self._floats = every[counts * 8 : (counts + _FLOATS * backends) * 8].cast("d")
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE
-        self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")
+        self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")[:workers]
+        self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 :].cast("d")
+        self._live[0] = _NONE
         self._row = worker * backends
         self._last: list[Reading | None] = [None] * backends  # what ``reading`` last made
 
@@ -141,16 +146,30 @@ class Board:
     # the set of backends, published by the leader (the set itself is a file)
 
     def publish_servers(self) -> None:
-        self._servers[0] += 1
+        self._published[0] += 1
 
     def servers_published(self) -> int:
-        return self._servers[0]
+        return self._published[0]
 
-    def news(self) -> tuple[int, int, int]:
+    # online calibration's fit, published by the leader (the fit itself is a file)
+
+    def publish_online(self, adopted: float | None) -> None:
+        """The live crossover the leader routes by now (None: the profile's)."""
+        self._live[0] = _or_none(adopted)
+        self._published[1] += 1  # after the crossover: a reader that sees one sees both
+
+    def online_published(self) -> int:
+        return self._published[1]
+
+    def live_crossover(self) -> float | None:
+        return _value(self._live[0])
+
+    def news(self) -> tuple[int, int, int, int]:
         """Changes whenever anything is published for the workers (a set of backends, a
-        profile posted, a health verdict): one look at it tells a worker whether to
-        follow."""
-        return self._servers[0], sum(self._posted), sum(self._health_seq)
+        profile posted, a health verdict, an online fit): one look at it tells a worker
+        whether to follow."""
+        published = self._published
+        return published[0], sum(self._posted), sum(self._health_seq), published[1]
 
     # breaker levels, for the gauges
 

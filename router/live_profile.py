@@ -93,12 +93,7 @@ def _ready(online: Online, profile: Profile | None) -> tuple[LiveFit, ...]:
             "Online calibration is off (--online off): the router records no samples to "
             "write a profile from. Serve with --online observe."
         )
-    if not online.records and not online.fits:
-        raise LiveProfileRefused(
-            "This worker records no samples: with several --workers only the leader (worker "
-            "0) records and fits. Ask again: a new connection may reach the leader."
-        )
-    kept = len(online.samples)
+    kept = online.kept()  # with several workers, the leader's: every worker has its fit
     if not online.fits:
         raise LiveProfileRefused(
             f"No live fit yet: the first comes --online-interval seconds after the start "
@@ -258,7 +253,7 @@ def _measurement(
         "online_mode": str(online.mode),
         "window_seconds": online.samples.max_age,
         "window_samples": online.per_level,
-        "samples_kept": len(online.samples),
+        "samples_kept": online.kept(),
         "samples_counted": sum(f.samples for f in fits),
         "min_samples": fits[0].min_samples,
         "fitted_seconds_ago": None if fitted is None else round(now - fitted, 3),

@@ -11,11 +11,13 @@ time the decode from. The load a request joins is counted as the policy counts i
 server's own requests in flight in the partitioned topology, its GPU group's (both pools)
 in the shared one, itself included.
 
-Several workers: the leader (worker 0) records and fits from the requests it serves, which
-are a share of the traffic drawn alike (the kernel spreads connections evenly), at loads
-counted over every worker through the board; the other workers record nothing, and
-``adopt`` is refused with several workers (``RouterSettings``), so that no worker routes on
-an estimate another lacks.
+Several workers learn as one: each records its samples, at loads counted over every worker
+through the board, in a ring of its own in shared memory (``Rings``: a slot, no lock). The
+leader (worker 0) alone fits, from what every ring was given since its last fit, taken into
+its ``Samples`` so that the window forgets by count and by age as one worker's would; it
+publishes the crossover it routes by on the board, read by every worker before its next
+decision, and the fit as a file in the workers' folder (``online_published``), which every
+worker's status page and gauges show. No worker routes on an estimate another lacks.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from specroute.policies.profile import Crossover, Profile, ProfileError, one_cro
 from specroute.policies.view import Pool
 from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
+from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Sample, Samples
 from specroute.router.outcome import Outcome
 
@@ -105,19 +108,23 @@ class Online:
         mode: OnlineMode,
         samples: Samples,
         sureness: Sureness,
-        records: bool = True,
         per_level: int | None = None,
+        rings: Rings | None = None,
+        leads: bool = True,
     ) -> None:
-        """``records``: whether this worker samples its requests (the leader does);
-        ``per_level``: the last samples of each pool and level that count (all: None)."""
+        """``per_level``: the last samples of each pool and level that count (all: None);
+        ``rings``: with several workers, where each records its samples for the leader;
+        ``leads``: whether this worker fits (alone, or the leader of several)."""
         self.mode, self.samples, self.sureness = mode, samples, sureness
-        self.per_level = per_level
-        self.records = records and mode is not OnlineMode.OFF
+        self.per_level, self.rings = per_level, rings
+        self.records = mode is not OnlineMode.OFF
+        self.fitting = leads and self.records
         self.shared = True  # the topology the load joined is counted in, from the policy
         self.fits: tuple[LiveFit, ...] = ()
         self.drift: tuple[bool, ...] = ()
         self.adopted: float | None = None  # the live crossover routed by, in adopt
         self.fitted_at: float | None = None
+        self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
 
     # On the request path
 
@@ -144,8 +151,17 @@ class Online:
 
     def record(self, sample: Sample) -> None:
         """One served request's sample (what ``served`` takes; an offline replay, too)."""
-        if self.records:
+        if not self.records:
+            return
+        if self.rings is not None:
+            self.rings.add(sample)  # the leader takes it in at its next fit
+        else:
             self.samples.add(sample)
+
+    def kept(self) -> int:
+        """The samples kept: this worker's when it fits; in another worker, those the
+        leader's last fit was made from (as it published them)."""
+        return len(self.samples) if self.fitting else self.counted
 
     def describe(self, now: float) -> dict[str, Any]:
         """For ``/router/status``: the mode, the samples kept, and each context's live
@@ -153,7 +169,7 @@ class Online:
         return {
             "mode": str(self.mode),
             "recording": self.records,
-            "samples": len(self.samples),
+            "samples": self.kept(),
             "fitted_seconds_ago": None if self.fitted_at is None else now - self.fitted_at,
             "adopted_crossover": self.adopted,
             "fits": [
@@ -178,6 +194,9 @@ class Online:
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
         routed by."""
         self.shared = shared
+        if self.rings is not None:
+            for sample in self.rings.fresh():  # every worker's, since the last fit
+                self.samples.add(sample)
         window = self.samples.window(now)
         axis = None if profile is None else profile.context
         fits: tuple[LiveFit, ...]

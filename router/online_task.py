@@ -14,8 +14,8 @@ _log = logging.getLogger("specroute.router")
 async def keep_fitting(state: RouterState) -> None:
     """Every ``online_interval`` seconds, until cancelled; a failed fit is logged and
     counted (``specroute_background_errors_total{task="online"}``), routing goes back to the
-    profile's crossover (a live one no fit stands behind is not routed by), and the next
-    fit comes."""
+    profile's crossover in every worker (a live one no fit stands behind is not routed by),
+    and the next fit comes."""
     errors = state.metrics.background_errors.labels(task="online")  # 0 from the start
     while True:
         await asyncio.sleep(state.settings.online_interval)
@@ -23,13 +23,16 @@ async def keep_fitting(state: RouterState) -> None:
             fit_now(state)
         except Exception:
             state.online.adopted = None
+            state.publish_online(fitted=False)  # a store on the board: it does not fail
             errors.inc()
             _log.exception("The online fit failed; the profile's crossover until one works.")
 
 
 def fit_now(state: RouterState) -> None:
-    """One fit, with the profile and the topology in force."""
+    """One fit, with the profile and the topology in force, published for the other
+    workers."""
     in_force = state.in_force
     topology = getattr(getattr(in_force.policy, "params", None), "topology", "shared")
     shared = topology != "partitioned"
     state.online.refit(time.monotonic(), in_force.profile, shared)
+    state.publish_online()

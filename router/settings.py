@@ -23,7 +23,7 @@ from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
-from specroute.router.online import OnlineMode, Sureness
+from specroute.router.online import KEPT_PER_LEVEL, OnlineMode, Sureness
 from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -316,17 +316,12 @@ class RouterSettings(BaseSettings):
             raise ValueError("workers share one port: give it (port 0 would give each its own)")
         return self
 
-    @model_validator(mode="after")
-    def _online_alone(self) -> RouterSettings:
-        if self.online is OnlineMode.ADOPT and self.workers > 1:
-            raise ValueError(
-                "online=adopt routes by the estimate of one worker: give workers=1, or "
-                "online=observe"
-            )
-        return self
-
     def sureness(self) -> Sureness:
         return Sureness(self.online_min_samples, self.online_max_ratio)
+
+    def online_kept(self) -> int:
+        """The online samples kept at most (those that count are fewer: the window)."""
+        return self.online_window_samples * KEPT_PER_LEVEL
 
     @model_validator(mode="after")
     def _cool_downs(self) -> RouterSettings:

@@ -4,6 +4,7 @@ each with one job, and the few steps that take several of them.
 - ``roster``: the backends routed between, each in its column of the board;
 - ``in_force``: the policy routed by, and the profile it was built from;
 - ``sync``: what the workers of one router publish for each other;
+- ``online``: the live curves learned from served requests, fitted by the leader;
 - ``verdicts``: what requests and health checks say of backends, to their breakers;
 - ``decisions``: the routing decisions, counted, the last few kept;
 - ``admission``: which requests are served now and which wait; ``rate_limit``: each key's.
@@ -12,6 +13,7 @@ each with one job, and the few steps that take several of them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,7 @@ from specroute.router.decision_log import DecisionLog
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online import Online
+from specroute.router.online_published import published, take
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
@@ -35,6 +38,8 @@ from specroute.router.settings import RouterSettings
 from specroute.router.tracing import Tracing
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
+
+_log = logging.getLogger("specroute.router")
 
 
 @dataclass
@@ -58,7 +63,7 @@ class RouterState:
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)
-    _news: tuple[int, int, int] = (0, 0, 0)  # the board's news as this worker last followed
+    _news: tuple[int, int, int, int] = (0, 0, 0, 0)  # the board's news, as last followed
 
     def __post_init__(self) -> None:
         self.timeouts = self.settings.upstream_timeouts()
@@ -106,6 +111,11 @@ class RouterState:
         self.sync.post_profile(profile.raw)
         self.follow()  # this worker adopts what every worker reads: the last one posted
 
+    def publish_online(self, fitted: bool = True) -> None:
+        """The leader, after a fit (``fitted``) or a failed one: the live crossover it
+        routes by and the fit, for the other workers to route by and show."""
+        self.sync.publish_online(self.online.adopted, published(self.online) if fitted else None)
+
     def health_checked(self, backend: Backend, ok: bool) -> None:
         """The leader's health check: published for every worker's breaker, its own first."""
         self.verdicts.publish(backend, ok)
@@ -114,7 +124,7 @@ class RouterState:
     def follow(self) -> None:
         """What the other workers published and this one has not applied: the leader's set
         of backends; its health verdicts, to this worker's breakers; the profile posted
-        last, to its policy."""
+        last, to its policy; the leader's online fit and the crossover it routes by."""
         self._news = self.board.news()  # first: what is published meanwhile is news next time
         listed = self.sync.new_servers()
         if listed is not None:
@@ -125,3 +135,16 @@ class RouterState:
         raw = self.sync.new_profile()
         if raw is not None:
             self.in_force.adopt(*self.in_force.built(raw), POSTED)
+        if self.sync.new_online():
+            self._take_online()
+
+    def _take_online(self) -> None:
+        """The leader's crossover, from the board; its fit, from its file, unless that
+        does not read (logged and counted; the fit shown before stands)."""
+        adopted = self.board.live_crossover()
+        try:
+            take(self.online, adopted, self.sync.online_fit())
+        except (OSError, ValueError, KeyError, TypeError):
+            take(self.online, adopted, None)
+            self.metrics.background_errors.labels(task="online").inc()
+            _log.exception("The leader's online fit did not read; its crossover is routed by.")

@@ -1,8 +1,8 @@
 """What the workers of one router tell each other beyond the board's counts: the leader's
-set of backends, and the profile posted last to any worker. Each is a file in the workers'
-folder, written whole, and announced by a count on the board that only grows; a worker
-that sees a count it has not seen reads the file. A router of one worker has no folder and
-nothing to tell."""
+set of backends, the profile posted last to any worker, and the leader's online fit. Each
+is a file in the workers' folder, written whole, and announced by a count on the board that
+only grows; a worker that sees a count it has not seen reads the file. A router of one
+worker has no folder and nothing to tell."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from specroute.router.board import Board
 
 POSTED_FILE = "posted-profile.json"
 SERVERS_FILE = "servers.json"  # the leader's set of backends, for the other workers
+ONLINE_FILE = "online-fit.json"  # the leader's last online fit (``online_published``)
 
 
 class WorkerSync:
@@ -22,6 +23,7 @@ class WorkerSync:
         self.board, self.folder = board, folder
         self._servers_seen = 0  # the board's count of published sets of backends, last seen
         self._profiles_seen = 0  # the board's count of posted profiles, likewise
+        self._online_seen = 0  # the board's count of published online fits, likewise
 
     @property
     def alone(self) -> bool:
@@ -60,6 +62,35 @@ class WorkerSync:
         self._profiles_seen = posted
         raw: dict[str, Any] = json.loads((self.folder / POSTED_FILE).read_text())
         return raw
+
+    def publish_online(self, adopted: float | None, fit: dict[str, Any] | None = None) -> None:
+        """The leader's online fit (None: the last one stands) and the live crossover it
+        routes by, for the other workers; it has seen them itself. The crossover is
+        published even when writing the fit fails (which then raises)."""
+        if self.folder is None:
+            return
+        try:
+            if fit is not None:
+                _write_whole(self.folder / ONLINE_FILE, json.dumps(fit), self.board.worker)
+        finally:
+            self.board.publish_online(adopted)
+            self._online_seen = self.board.online_published()
+
+    def new_online(self) -> bool:
+        """Whether the leader published an online fit this worker has not seen (the
+        crossover it routes by is then on the board: ``Board.live_crossover``)."""
+        published = self.board.online_published()
+        if published == self._online_seen or self.folder is None:
+            return False
+        self._online_seen = published
+        return True
+
+    def online_fit(self) -> dict[str, Any] | None:
+        """The leader's last online fit as it published it (None: none yet)."""
+        if self.folder is None or not (self.folder / ONLINE_FILE).exists():
+            return None
+        fit: dict[str, Any] = json.loads((self.folder / ONLINE_FILE).read_text())
+        return fit
 
 
 def _write_whole(path: Path, text: str, worker: int) -> None:

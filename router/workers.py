@@ -1,8 +1,9 @@
 """``specroute serve --workers N``: N router processes on one port with one view of load.
 
-The parent makes the shared board and the metrics folder, then forks the workers, each a
-whole router binding the port with ``SO_REUSEPORT`` (the kernel spreads connections over
-them), and from then on only supervises. A signal it gets goes to every worker, and each
+The parent makes the shared board, admission's quota, the rings of online samples and the
+metrics folder, then forks the workers, each a whole router binding the port with
+``SO_REUSEPORT`` (the kernel spreads connections over them), and from then on only
+supervises. A signal it gets goes to every worker, and each
 drains as one router would. A worker that dies is started again in its place, its slots on
 the board cleared first; one that dies at start (a port taken, a bad profile) stops them all.
 
@@ -29,6 +30,8 @@ from types import FrameType
 from prometheus_client import values
 
 from specroute.router.board import Board
+from specroute.router.online import OnlineMode
+from specroute.router.online_rings import Rings
 from specroute.router.quota import Quota, quota_of
 from specroute.router.settings import RouterSettings
 
@@ -43,6 +46,7 @@ class Workers:
     board: Board
     folder: Path  # prometheus_client's multiprocess files, and the profile posted last
     quota: Quota  # admission's slots, queues and rate buckets
+    rings: Rings | None = None  # each worker's online samples, for the leader (online on)
 
 
 Serve = Callable[[RouterSettings, Workers], None]
@@ -51,7 +55,9 @@ Serve = Callable[[RouterSettings, Workers], None]
 def supervise(settings: RouterSettings, serve: Serve) -> int:
     folder = Path(tempfile.mkdtemp(prefix="specroute-workers-"))
     board = Board(settings.workers, settings.columns())
-    workers = Workers(board, folder, quota_of(settings))
+    off = settings.online is OnlineMode.OFF
+    rings = None if off else Rings(settings.workers, settings.online_kept())
+    workers = Workers(board, folder, quota_of(settings), rings)
     children: dict[int, tuple[int, float]] = {}  # pid: (worker, when it started)
     stopping: list[int] = []
 
@@ -109,6 +115,8 @@ def _fork(worker: int, settings: RouterSettings, workers: Workers, serve: Serve)
             signal.signal(sig, signal.SIG_DFL)  # the worker's loop sets its own
         workers.board.become(worker)
         workers.quota.become(worker)
+        if workers.rings is not None:
+            workers.rings.become(worker)
         # counts from now on go to this process's files in the shared folder
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(workers.folder)
         values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]

@@ -616,7 +616,7 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     """With ``online = "adopt"`` in the router's config, the router's online estimator as
     its settings make it, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
-    from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode
+    from specroute.router.online import Online, OnlineMode
     from specroute.router.online_samples import Samples
 
     if settings.online is not OnlineMode.ADOPT:
@@ -624,7 +624,7 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     per_level = settings.online_window_samples
 
     def fresh() -> Learning:
-        samples = Samples(per_level * KEPT_PER_LEVEL, settings.online_window_seconds)
+        samples = Samples(settings.online_kept(), settings.online_window_seconds)
         online = Online(OnlineMode.ADOPT, samples, settings.sureness(), per_level=per_level)
         return Learning(online, profile, settings.online_interval)
 

@@ -6,6 +6,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +18,16 @@ from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router.app import build_state
+from specroute.router.board import Board
 from specroute.router.online import Online, OnlineMode, Sureness
 from specroute.router.online_fit import LiveCrossing, LiveFit, fit
+from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Sample, Samples
 from specroute.router.online_task import keep_fitting
+from specroute.router.quota import quota_of
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.workers import Workers
 
 LEVELS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 Model = Callable[[str, float], float]
@@ -231,12 +236,23 @@ def test_the_crossover_policy_sees_the_live_crossover_through_its_view() -> None
     assert policy.choose(request, view(3, 5.0)).pool == "spec"
 
 
-def test_adopt_with_several_workers_is_refused_at_start() -> None:
+def test_with_several_workers_each_records_in_its_ring_and_the_leader_alone_fits(
+    tmp_path: Path,
+) -> None:
     two: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "workers": 2, "port": 1}
-    with pytest.raises(ValueError, match="online=adopt routes by the estimate of one worker"):
-        RouterSettings(**two, online=OnlineMode.ADOPT)
-    observe = RouterSettings(**two)
-    assert observe.online is OnlineMode.OBSERVE
+    settings = RouterSettings(**two, crossover=8, online=OnlineMode.ADOPT)  # several workers
+    board, rings = Board(2, settings.columns()), Rings(2, settings.online_kept())
+    shared = Workers(board, tmp_path, quota_of(settings), rings)
+    leader = build_state(settings, shared).online
+    board.become(1)  # the second worker, as its process would be
+    rings.become(1)
+    other = build_state(settings, shared).online
+    assert leader.fitting and not other.fitting and leader.records and other.records
+    sample = Sample(1.0, "spec", 1, 0.01, 100)
+    other.record(sample)
+    assert len(other.samples) == 0 and rings.written(1) == 1  # in its ring, for the leader
+    leader.refit(2.0, None, shared=True)
+    assert leader.samples.window(2.0) == [sample]
 
 
 def test_a_profile_s_one_band_is_a_crossover_the_live_one_replaces_but_real_bands_stay() -> None:

@@ -81,3 +81,63 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
         state.view()
     assert not spec.healthy and not state.view().backends[0].healthy
     assert board.worst_level(spec.index) > 0  # shown for the gauges of every worker
+
+
+def test_the_leader_s_online_fit_reaches_another_worker_whole(tmp_path: Path) -> None:
+    """The same ``LiveFit``s, drift, crossover, topology and status: what another worker
+    shows and routes by is the leader's fit, not one of its own."""
+    from specroute.policies.profile import parse_profile
+    from specroute.router.online import Online, OnlineMode, Sureness
+    from specroute.router.online_published import published, take
+    from specroute.router.online_samples import Samples
+    from tests.test_online import dense, profile_of, served
+
+    profile = parse_profile(profile_of(dense(1 / 16), (16.0, 32.0)))
+    leader = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30, 4.0))
+    for s in served(dense(), 40):
+        leader.record(s)
+    leader.refit(1.0, profile, shared=False)
+    assert leader.adopted is not None and leader.drift == (True,)  # a fit worth sharing
+    board = Board(2, 2)
+    sync, other = WorkerSync(board, tmp_path), WorkerSync(board, tmp_path)
+    assert not other.new_online() and other.online_fit() is None
+    sync.publish_online(leader.adopted, published(leader))
+    assert not sync.new_online()  # its own
+    assert other.new_online() and not other.new_online()
+    follower = Online(OnlineMode.ADOPT, Samples(16, 600.0), Sureness(30, 4.0), leads=False)
+    take(follower, board.live_crossover(), other.online_fit())
+    assert follower.fits == leader.fits and follower.drift == leader.drift
+    assert follower.adopted == leader.adopted and follower.shared is False
+    assert follower.describe(2.0) == leader.describe(2.0)
+    sync.publish_online(None)  # a failed fit: the profile's crossover, the fit shown stands
+    assert other.new_online() and board.live_crossover() is None
+    take(follower, board.live_crossover(), other.online_fit())
+    assert follower.adopted is None and follower.fits == leader.fits
+
+
+def test_a_worker_routes_by_the_leader_s_crossover_even_when_its_fit_does_not_read(
+    tmp_path: Path,
+) -> None:
+    from prometheus_client import generate_latest
+
+    from specroute.router.app import build_state
+    from specroute.router.online import OnlineMode
+    from specroute.router.quota import quota_of
+    from specroute.router.settings import RouterSettings
+    from specroute.router.worker_sync import ONLINE_FILE
+    from specroute.router.workers import Workers
+
+    given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
+    settings = RouterSettings(**given, crossover=4, workers=2, online=OnlineMode.ADOPT)
+    board = Board(2, settings.columns())
+    board.become(1)
+    state = build_state(settings, Workers(board, tmp_path, quota_of(settings)))
+    assert not state.online.fitting and state.online.records  # it records; the leader fits
+    assert state.view().live_crossover is None
+    (tmp_path / ONLINE_FILE).write_text("{not json")
+    board.publish_online(2.5)  # as the leader's WorkerSync does, after writing the file
+    assert state.view().live_crossover == 2.5 == state.online.adopted  # at the next decision
+    (errors,) = state.metrics.background_errors.collect()
+    counted = {s.labels["task"]: s.value for s in errors.samples if s.name.endswith("_total")}
+    assert counted["online"] == 1
+    assert "specroute_online_adopted 1.0" in generate_latest(state.metrics.exposed).decode()

@@ -1,0 +1,63 @@
+"""What the leader publishes of its online fit for the other workers, and how they take it.
+
+The live crossover it routes by goes on the board (``WorkerSync.publish_online``), since
+routing needs it; the rest of the fit goes as a document in the workers' folder: the live
+curves and crossings of each context bucket whole (every level, so that a worker rebuilds
+the same ``LiveFit``s the leader holds, for its status page, its gauges and whatever reads
+``Online.fits``), the drift flags, when it was fitted (monotonic time: the machine's clock,
+as every worker reads it), the samples it was fitted from and the topology their load was
+counted in, so that every worker counts the load its requests join alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from specroute.policies.view import POOLS
+from specroute.router.online import Online
+from specroute.router.online_fit import Level, LiveCrossing, LiveFit
+
+
+def published(online: Online) -> dict[str, Any]:
+    """The leader's fit as a JSON document (the crossover it routes by apart)."""
+    return {
+        "fitted_at": online.fitted_at,
+        "samples": len(online.samples),
+        "shared": online.shared,
+        "fits": [asdict(f) for f in online.fits],
+        "drift": list(online.drift),
+    }
+
+
+def take(online: Online, adopted: float | None, document: dict[str, Any] | None) -> None:
+    """In another worker: route by ``adopted``, and show the fit of ``document`` (None:
+    the one shown stands). A document that does not read raises ValueError, KeyError or
+    TypeError before anything of it is taken."""
+    online.adopted = adopted
+    if document is None:
+        return
+    fits = tuple(_live_fit(f) for f in document["fits"])
+    drift = tuple(bool(d) for d in document["drift"])
+    if len(drift) != len(fits):
+        raise ValueError(f"{len(fits)} fits with {len(drift)} drift flags")
+    fitted_at, samples = document["fitted_at"], int(document["samples"])
+    online.fits, online.drift, online.fitted_at = fits, drift, fitted_at
+    online.counted, online.shared = samples, bool(document["shared"])
+
+
+def _live_fit(raw: dict[str, Any]) -> LiveFit:
+    crossing = raw["crossing"]
+    return LiveFit(
+        raw["context"],
+        {
+            pool: tuple(Level(**level) for level in raw["curves"][pool])
+            for pool in POOLS
+            if pool in raw["curves"]
+        },
+        None
+        if crossing is None
+        else LiveCrossing(**(crossing | {"levels": tuple(crossing["levels"])})),
+        raw["samples"],
+        raw["min_samples"],
+    )
