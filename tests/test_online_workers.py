@@ -23,6 +23,7 @@ from tests.emulators import running_emulator
 from tests.test_online_live import KIMI, SCALE
 
 WORKERS = 2
+ADMIN = "admin-key-for-the-test"
 PROFILED, LIVE = "3.0", "1.6"  # the accept length profiled, and the one served
 
 
@@ -99,6 +100,8 @@ async def test_two_workers_learn_one_crossover_and_both_route_by_it(tmp_path: Pa
             "0.2",
             "--online-min-samples",
             "8",
+            "--admin-key",
+            ADMIN,
         ) as router,
         pinned(router.url) as clients,
     ):
@@ -123,6 +126,17 @@ async def test_two_workers_learn_one_crossover_and_both_route_by_it(tmp_path: Pa
         assert one["samples"] == another["samples"] == total, (seen, total)  # both workers'
         assert one["adopted_crossover"] == another["adopted_crossover"] == 0.0  # pays nowhere
         assert one["fits"] == another["fits"] and one["fits"][0]["samples"] == total
+        live = []  # the live profile, from the leader's fit whichever worker writes it
+        for http in clients.values():
+            answer = await http.get(
+                f"{url}/router/profile/live", headers={"Authorization": f"Bearer {ADMIN}"}
+            )
+            assert answer.status_code == 200, answer.text
+            document = answer.json()
+            document.pop("created", None)
+            document["measurement"].pop("fitted_seconds_ago")
+            live.append(document)
+        assert live[0] == live[1] and live[0]["measurement"]["samples_kept"] == total
         for http in clients.values():  # the live crossover in both: load 1 to the plain server
             assert await served_by(http, url) == "base"
             text = (await http.get(f"{url}/metrics")).text
