@@ -1,11 +1,13 @@
 """The router's online estimator in an offline replay: fed each served request as the
-router would feed it, fitted on the virtual clock, its crossover routed by in ``adopt``."""
+router would feed it, fitted on the virtual clock, its crossover routed by in ``adopt``, and
+its exploration, when it explores, turning the policy's decisions as the router's does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from specroute.policies.profile import Profile
+from specroute.router.exploration import Exploration
 from specroute.router.online import Online
 
 
@@ -15,6 +17,7 @@ class Learning:
     profile: Profile | None  # the profile in force: its curves stand in where few samples are
     interval: float = 5.0  # virtual seconds between fits, as ``online_interval``
     shared: bool = True  # the topology the load joined is counted in
+    exploration: Exploration | None = None  # of ``online``; None: none
     # each fit's time, the crossover adopted (None: the profile's) and whether it drifted
     history: list[tuple[float, float | None, bool]] = field(default_factory=list)
 

@@ -613,8 +613,8 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
 
 
 def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[], Learning] | None:
-    """With ``online = "adopt"`` in the router's config, the router's online estimator as
-    its settings make it, a fresh one for each policy replayed."""
+    """With ``online = "adopt"`` in the router's config, the router's online estimator and
+    its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
     from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode
     from specroute.router.online_samples import Samples
@@ -626,7 +626,8 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     def fresh() -> Learning:
         samples = Samples(per_level * KEPT_PER_LEVEL, settings.online_window_seconds)
         online = Online(OnlineMode.ADOPT, samples, settings.sureness(), per_level=per_level)
-        return Learning(online, profile, settings.online_interval)
+        explores = settings.exploration(online)
+        return Learning(online, profile, settings.online_interval, exploration=explores)
 
     return fresh
 
