@@ -114,6 +114,7 @@ async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_conf
     config.write_text(
         'spec = ["http://spec:1"]\nbase = ["http://base:2"]\nonline = "adopt"\n'
         "online_window_samples = 24\nonline_min_samples = 12\n"
+        "online_explore_share = 0\n"  # learning from the policy's own choices alone
     )
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": 40, "concurrency": c} for c in (4, 2, 4, 2)]))
