@@ -1,7 +1,7 @@
 """The online calibration plot of an offline ``bench compare`` with ``online = "adopt"``:
 for each policy that learned, the crossover each fit found in the live traffic with its
-interval, the one routed by (the live one once adopted, else the profile's), the profile's
-with its interval, and where the speculative server's accept length changed; below, the
+interval and the one routed by (the live one once adopted, else the profile's); the
+profile's with its interval; and where the speculative server's accept length changed; below, the
 trace's load. What it shows is how soon the live estimate leaves a profile gone stale and
 settles where the traffic now says."""
 
@@ -18,8 +18,13 @@ def plot_online(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    learned: dict[str, list[list[float | None]]] = results["online_live"]
+    learned = {  # the static choices learn too, but route by nothing learned
+        name: fits
+        for name, fits in results["online_live"].items()
+        if not name.startswith("always-")
+    }
     profiled = results.get("online_profile") or {}
+    value, ci = profiled.get("value"), profiled.get("ci") or (None, None)
     fig, (ax, load_ax) = plt.subplots(
         2, 1, figsize=(11, 6.5), sharex=True, gridspec_kw={"height_ratios": (3, 1)}
     )
@@ -29,13 +34,13 @@ def plot_online(results: dict[str, Any], path: Path) -> None:
         at = [_finite(f[1]) for f in fits]
         low = [_finite(f[2]) for f in fits]
         high = [_finite(f[3]) for f in fits]
-        routed = [_finite(f[4]) for f in fits]
+        routed = [value if f[4] is None else _finite(f[4]) for f in fits]
         ax.fill_between(
             times,
             [math.nan if v is None else v for v in low],
             [math.nan if v is None else v for v in high],
             color=colour,
-            alpha=0.15,
+            alpha=0.25,
             step="post",
             label=f"{name}: live interval",
         )
@@ -43,11 +48,12 @@ def plot_online(results: dict[str, Any], path: Path) -> None:
         ax.step(
             times, [_nan(v) for v in routed], where="post", color=colour, label=f"{name}: routed by"
         )
-    value, ci = profiled.get("value"), profiled.get("ci") or (None, None)
     if value is not None:
         ax.axhline(value, color="0.3", linestyle="--", label="profile's crossover")
     if ci[0] is not None and ci[1] is not None:
-        ax.axhspan(ci[0], ci[1], color="0.5", alpha=0.12, label="profile's interval")
+        for edge in ci:
+            ax.axhline(edge, color="0.3", linestyle=":", linewidth=0.8)
+        ax.plot([], [], color="0.3", linestyle=":", label="profile's interval")
     for change in results.get("accept_schedule") or []:
         for axis in (ax, load_ax):
             axis.axvline(change["at"], color="C3", linestyle=":")

@@ -115,6 +115,8 @@ class _Replay:
         self, plan: ReplayPlan, policy: Policy, label: str, learning: Learning | None = None
     ) -> None:
         self.plan, self.policy, self.label, self.learning = plan, policy, label, learning
+        if learning is not None:
+            learning.online.shared = learning.shared  # before the first fit says so too
         self.servers = [
             _Server(backend_name(url, pool), pool, plan.servers[pool])
             for pool in plan.backends
@@ -184,6 +186,8 @@ class _Replay:
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now, live)
         info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)
+        if learning is not None and learning.exploration is not None:
+            decision = learning.exploration.after(decision, view, self.policy.crossover())
         server = next(s for s in self.servers if s.name == decision.backend)
         config = server.config
         seq = parse(body, chat=True, context_length=config.context_length).seq
@@ -329,6 +333,12 @@ def compare_offline(
     }
     if learned:  # each fit: its time, the crossover routed by (None: the profile's), drift
         results["online"] = {name: learning.history for name, learning in learned.items()}
+        results["online_live"] = {name: learning.live for name, learning in learned.items()}
+        first = next(iter(learned.values())).profile
+        if first is not None:
+            c = first.crossover
+            results["online_profile"] = {"value": c.threshold, "ci": c.ci}
+        results["accept_schedule"] = [vars(c) for c in plan.servers["spec"].accept_schedule]
     for name, records in runs.items():
         results["policies"][name] = policy_summary(
             plan.trace, records, 0.0, plan.trace.seconds, plan.slo, plan.settle

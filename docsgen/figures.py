@@ -13,6 +13,7 @@ from typing import Any
 from docsgen.runs import FIGURES, RUNS
 from specroute.bench.compare_plot import plot_compare
 from specroute.bench.coverage_plot import plot_coverage
+from specroute.bench.online_plot import plot_online
 from specroute.bench.overhead_plot import plot_overhead
 from specroute.profiler.plot import plot_profile
 
@@ -21,6 +22,7 @@ PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "coverage": plot_coverage,
     "compare": plot_compare,
     "overhead": plot_overhead,
+    "online": plot_online,
 }
 
 

@@ -203,4 +203,19 @@ RUNS: dict[str, Run] = {
         "overhead.png",
         "overhead",
     ),
+    "online-drift": Run(
+        "specroute bench compare --offline --router-config router.toml --profile "
+        "online-profile.json --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
+        "--accept-schedule 0:3.0,160:1.6 --trace drift.json --policies "
+        "crossover,always-spec,always-base --input-len 128 --output-len 128 --out drift/ "
+        "--online-plot online-drift.png",
+        "2026-12-01",
+        "online-drift.png",
+        "online",
+        note='router.toml: online = "adopt", online_window_samples = 24, '
+        "online_min_samples = 12; online-profile.json: `specroute emulate --hardware "
+        "kimi-k2.5-8x-pcie-fitted --max-running-requests 256 --accept-length 3.0 --predict "
+        "1,2,4,6,8,12,16 --input-len 128 --output-len 128 --profile online-profile.json`; "
+        "drift.json: phases of 40 s at 2, 4, 8 and 4 clients, twice",
+    ),
 }

@@ -45,7 +45,7 @@ from specroute.router.monitor import (
 )
 from specroute.router.online import Online
 from specroute.router.online_samples import Samples
-from specroute.router.online_task import keep_fitting
+from specroute.router.online_task import keep_fitting, shares_gpus
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
@@ -99,6 +99,15 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     quota = quota_of(settings) if workers is None else workers.quota
     keys = Keys(settings.api_keys, settings.admin_key)
     rate = settings.rate_limit
+    online = Online(
+        settings.online,
+        Samples(settings.online_kept(), settings.online_window_seconds),
+        settings.sureness(),
+        per_level=settings.online_window_samples,
+        rings=None if workers is None else workers.rings,
+        leads=board.leader,
+    )
+    online.shared = shares_gpus(policy)  # as each fit finds it; exploration counts load so
     state = RouterState(
         settings,
         metrics,
@@ -109,14 +118,8 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         Verdicts(metrics, board),
         DecisionLog(metrics, settings.recent_decisions),
         Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
-        Online(
-            settings.online,
-            Samples(settings.online_kept(), settings.online_window_seconds),
-            settings.sureness(),
-            per_level=settings.online_window_samples,
-            rings=None if workers is None else workers.rings,
-            leads=board.leader,
-        ),
+        online,
+        settings.exploration(online),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
     )
@@ -304,7 +307,8 @@ async def _status(request: web.Request) -> web.Response:
                 }
                 for b, v in zip(state.roster.backends, view.backends, strict=True)
             ],
-            "online": state.online.describe(time.monotonic()),
+            "online": state.online.describe(time.monotonic())
+            | {"exploration": None if (e := state.exploration) is None else e.describe()},
             "recent_decisions": list(state.decisions.recent),
             "tasks": len(asyncio.all_tasks()),  # a leak shows here first
             "draining": state.draining,

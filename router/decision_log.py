@@ -1,5 +1,5 @@
-"""The routing decisions this worker made: each counted by pool and reason, and the last
-few kept for ``/router/status``."""
+"""The routing decisions this worker made: each counted by pool and reason (those explored
+also by pool alone), and the last few kept for ``/router/status``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 from specroute.policies.decision import Decision
+from specroute.router.exploration import EXPLORE
 from specroute.router.metrics import RouterMetrics
 
 
@@ -21,6 +22,8 @@ class DecisionLog:
         """``decision``, made at live concurrency ``load``."""
         m = self.metrics
         m.child(m.decisions, decision.pool, decision.reason).inc()
+        if decision.reason == EXPLORE:
+            m.child(m.explored, decision.pool).inc()
         self.recent.append(
             {
                 "at": time.time(),

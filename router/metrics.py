@@ -38,6 +38,12 @@ class RouterMetrics:
             "Routing decisions, by pool and reason.",
             ("pool", "reason"),
         )
+        self.explored = self._counter(
+            "specroute_online_explored",
+            "Requests sent to the pool the policy did not choose, near the crossover, so that "
+            "the live curves are seen there (online exploration), by the pool sent to.",
+            ("pool",),
+        )
         self.placements = self._counter(
             "specroute_placements",
             "Where within the chosen pool requests ran, by pool and placement outcome: "

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 
+from specroute.policies.policy import Policy
 from specroute.router.state import RouterState
 
 _log = logging.getLogger("specroute.router")
@@ -32,7 +33,12 @@ def fit_now(state: RouterState) -> None:
     """One fit, with the profile and the topology in force, published for the other
     workers."""
     in_force = state.in_force
-    topology = getattr(getattr(in_force.policy, "params", None), "topology", "shared")
-    shared = topology != "partitioned"
-    state.online.refit(time.monotonic(), in_force.profile, shared)
+    state.online.refit(time.monotonic(), in_force.profile, shares_gpus(in_force.policy))
     state.publish_online()
+
+
+def shares_gpus(policy: Policy) -> bool:
+    """Whether the policy counts the load a request joins as its GPU group's (``topology``
+    shared, and for a policy without one), or as its server's own (partitioned)."""
+    topology = getattr(getattr(policy, "params", None), "topology", "shared")
+    return bool(topology != "partitioned")

@@ -21,9 +21,10 @@ from specroute.policies.registry import FLAT_KEYS, checked, entry
 from specroute.policies.view import ConcurrencySource, Pool
 from specroute.router.backend import Server
 from specroute.router.discovery import SCHEMES, is_dns
+from specroute.router.exploration import Exploration
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
-from specroute.router.online import KEPT_PER_LEVEL, OnlineMode, Sureness
+from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
 from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -266,6 +267,21 @@ class RouterSettings(BaseSettings):
         gt=1,
         description="sure enough to adopt: the widest interval of the live crossover, high / low",
     )
+    online_explore_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="exploration: of the requests a crossover decides, the most sent to the "
+        "other pool near the crossover, so that the live curves are seen on both sides of it "
+        "(0, the default: none; never with online=off; 0.02: one request in 50)",
+    )
+    online_explore_span: float = Field(
+        2.0,
+        gt=1,
+        description="exploration: where the load a request would join lies within this "
+        "factor of the crossover routed by; never past the crossover times it, an ejected "
+        "server or one at its max_running_requests",
+    )
     config: Path | None = Field(None, exclude=True, description="a TOML file of settings")
     _params: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -322,6 +338,12 @@ class RouterSettings(BaseSettings):
     def online_kept(self) -> int:
         """The online samples kept at most (those that count are fewer: the window)."""
         return self.online_window_samples * KEPT_PER_LEVEL
+
+    def exploration(self, online: Online) -> Exploration | None:
+        """Exploration as the settings give it; None when off (online=off, or no share)."""
+        if self.online is OnlineMode.OFF or self.online_explore_share == 0:
+            return None
+        return Exploration(online, self.online_explore_share, self.online_explore_span)
 
     @model_validator(mode="after")
     def _cool_downs(self) -> RouterSettings:

@@ -7,6 +7,7 @@ each with one job, and the few steps that take several of them.
 - ``online``: the live curves learned from served requests, fitted by the leader;
 - ``verdicts``: what requests and health checks say of backends, to their breakers;
 - ``decisions``: the routing decisions, counted, the last few kept;
+- ``exploration``: the share of decisions sent to the other pool near the crossover;
 - ``admission``: which requests are served now and which wait; ``rate_limit``: each key's.
 """
 
@@ -27,6 +28,7 @@ from specroute.router.admission import Admission
 from specroute.router.backend import Backend
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
+from specroute.router.exploration import Exploration
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online import Online
@@ -54,6 +56,7 @@ class RouterState:
     decisions: DecisionLog
     admission: Admission
     online: Online
+    exploration: Exploration | None = None  # None: off (online=off, or a share of 0)
     rate_limit: RateLimit | None = None
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     session: ClientSession | None = None
@@ -82,9 +85,13 @@ class RouterState:
         )
 
     def place(self, decision: Decision, request: RequestInfo, view: View) -> Decision:
-        """The policy's decision, placed within its pool; counted unless left to the policy.
-        In the speculative pool no server at the crossover is chosen by its hash."""
-        ceiling = self.in_force.policy.crossover() if decision.pool == "spec" else None
+        """The policy's decision, explored (``exploration``) and placed within its pool;
+        counted unless left to the policy. In the speculative pool no server at the
+        crossover is chosen by its hash."""
+        crossover = self.in_force.policy.crossover()
+        if (exploration := self.exploration) is not None:
+            decision = exploration.after(decision, view, crossover)
+        ceiling = crossover if decision.pool == "spec" else None
         placed, outcome = self.placement.place(decision, request, view, ceiling)
         if outcome != "least_load":
             self.metrics.child(self.metrics.placements, placed.pool, outcome).inc()

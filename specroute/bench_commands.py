@@ -116,6 +116,12 @@ def _add_compare(commands: Subcommands) -> None:
     add_dataset_flags(compare)
     compare.add_argument("--out", required=True, metavar="DIR")
     compare.add_argument("--plot", metavar="compare.png")
+    compare.add_argument(
+        "--online-plot",
+        metavar="online.png",
+        help='offline, with online = "adopt" in the router\'s config: the live crossover '
+        "of each fit with its interval beside the profile's, over the trace",
+    )
     compare.set_defaults(handler=_compare)
 
 
@@ -568,6 +574,13 @@ def _compare(args: argparse.Namespace) -> int:
         from specroute.bench.compare_plot import plot_compare
 
         draw(lambda: plot_compare(results, Path(args.plot)), args.plot)
+    if args.online_plot:
+        if "online_live" not in results:
+            print('no online plot: the replay learned nothing (offline, online = "adopt")')
+        else:
+            from specroute.bench.online_plot import plot_online
+
+            draw(lambda: plot_online(results, Path(args.online_plot)), args.online_plot)
     return 0
 
 
@@ -613,8 +626,8 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
 
 
 def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[], Learning] | None:
-    """With ``online = "adopt"`` in the router's config, the router's online estimator as
-    its settings make it, a fresh one for each policy replayed."""
+    """With ``online = "adopt"`` in the router's config, the router's online estimator and
+    its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
     from specroute.router.online import Online, OnlineMode
     from specroute.router.online_samples import Samples
@@ -626,7 +639,8 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     def fresh() -> Learning:
         samples = Samples(settings.online_kept(), settings.online_window_seconds)
         online = Online(OnlineMode.ADOPT, samples, settings.sureness(), per_level=per_level)
-        return Learning(online, profile, settings.online_interval)
+        explores = settings.exploration(online)
+        return Learning(online, profile, settings.online_interval, exploration=explores)
 
     return fresh
 

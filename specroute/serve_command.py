@@ -223,7 +223,9 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
         ("--online-window-seconds", float, "S", "samples older do not count (default 600)"),
         ("--online-window-samples", int, "N", "the last samples per pool and level (64)"),
         ("--online-min-samples", int, "N", "adopt: live samples per level around it (30)"),
-        ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (4)"),
+        ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (2)"),
+        ("--online-explore-share", float, "F", "of the requests, the most explored (0: none)"),
+        ("--online-explore-span", float, "F", "explored within this factor of it (2)"),
     ):
         group.add_argument(flag, type=kind, metavar=metavar, help=about)
 

@@ -359,16 +359,24 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             assert code != 0 and "the router refused (409)" in early and "2 samples" in early
             assert not (tmp_path / "early.json").exists()  # never half a profile
 
-            started = time.monotonic()
+            served: asyncio.Event = asyncio.Event()
 
             async def client_loop(k: int) -> None:
                 n = 0
-                while time.monotonic() - started < 2.5:
+                while not served.is_set():
                     n += 1
                     await streamed(url, f"client {k} request {n}: say something")
 
+            async def watch() -> tuple[int, dict[str, Any]]:
+                """Traffic until a crossover stands on live samples (a slow machine serves
+                fewer a second), 20 s at most."""
+                found = await until(url, lambda s, b: s == 200, seconds=20.0)
+                served.set()
+                return found
+
+            watching = asyncio.create_task(watch())
             await asyncio.gather(*(client_loop(k) for k in range(6)))
-            status, body = await until(url, lambda s, b: s == 200)
+            status, body = await watching
             assert status == 200, body
             code, out = await command(
                 "profile", "--from-live", url, "-o", str(live), "--admin-key-file", str(key_file),

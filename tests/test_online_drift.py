@@ -19,7 +19,7 @@ from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
-from specroute.policies.profile import parse_profile
+from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
 from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
 from specroute.router.online_samples import Samples
@@ -38,14 +38,18 @@ def overall(trace: Trace, records: list[RequestRecord]) -> dict[str, Any]:
     return figures
 
 
-def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
+def drift_profile() -> Profile:
+    """The profile of the speculative server at accept length 3.0: crossover near 5."""
     profiled = config_from_flags((*MODEL, "--accept-length", "3.0"), "spec")
     document = as_profile(predict(profiled, [1, 2, 4, 6, 8, 12, 16], 128, 128), profiled)
-    profile = parse_profile(json.loads(json.dumps(document)))
-    assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
+    return parse_profile(json.loads(json.dumps(document)))
+
+
+def drift_plan() -> ReplayPlan:
+    """The phases at 2, 4, 8 and 4 clients, twice, the accept length falling at ``DRIFT``."""
     trace = Trace("drift", tuple(Phase(40.0, c) for c in LOADS + LOADS))
     drifting = f"0:3.0,{DRIFT:g}:1.6"
-    plan = ReplayPlan(
+    return ReplayPlan(
         trace,
         synthetic(128, 128),
         {
@@ -55,13 +59,24 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
         backends={"spec": ("http://spec:1",), "base": ("http://base:2",)},
         output_len=128,
     )
-    online = Online(
+
+
+def drift_online() -> Online:
+    """The router's estimator as the proof runs it (``--online adopt``)."""
+    return Online(
         OnlineMode.ADOPT,
         Samples(PER_LEVEL * KEPT_PER_LEVEL, 600.0),
         Sureness(MIN_SAMPLES),  # the default: an interval at most one doubling wide
         per_level=PER_LEVEL,
     )
-    learning = Learning(online, profile)
+
+
+def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
+    profile = drift_profile()
+    assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
+    plan = drift_plan()
+    trace = plan.trace
+    learning = Learning(drift_online(), profile)
     runs = {
         "stale": replay(plan, build_policy("crossover", {}, profile), "stale"),
         "adopt": replay(plan, build_policy("crossover", {}, profile), "adopt", learning),
@@ -99,6 +114,7 @@ async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_conf
     config.write_text(
         'spec = ["http://spec:1"]\nbase = ["http://base:2"]\nonline = "adopt"\n'
         "online_window_samples = 24\nonline_min_samples = 12\n"
+        "online_explore_share = 0\n"  # learning from the policy's own choices alone
     )
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": 40, "concurrency": c} for c in (4, 2, 4, 2)]))

@@ -224,8 +224,22 @@ def online() -> Panels:
         "evidence each point of the live curves has (--online-min-samples to enter the fit).",
         "short",
         [query("sum by (pool, level) (specroute_online_samples)", "{{pool}} at {{level}}")],
-    ).span(24)
-    return [crossover, tpot, samples]
+    )
+    explored = graph(
+        "Exploration share by pool",
+        "The share of routing decisions that exploration sent to the pool the policy did not "
+        "choose, near the crossover (--online-explore-share; 0, none, by default), so that the "
+        "live curves are seen on both sides of it.",
+        "percentunit",
+        [
+            query(
+                f"sum by (pool) (rate(specroute_online_explored_total[{RATE}]))"
+                f" / scalar(sum(rate(specroute_route_decisions_total[{RATE}])))",
+                "explored to {{pool}}",
+            )
+        ],
+    )
+    return [crossover, tpot, samples, explored]
 
 
 def health() -> Panels:
