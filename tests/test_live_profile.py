@@ -342,7 +342,8 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             assert (await answer(url, "not-the-key"))[0] == 401
             assert (await answer(url, None))[0] == 401
             await asyncio.gather(streamed(url, "one"), streamed(url, "two"))
-            status, body = await until(url, lambda s, b: "2 samples" in json.dumps(b))
+            # once a fit has run: before it, the answer says none has (with 2 samples kept)
+            status, body = await until(url, lambda s, b: "window holds 2" in json.dumps(b))
             assert (
                 status == 409
                 and "the window holds 2 samples (spec 2, base 0)" in body["error"]["message"]
