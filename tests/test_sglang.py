@@ -73,12 +73,14 @@ def _router_flags(spec: str, base: str, *more: str) -> tuple[str, ...]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def router(servers: tuple[Engine, Engine]) -> AsyncIterator[str]:
+async def router(
+    servers: tuple[Engine, Engine], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
     spec, base = servers
-    async with specroute(*_router_flags(spec.url, base.url, "--poll-interval", str(POLL))) as (
-        url,
-        _,
-    ):
+    config = tmp_path_factory.mktemp("router") / "router.toml"
+    config.write_text(f"stale_after = {3 * POLL}\n")  # a reading is believed until the next
+    flags = _router_flags(spec.url, base.url, "--poll-interval", str(POLL), "--config", str(config))
+    async with specroute(*flags) as (url, _):
         yield url
 
 
