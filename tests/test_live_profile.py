@@ -34,8 +34,8 @@ from specroute.router.online_samples import Sample, Samples
 from specroute.router.openapi import document as openapi
 from tests.emulators import running_emulator
 from tests.routers import running_router
-from tests.test_emulator_api import client
 from tests.test_online import LEVELS, Model, dense, profile_of, served, true_crossover
+from tests.test_online_live import streamed as streamed_with_usage
 
 SERVING = Serving(
     {"spec": ("spec:127.0.0.1:1",), "base": ("base:127.0.0.1:2",)},
@@ -299,15 +299,7 @@ async def until(url: str, ok: Any, seconds: float = 5.0) -> tuple[int, dict[str,
 
 
 async def streamed(url: str, words: str) -> None:
-    stream = await client(url).chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": words}],
-        max_tokens=96,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    async for _ in stream:
-        pass
+    await streamed_with_usage(url, True, words, max_tokens=96)
 
 
 async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_it(

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from specroute.emulator.predict import as_profile, predict
 from specroute.model_flags import config_from_flags
@@ -33,11 +34,15 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
         yield spec, base
 
 
-async def streamed(url: str, usage: bool) -> None:
+async def streamed(url: str, usage: bool, words: str | None = None, max_tokens: int = 48) -> None:
+    """One chat streamed through the router to its end (``words``: its one message, else
+    the usual chat), its usage asked for or not."""
+    asked: list[ChatCompletionMessageParam] = [{"role": "user", "content": words or ""}]
+    messages = CHAT if words is None else asked
     stream = await client(url).chat.completions.create(
         model="m",
-        messages=CHAT,
-        max_tokens=48,
+        messages=messages,
+        max_tokens=max_tokens,
         stream=True,
         stream_options={"include_usage": usage},
     )
