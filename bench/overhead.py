@@ -47,6 +47,7 @@ class OverheadPlan:
     levels: tuple[int, ...] = (1, 4, 16, 64, 256, 512)
     repeats: int = 3
     workers: tuple[int, ...] = (1, 2)  # specroute serve --workers, one target each
+    bare_workers: tuple[int, ...] = (1,)  # the bare pass-through's processes, one target each
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
     seconds: float = 1.5  # each window
@@ -63,8 +64,10 @@ class OverheadPlan:
     def __post_init__(self) -> None:
         if not self.levels or min(self.levels) < 1 or self.repeats < 1 or not self.workers:
             raise ValueError("overhead needs levels >= 1, repeats >= 1 and a worker count")
-        if min(self.workers) < 1 or self.chunks < 2 or self.gap_ms <= 0:
-            raise ValueError("overhead needs workers >= 1, chunks >= 2 and gap_ms > 0")
+        if not self.bare_workers or min((*self.workers, *self.bare_workers)) < 1:
+            raise ValueError("overhead needs workers >= 1 and bare workers >= 1")
+        if self.chunks < 2 or self.gap_ms <= 0:
+            raise ValueError("overhead needs chunks >= 2 and gap_ms > 0")
         if not set(self.gateways) <= set(GATEWAYS):
             raise ValueError(f"overhead's gateways are among {', '.join(GATEWAYS)}")
         if self.router_cores is not None and self.router_cores < 1:
@@ -220,7 +223,9 @@ async def measure_overhead(
         backends = await start_backends(stack, plan.chunks, plan.gap_ms)
         urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
         run_on("router")
-        targets = await start_targets(stack, urls, plan.workers, plan.gateways, note)
+        targets = await start_targets(
+            stack, urls, plan.workers, plan.gateways, note, plan.bare_workers
+        )
         if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:
                 pin_tree(pid, pinned["backends"])
@@ -255,7 +260,11 @@ async def measure_overhead(
             progress.finish(_line(window), time.monotonic() - began)
         profiled = []
         if plan.profile_dir is not None:
-            routers = [t for t in targets if t.pid is not None and t.name not in GATEWAYS]
+            routers = [  # the one-process bare pass-through is the floor profiled beside
+                t
+                for t in targets
+                if t.pid is not None and t.name not in GATEWAYS and not t.name.startswith("bare-")
+            ]
             levels = [n for n in plan.profile_levels if n in plan.levels]
             where = Profiles(Path(plan.profile_dir), plan.profile_format)
             longer = replace(plan, seconds=plan.profile_seconds)

@@ -136,6 +136,8 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
         f"--warmup {plan.warmup:g} --seconds {plan.seconds:g}",
         f"--chunks {plan.chunks} --gap-ms {plan.gap_ms:g} --gateways {joined(plan.gateways)}",
     ]
+    if plan.bare_workers != (1,):
+        flags.append(f"--bare-workers {joined(plan.bare_workers)}")
     if plan.router_cores is not None:
         flags.append(f"--router-cores {plan.router_cores}")
     if plan.profile_dir is not None:

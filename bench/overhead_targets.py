@@ -3,6 +3,8 @@ started by the project's one spawner as a process of its own on loopback:
 
 - ``direct``: nothing; the clients talk to the backends (client ``i`` to backend ``i % 2``);
 - ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
+  ``bare-wN`` the same forked into N processes on one port, for each count of
+  ``--bare-workers`` above 1: what more processes cost a router that does no background work;
 - ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
   goes to the speculative backend, through the whole routing path), with N worker processes
   and no access log (the gateways run at log level ``warn``: no line for each request either);
@@ -54,17 +56,23 @@ class Target:
     pid: int | None  # the router's process, its workers below it; None for direct
 
 
-async def _every_worker_listening(url: str, workers: int) -> None:
+async def _every_worker_listening(url: str, workers: int, bare: bool = False) -> None:
     """Until each worker has answered on a connection of its own: the first one ready does
     not make the others so, and connections opened before a worker listens never reach it."""
     seen: set[int] = set()
+    path = "/bare/worker" if bare else "/router/status"
     for _ in range(_WORKER_TRIES):
-        async with aiohttp.ClientSession() as s, s.get(f"{url}/router/status") as r:
-            seen.add((await r.json())["worker"]["index"])
+        async with aiohttp.ClientSession() as s, s.get(url + path) as r:
+            answer = await r.json()
+            seen.add(answer["index"] if bare else answer["worker"]["index"])
         if len(seen) == workers:
             return
         await asyncio.sleep(0.01)
     raise RuntimeError(f"only workers {sorted(seen)} of {workers} answered at {url}")
+
+
+def bare_name(workers: int) -> str:
+    return "bare" if workers == 1 else f"bare-w{workers}"
 
 
 def installed(gateway: str) -> bool:
@@ -89,15 +97,17 @@ async def start_targets(
     workers: Sequence[int],
     gateways: Sequence[str],
     note: Callable[[str], None],
+    bare_workers: Sequence[int] = (1,),
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
     spec, base = backends
     targets = [Target("direct", (spec, base), None)]
-    bare = await stack.enter_async_context(
-        spawned("--upstream", spec, "--upstream", base, module=BARE)
-    )
-    targets.append(Target("bare", (bare.url,), bare.process.pid))
+    for n in bare_workers:
+        upstreams = ("--upstream", spec, "--upstream", base, "--workers", str(n))
+        bare = await stack.enter_async_context(spawned(*upstreams, module=BARE))
+        await _every_worker_listening(bare.url, n, bare=True)
+        targets.append(Target(bare_name(n), (bare.url,), bare.process.pid))
     for n in workers:
         flags = (
             "serve",

@@ -32,13 +32,10 @@ _WHAT = {
 
 
 def _reference_order(targets: list[str]) -> list[str]:
-    """specroute's targets first, then the gateways, then the bare pass-through."""
+    """specroute's targets first, then the gateways, then the bare pass-through's."""
     ours = [t for t in targets if t.startswith("specroute")]
-    return (
-        ours
-        + [t for t in targets if t not in ours and t not in ("bare", "direct")]
-        + [t for t in targets if t == "bare"]
-    )
+    bare = [t for t in targets if t == "bare" or t.startswith("bare-")]
+    return ours + [t for t in targets if t not in (*ours, *bare, "direct")] + bare
 
 
 def _figure(row: dict[str, Any] | None, name: str) -> float | None:
@@ -53,7 +50,7 @@ def overhead_reference(document: dict[str, Any]) -> str:
     cell (``a / b / c``, the targets in the order the header names); then each target's
     CPU per request over the first gateway's (below 1: cheaper)."""
     targets = _reference_order(list(document["targets"]))
-    gateway = next((t for t in targets if not t.startswith("specroute") and t != "bare"), None)
+    gateway = next((t for t in targets if not t.startswith(("specroute", "bare"))), None)
     names = {"stream": "streamed", "whole": "whole answers"}
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
     parts = []

@@ -192,6 +192,12 @@ def _add_overhead(commands: Subcommands) -> None:
     )
     _counts(overhead, "--levels", [1, 4, 16, 64, 256, 512], "concurrent requests per level")
     _counts(overhead, "--workers", [1, 2], "specroute serve --workers, one target each")
+    _counts(
+        overhead,
+        "--bare-workers",
+        [1],
+        "the bare pass-through's processes, one target each (bare-wN above 1)",
+    )
     overhead.add_argument("--repeats", type=positive(int), default=3)
     overhead.add_argument(
         "--modes",
@@ -450,6 +456,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "levels": tuple(args.levels),
             "repeats": args.repeats,
             "workers": tuple(args.workers),
+            "bare_workers": tuple(args.bare_workers),
             "modes": tuple(args.modes),
             "warmup": args.warmup,
             "seconds": args.seconds,

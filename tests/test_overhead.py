@@ -95,6 +95,28 @@ def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
     assert document["plan"]["gateways"] == ["smg"]  # the default, when installed
 
 
+def test_the_bare_pass_through_forked_into_workers_is_a_target_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--bare-workers 1,2``: the pass-through once as one process and once as two on one
+    port, each measured, both processes reached, and the command says how to run it again."""
+    document = _run(
+        tmp_path,
+        *("--levels", "16", "--modes", "whole", "--workers", "1", "--bare-workers", "1,2"),
+        *("--gateways", "none", "--repeats", "1", "--warmup", "0.3", "--seconds", "0.3"),
+    )
+    assert document["targets"] == ["direct", "bare", "bare-w2", "specroute-w1"]
+    assert "bare-w2" in capsys.readouterr().out
+    assert "--bare-workers 1,2" in document["command"]
+    rows = _rows(document)
+    for target in ("bare", "bare-w2"):
+        r = rows["whole", 16, target]
+        assert r["errors"]["max"] == 0 and r["router_cpu_ms_per_request"]["min"] > 0
+    assert "bare-w2 " in " ".join(document["notes"]) and "(3 processes)" in " ".join(
+        document["notes"]
+    )  # the parent and its two workers
+
+
 @pytest.mark.parametrize(
     ("flag", "expected"),
     [
