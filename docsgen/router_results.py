@@ -238,8 +238,41 @@ def capacity(document: dict[str, Any]) -> str:
     return "\n".join([about, table([*header, "load generator CPU"], rows, "rrrrrrr")])
 
 
+def overhead_workers(document: dict[str, Any]) -> str:
+    """Per mode, router CPU per request at each level for each process count, of the bare
+    pass-through and of specroute side by side, and what the most processes cost over one."""
+    rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+    targets = document["targets"]
+    families = {
+        family: [t for t in targets if t == family or t.startswith(f"{family}-w")]
+        for family in ("bare", "specroute")
+    }
+    names = {"stream": "streamed", "whole": "whole answers"}
+    parts = []
+    for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
+        levels = sorted({r["level"] for r in document["summary"] if r["mode"] == mode})
+        body = []
+        for level in levels:
+            cells = [str(level)]
+            for members in families.values():
+                got = [
+                    _figure(rows_of.get((mode, level, t)), "router_cpu_ms_per_request")
+                    for t in members
+                ]
+                cells.append(" / ".join(number(g, 2) for g in got))
+                first, last = got[0], got[-1]
+                cells.append("-" if first is None or last is None else f"{last / first:.2f}x")
+            body.append(cells)
+        header = [f"{names.get(mode, mode)}: level"]
+        for family, members in families.items():
+            header += [f"{family}: {' / '.join(members)}", f"{members[-1]} over {members[0]}"]
+        parts.append(table(header, body, "r" * len(header)))
+    return "\n".join(parts)
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
+    "overhead-workers": overhead_workers,
     "overhead-reference": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,

@@ -203,6 +203,11 @@ RUNS: dict[str, Run] = {
         "overhead.png",
         "overhead",
     ),
+    "overhead-workers": Run(
+        "specroute bench overhead --workers 1,2,4 --bare-workers 1,2,4 --repeats 2 "
+        "--out overhead-workers.json",
+        "2026-12-02",
+    ),
     "online-drift": Run(
         "specroute bench compare --offline --router-config router.toml --profile "
         "online-profile.json --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
