@@ -94,8 +94,7 @@ class Board:
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE
         self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")[:workers]
-        self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 : (counts + floats) * 8]
-        self._live = self._live.cast("d")
+        self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 : (counts + floats) * 8].cast("d")
         self._live[0] = _NONE
         self._lived = every[(counts + floats) * 8 :].cast("d")  # per cell: integral, its time
         self._row = worker * backends

@@ -3,8 +3,8 @@ and, in ``adopt``, the live crossover routed by once it is sure.
 
 On the request path only cheap steps: the load a request joins, read at dispatch, the load
 lived through so far (the board's integral of in-flight counts over time) at its first
-byte and at its end, and one sample appended then (``served``). The fit runs in a background task every
-``online_interval`` seconds (``keep_fitting``), off the request path.
+byte and at its end, and one sample appended then (``served``). The fit runs in a background
+task every ``online_interval`` seconds (``keep_fitting``), off the request path.
 
 Which requests make samples: those answered 200 as a stream whose last event says how many
 tokens they produced (``stream_options.include_usage``); a whole body has no first token to
@@ -78,10 +78,7 @@ class Sureness:
     Once adopted, a crossover is kept where it is while the evidence holds it half as well
     (half the samples, twice the ratio, and its interval still holding it): hysteresis, so
     that routing does not flap between the live and the profiled crossover, nor follow a
-    point that wanders inside a wide interval. Only a sure fit moves it, or one sure half as
-    well whose interval no longer holds it: then to that fit's point, which the evidence
-    holds as well as it held the last, rather than back to the profile, which it may
-    have shown wrong."""
+    point that wanders inside a wide interval. Only a sure fit moves it."""
 
     min_samples: int = 30
     max_ratio: float = 2.0
@@ -298,12 +295,8 @@ class Online:
             if was is None:
                 _log.warning("Online: routing by the live crossover %.3g.", self.adopted)
         elif was is not None and not self.sureness.holds(found, was):
-            if self.sureness.sure(found, holding=True):
-                assert found is not None
-                self.adopted = found.threshold  # sure enough to hold: its point, not was
-            else:
-                self.adopted = None
-                _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+            self.adopted = None
+            _log.warning("Online: the live crossover is no longer sure; the profile's again.")
 
 
 def _span(

@@ -7,10 +7,10 @@ spaced geometrically, as calibration measures them), read at the level itself: w
 profile, its TPOT times the profile's curve at the level over the curve at its load, so
 that a pool whose samples sit low in a level's share of the axis (the plain server, below
 the crossover's spill-over) is not taken for faster there. A level's statistic is the
-median TPOT of its samples, as a profile's is. Its bootstrap replicates are drawn by the distribution of a
-resampled median: the median of ``n`` values drawn with replacement from sorted ``x`` is
-``x[k]`` with ``k`` near ``(n - 1) / 2`` and a spread of ``sqrt(n) / 2`` ranks (binomial,
-its normal limit), so a replicate costs one draw instead of ``n``. The crossing is
+median TPOT of its samples, as a profile's is. Its bootstrap replicates are drawn by the
+distribution of a resampled median: the median of ``n`` values drawn with replacement from
+sorted ``x`` is ``x[k]`` with ``k`` near ``(n - 1) / 2`` and a spread of ``sqrt(n) / 2``
+ranks (binomial, its normal limit), so a replicate costs one draw instead of ``n``. The crossing is
 ``specroute.crossing`` on the margin of the two curves (the log of their ratio), once for the
 medians and once per replicate; its interval is the percentile interval of the replicates'
 crossings, each end out to the level past it (``crossing.percentile_interval``,
