@@ -82,12 +82,22 @@ class _Server(VirtualServer):
         self.pool = pool
         self.group = ""  # the one GPU group, as the router places servers given by URL
         self.inflight = 0
+        self.lived_for = 0.0  # its in-flight count integrated over time up to ``changed``
+        self.changed = 0.0  # when the count last changed
         self.kv_tokens = 0  # the estimated context of those in flight, as the router's
         self.tokens = self.verifies = 0  # at finish, as SGLang counts them
         self.polled = (0, 0)
         self.running: int | None = None
         self.queued: int | None = None
         self.accept_length: float | None = None
+
+    def lived(self, now: float) -> float:
+        """Its in-flight count integrated over time up to ``now``, as the router's board."""
+        return self.lived_for + self.inflight * (now - self.changed)
+
+    def add(self, now: float, n: int) -> None:
+        self.lived_for, self.changed = self.lived(now), now
+        self.inflight += n
 
     def poll(self) -> None:
         tokens, verifies = self.tokens - self.polled[0], self.verifies - self.polled[1]
@@ -129,6 +139,8 @@ class _Replay:
         self.records: list[RequestRecord] = []
         # by rid: its record, client, KV tokens and the load it joined
         self.owners: dict[str, tuple[RequestRecord, int | None, int, int]] = {}
+        # by rid, from its first token: when it came and the load lived by then
+        self.decoding: dict[str, tuple[float, float]] = {}
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
@@ -204,7 +216,7 @@ class _Replay:
         joined = 0 if learning is None else learning.online.joined(self.servers, server)
         self.owners[seq.rid] = (record, client, context, joined)
         self.time.submit(server, seq)
-        server.inflight += 1
+        server.add(self.now, 1)
         server.kv_tokens += context
 
     def deliver(self, server: _Server, step: Step) -> None:
@@ -216,6 +228,7 @@ class _Replay:
         if emission.ids:
             if record.first_token is None:
                 record.first_token = self.now
+                self.decoding[emission.seq.rid] = (self.now, self.lived(server))
             n = len(emission.ids)
             last = record.chunks[-1] if record.chunks else None
             if last is not None and self.window(last[0]) == self.window(self.now):
@@ -228,12 +241,13 @@ class _Replay:
         del self.owners[seq.rid]
         record.end, record.output_tokens = self.now, len(seq.output_ids)
         record.prompt_tokens = seq.prompt_tokens
-        server.inflight -= 1
+        load = self.load(server, seq.rid, joined)
+        server.add(self.now, -1)
         server.kv_tokens -= context
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
         if self.learning is not None and (tpot := record.tpot()) is not None:
-            sample = Sample(self.now, server.pool, joined, tpot, context)
+            sample = Sample(self.now, server.pool, load, tpot, context)
             self.learning.online.record(sample)  # as the router does at a request's end
         if client is None:
             return
@@ -243,6 +257,21 @@ class _Replay:
             self.send(client)
         else:
             self.idle[client] = True
+
+    def lived(self, server: _Server) -> float:
+        """The load the online samples count at ``server`` integrated over time up to now."""
+        if self.learning is None:
+            return 0.0
+        gauge = self.learning.online.lived(self.servers, server)
+        return 0.0 if gauge is None else gauge(self.now)
+
+    def load(self, server: _Server, rid: str, joined: int) -> float:
+        """The mean load a request decoded under, itself included (``joined`` when it
+        had no time decoding)."""
+        start = self.decoding.pop(rid, None)
+        if start is None or self.now <= start[0]:
+            return float(joined)
+        return (self.lived(server) - start[1]) / (self.now - start[0])
 
 
 def replay(

@@ -76,6 +76,11 @@ class Backend:
         """The estimated context (KV tokens) of the requests in flight here, every worker's."""
         return self.board.kv_tokens(self.index)
 
+    def lived(self, now: float) -> float:
+        """Its requests in flight through every worker integrated over time up to ``now``
+        (only differences mean anything: the mean load between two readings)."""
+        return self.board.lived(self.index, now)
+
     def dispatched(self, n: int, kv_tokens: int) -> None:
         """``n`` more (or, negative, fewer) of this worker's requests in flight here, of
         ``kv_tokens`` estimated context between them."""

@@ -6,7 +6,11 @@ and each backend's health and reported load. So the workers keep those here:
 - each worker's count of requests in flight at each backend, and the sum of their
   estimated contexts (KV tokens), in slots of its own that only it writes; a reader sums
   a backend's slots. No lock on the hot path: a slot has one writer, and an aligned
-  8-byte store is never seen half done.
+  8-byte store is never seen half done. Beside each count, that count integrated over
+  time up to its last change, and the change's time: a backend's load lived through, so
+  that the mean load a request decoded under is two readings' difference over its time
+  (online calibration's samples); a reader that meets another worker's slot mid-change is
+  off by that change's last interval, no more.
 - what the leader (worker 0), which alone checks health and polls the backends, last
   learned of each: the health check's verdict with a sequence number (each worker feeds new
   verdicts to its own breaker), the running and queued requests and the capacity it
@@ -31,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 import mmap
+import time
 from dataclasses import dataclass
 
 _INTS = 3  # per worker and backend: in flight, their KV tokens, breaker level
@@ -39,6 +44,7 @@ _OWN_INTS = 1  # per worker: profiles it was posted
 _GLOBAL_INTS = 2  # times the leader published the set of backends, and an online fit
 _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
+_LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
 _FLOATS = 8  # per backend: running, queued, capacity, the router's in flight, accept length,
 # its time, the engine, the reading's time
 _ENGINES = (None, "sglang", "vllm")
@@ -68,7 +74,8 @@ class Board:
         cells = workers * backends
         counts = _INTS * cells + _PUBLISHED_INTS * backends + _OWN_INTS * workers + _GLOBAL_INTS
         floats = _FLOATS * backends + _OWN_FLOATS * workers + _GLOBAL_FLOATS
-        self._memory = mmap.mmap(-1, (counts + floats) * 8)  # MAP_SHARED
+        lived = _LIVED_FLOATS * cells
+        self._memory = mmap.mmap(-1, (counts + floats + lived) * 8)  # MAP_SHARED
         every = memoryview(self._memory)
         whole = every[: counts * 8].cast("q")
         sizes = (cells, cells, cells, backends, backends, workers, _GLOBAL_INTS)
@@ -87,8 +94,9 @@ class Board:
         for i in range(_FLOATS * backends):
             self._floats[i] = _NONE
         self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")[:workers]
-        self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 :].cast("d")
+        self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 : (counts + floats) * 8].cast("d")
         self._live[0] = _NONE
+        self._lived = every[(counts + floats) * 8 :].cast("d")  # per cell: integral, its time
         self._row = worker * backends
         self._last: list[Reading | None] = [None] * backends  # what ``reading`` last made
 
@@ -112,8 +120,27 @@ class Board:
         return self._inflight[self._row + backend]
 
     def add_inflight(self, backend: int, n: int, kv_tokens: int) -> None:
-        self._inflight[self._row + backend] += n
-        self._kv[self._row + backend] += kv_tokens
+        cell = self._row + backend
+        self._live_through(cell, time.monotonic())
+        self._inflight[cell] += n
+        self._kv[cell] += kv_tokens
+
+    def lived(self, backend: int, now: float) -> float:
+        """The requests in flight at ``backend`` through every worker, integrated over time
+        up to ``now`` (request seconds, from an origin of its own: only differences mean
+        anything)."""
+        total, lived = 0.0, self._lived
+        for cell in range(backend, self.workers * self.backends, self.backends):
+            since = lived[2 * cell + 1]
+            total += lived[2 * cell] + self._inflight[cell] * max(0.0, now - since)
+        return total
+
+    def _live_through(self, cell: int, now: float) -> None:
+        """A slot's integral brought up to ``now``, before its count changes."""
+        lived = self._lived
+        since = lived[2 * cell + 1]
+        lived[2 * cell] += self._inflight[cell] * max(0.0, now - since)
+        lived[2 * cell + 1] = now
 
     def kv_tokens(self, backend: int) -> int:
         """The estimated context of the requests in flight at ``backend``, every worker's."""
@@ -123,7 +150,9 @@ class Board:
         """A worker died: its requests died with it, so its slots are cleared for the one
         that takes its place."""
         start = worker * self.backends
+        now = time.monotonic()
         for i in range(start, start + self.backends):
+            self._live_through(i, now)
             self._inflight[i] = self._kv[i] = self._levels[i] = 0
         self._cpu[worker] = 0.0  # its successor's count starts again: a counter reset
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from specroute.router.backend import Backend
 from specroute.router.metrics import RouterMetrics
@@ -21,9 +22,19 @@ class Flight:
     counted here (the backend's error is, by kind): another may still serve it."""
 
     def __init__(
-        self, metrics: RouterMetrics, backend: Backend, stream: bool, context: int
+        self,
+        metrics: RouterMetrics,
+        backend: Backend,
+        stream: bool,
+        context: int,
+        lived: Callable[[float], float] | None = None,
     ) -> None:
+        """``lived``: the load its samples count, integrated over time up to a moment
+        (``Online.lived``); read at its first byte, so that the load it decoded under is
+        known at its end."""
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
+        self.lived = lived
+        self.lived_first: float | None = None  # ``lived`` at its first byte
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
@@ -41,6 +52,8 @@ class Flight:
     def first_byte(self) -> None:
         m = self.metrics
         self.first_at = time.monotonic()
+        if self.lived is not None:
+            self.lived_first = self.lived(self.first_at)
         m.child(m.ttft, self.backend.pool).observe(self.first_at - self.started)
 
     def land(self) -> None:

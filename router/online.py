@@ -1,15 +1,21 @@
 """Online calibration: the live curves fitted from served requests, drift from the profile,
 and, in ``adopt``, the live crossover routed by once it is sure.
 
-On the request path only two cheap steps: the load a request joins, read at dispatch, and
-one sample appended at its end (``served``). The fit runs in a background task every
-``online_interval`` seconds (``keep_fitting``), off the request path.
+On the request path only cheap steps: the load a request joins, read at dispatch, the load
+lived through so far (the board's integral of in-flight counts over time) at its first
+byte and at its end, and one sample appended then (``served``). The fit runs in a background
+task every ``online_interval`` seconds (``keep_fitting``), off the request path.
 
 Which requests make samples: those answered 200 as a stream whose last event says how many
 tokens they produced (``stream_options.include_usage``); a whole body has no first token to
-time the decode from. The load a request joins is counted as the policy counts it: the
+time the decode from. A sample's load is the mean load the request decoded under, from its
+first byte to its end, as a profile's level is the load its requests decoded under: the
+load it joined is not, since under a crossover a server's load rises and falls between
+the crossover and below it, so that a request joining at the bottom decodes among more
+(and one joining at the top among fewer). Load is counted as the policy counts it: the
 server's own requests in flight in the partitioned topology, its GPU group's (both pools)
-in the shared one, itself included.
+in the shared one, itself included; the load it joined is the sample's when it had no
+time decoding.
 
 Several workers learn as one: each records its samples, at loads counted over every worker
 through the board, in a ring of its own in shared memory (``Rings``: a slot, no lock). The
@@ -25,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -35,7 +41,15 @@ from specroute.policies.curves import Curves, context_curves, curves
 from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
 from specroute.policies.view import Pool
 from specroute.router.flight import Flight, usage
-from specroute.router.online_fit import DEFAULT_LEVELS, Known, LiveCrossing, LiveFit, fit, nearest
+from specroute.router.online_fit import (
+    DEFAULT_LEVELS,
+    Known,
+    LiveCrossing,
+    LiveFit,
+    Shape,
+    fit,
+    nearest,
+)
 from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Sample, Samples
 from specroute.router.outcome import Outcome
@@ -101,6 +115,8 @@ class Seat(Protocol):
     @property
     def group(self) -> str: ...
 
+    def lived(self, now: float) -> float: ...
+
 
 class Online:
     def __init__(
@@ -136,8 +152,19 @@ class Online:
             return backend.inflight + 1
         return sum([b.inflight for b in backends if b.group == backend.group]) + 1
 
+    def lived(self, backends: Sequence[Seat], backend: Seat) -> Callable[[float], float] | None:
+        """The load a request at ``backend`` counts, integrated over time up to a moment
+        (None: not recording)."""
+        if not self.records:
+            return None
+        if not self.shared:
+            return backend.lived
+        group = [b for b in backends if b.group == backend.group]
+        return lambda now: sum([b.lived(now) for b in group])
+
     def served(self, flight: Flight, joined: int) -> None:
-        """At the request's end: one sample, if it makes one."""
+        """At the request's end: one sample, if it makes one, at the mean load it decoded
+        under (``joined`` without the load lived through since its first byte)."""
         if not self.records or flight.outcome is not Outcome.ANSWERED or flight.status != 200:
             return
         if not flight.stream or flight.first_at is None:
@@ -147,7 +174,10 @@ class Online:
             return
         now = time.monotonic()
         tpot = (now - flight.first_at) / (tokens - 1)
-        self.record(Sample(now, flight.backend.pool, joined, tpot, flight.context))
+        load = float(joined)
+        if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
+            load = (flight.lived(now) - flight.lived_first) / (now - flight.first_at)
+        self.record(Sample(now, flight.backend.pool, load, tpot, flight.context))
 
     def record(self, sample: Sample) -> None:
         """One served request's sample (what ``served`` takes; an offline replay, too)."""
@@ -202,8 +232,9 @@ class Online:
         fits: tuple[LiveFit, ...]
         crossovers: tuple[Crossover, ...] | None
         if axis is None:
+            known, shape = _known(profile), _shape(profile)
             fits = (
-                fit(window, _levels(profile), None, _known(profile), self._min(), self.per_level),
+                fit(window, _levels(profile), None, known, self._min(), self.per_level, 0, shape),
             )
             crossovers = None if profile is None else (profile.crossover,)
         else:
@@ -213,7 +244,16 @@ class Online:
                 split[nearest(contexts, s.context)].append(s)
             assert profile is not None
             fits = tuple(
-                fit(part, _levels(profile), c, _at_context(profile, c), self._min(), self.per_level)
+                fit(
+                    part,
+                    _levels(profile),
+                    c,
+                    _at_context(profile, c),
+                    self._min(),
+                    self.per_level,
+                    0,
+                    _shape_at_context(profile, c),
+                )
                 for part, c in zip(split, contexts, strict=True)
             )
             crossovers = tuple(b.crossover for b in axis.buckets)
@@ -294,6 +334,32 @@ def _known(profile: Profile | None) -> Known | None:
     def at(pool: Pool, level: float) -> float | None:
         curve = tpot[pool]
         return curve.at(level) if curve.levels[0] <= level <= curve.levels[-1] else None
+
+    return at
+
+
+def _shape(profile: Profile | None) -> Shape | None:
+    """The profile's TPOT at any load: its curve, flat below its first level and extended
+    past its last."""
+    given = _curves(profile)
+    if given is None:
+        return None
+    tpot = given.tpot
+
+    def at(pool: Pool, load: float) -> float:
+        return tpot[pool].at(load)
+
+    return at
+
+
+def _shape_at_context(profile: Profile, context: float) -> Shape | None:
+    """A ``v2`` profile's TPOT at any load, at ``context`` KV tokens."""
+    given = context_curves(profile)
+    if given is None:
+        return None
+
+    def at(pool: Pool, load: float) -> float:
+        return given.at(pool, load, context)
 
     return at
 

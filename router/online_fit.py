@@ -1,13 +1,16 @@
 """The live curves and their crossing, fitted from served requests: pure Python (the router
 must not load numpy), by the profile's statistics and the project's one crossing finder.
 
-Each sample is one answered request: its pool, the load it joined and its time per output
-token. A sample counts at the level nearest its load in log load (levels are spaced
-geometrically, as calibration measures them). A level's statistic is the median TPOT of its
-samples, as a profile's is. Its bootstrap replicates are drawn by the distribution of a
-resampled median: the median of ``n`` values drawn with replacement from sorted ``x`` is
-``x[k]`` with ``k`` near ``(n - 1) / 2`` and a spread of ``sqrt(n) / 2`` ranks (binomial,
-its normal limit), so a replicate costs one draw instead of ``n``. The crossing is
+Each sample is one answered request: its pool, the mean load it decoded under and its time
+per output token. A sample counts at the level nearest its load in log load (levels are
+spaced geometrically, as calibration measures them), read at the level itself: with a
+profile, its TPOT times the profile's curve at the level over the curve at its load, so
+that a pool whose samples sit low in a level's share of the axis (the plain server, below
+the crossover's spill-over) is not taken for faster there. A level's statistic is the
+median TPOT of its samples, as a profile's is. Its bootstrap replicates are drawn by the
+distribution of a resampled median: the median of ``n`` values drawn with replacement from
+sorted ``x`` is ``x[k]`` with ``k`` near ``(n - 1) / 2`` and a spread of ``sqrt(n) / 2``
+ranks (binomial, its normal limit), so a replicate costs one draw instead of ``n``. The crossing is
 ``specroute.crossing`` on the margin of the two curves (the log of their ratio), once for the
 medians and once per replicate; its interval is the percentile interval of the replicates'
 crossings, each end out to the level past it (``crossing.percentile_interval``,
@@ -36,6 +39,7 @@ from specroute.router.online_samples import Sample
 DEFAULT_LEVELS: tuple[float, ...] = tuple(float(2**i) for i in range(10))  # 1 to 512
 REPLICATES = 400
 Known = Callable[[Pool, float], float | None]  # the profile's TPOT at a load, if it has one
+Shape = Callable[[Pool, float], float]  # the profile's TPOT at any load, its curve extended
 
 
 @dataclass(frozen=True)
@@ -108,15 +112,21 @@ def fit(
     min_samples: int = 1,
     per_level: int | None = None,
     seed: int = 0,
+    shape: Shape | None = None,
 ) -> LiveFit:
     """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
-    pool's level from its last ``per_level`` samples (all: None); a pool's level with fewer
-    than ``min_samples`` live samples takes ``known`` there (the profile's curve)."""
-    by: dict[Pool, list[list[float]]] = {pool: [[] for _ in levels] for pool in POOLS}
+    pool's level from its last ``per_level`` samples (all: None), each read at its level
+    along ``shape`` (as measured: None); a pool's level with fewer than ``min_samples`` live
+    samples takes ``known`` there (the profile's curve)."""
+    seen: dict[Pool, list[list[Sample]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
-        by[s.pool][nearest(levels, s.load)].append(s.tpot)
+        seen[s.pool][nearest(levels, s.load)].append(s)
     if per_level is not None:
-        by = {pool: [values[-per_level:] for values in rows] for pool, rows in by.items()}
+        seen = {pool: [row[-per_level:] for row in rows] for pool, rows in seen.items()}
+    by = {
+        pool: [_at_level(row, pool, level, shape) for row, level in zip(rows, levels, strict=True)]
+        for pool, rows in seen.items()
+    }
     rng = random.Random(seed)
     curves: dict[Pool, tuple[Level, ...]] = {}
     draws: dict[Pool, list[list[float] | None]] = {}
@@ -135,6 +145,14 @@ def fit(
     counted = sum(level.samples for rows in curves.values() for level in rows)
     found = _crossing(levels, curves, draws, known, min_samples)
     return LiveFit(context, curves, found, counted, min_samples)
+
+
+def _at_level(row: Sequence[Sample], pool: Pool, level: float, shape: Shape | None) -> list[float]:
+    """The TPOTs of ``row``, each read at ``level`` along ``shape`` (as measured: None)."""
+    if shape is None:
+        return [s.tpot for s in row]
+    there = shape(pool, level)
+    return [s.tpot * there / shape(pool, s.load) for s in row]
 
 
 def _crossing(

@@ -22,7 +22,7 @@ import struct
 from specroute.policies.view import POOLS
 from specroute.router.online_samples import Sample
 
-_SLOT = struct.Struct("=5d")  # monotonic time, pool, load joined, TPOT, context
+_SLOT = struct.Struct("=5d")  # monotonic time, pool, mean load, TPOT, context
 _CODES = {pool: float(i) for i, pool in enumerate(POOLS)}
 
 
@@ -77,6 +77,6 @@ class Rings:
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
         self._read[w] = end
         return [
-            Sample(at, POOLS[int(pool)], int(load), tpot, int(context))
+            Sample(at, POOLS[int(pool)], load, tpot, int(context))
             for at, pool, load, tpot, context in rows[first - start :]
         ]

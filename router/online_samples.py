@@ -12,7 +12,7 @@ from specroute.policies.view import Pool
 class Sample(NamedTuple):
     at: float  # monotonic seconds, at the request's end
     pool: Pool
-    load: int  # the load it joined where it ran, itself included
+    load: float  # the mean load it decoded under where it ran, itself included
     tpot: float  # seconds per output token after the first
     context: int  # its estimated KV tokens while decoding
 

@@ -203,7 +203,8 @@ async def _forward(
 ) -> web.StreamResponse:
     """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
     joined = state.online.joined(state.roster.backends, backend)  # before it joins
-    flight = Flight(state.metrics, backend, body.get("stream") is True, context)
+    lived = state.online.lived(state.roster.backends, backend)
+    flight = Flight(state.metrics, backend, body.get("stream") is True, context, lived)
     trailed = trail_of(request)
     if trailed is not None:
         trailed.flew(flight)

@@ -326,3 +326,41 @@ def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
         pytest.approx(true_crossover(dense(1 / 8)), rel=0.05),
     ]
     assert online.drift == (True, False)  # 21 is far above the first bucket's 7 to 9
+
+
+def test_a_backend_s_load_lived_through_is_its_count_integrated_over_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mean load a request decoded under is two readings' difference over its time:
+    every worker's requests there counted, each for as long as it was in flight."""
+    clock = [10.0]
+    monkeypatch.setattr("specroute.router.board.time.monotonic", lambda: clock[0])
+    board = Board(2, 1)
+    board.add_inflight(0, 1, 0)  # worker 0: one from 10 s
+    first = board.lived(0, 10.0)
+    clock[0] = 11.0
+    board.become(1)
+    board.add_inflight(0, 2, 0)  # worker 1: two more from 11 s
+    clock[0] = 12.0
+    board.add_inflight(0, -2, 0)  # gone at 12 s
+    assert (board.lived(0, 14.0) - first) / 4.0 == pytest.approx((4 * 1 + 1 * 2) / 4.0)
+
+
+def test_a_level_s_samples_are_read_at_the_level_along_the_profile_s_curve() -> None:
+    """Samples at loads off a level (the plain server's at 3, counted at level 4) are read
+    at the level along the profile's curve, so that they are not taken for faster there."""
+    model = dense()
+    off = [
+        Sample(0.001 * i, pool, 3.0, model(pool, 3.0), 1000)  # type: ignore[arg-type]
+        for i, pool in enumerate(["spec", "base"] * 20)
+    ]
+
+    def shape(pool: str, load: float) -> float:
+        return model(pool, load)
+
+    read = fit(off, LEVELS, min_samples=10, shape=shape)
+    as_measured = fit(off, LEVELS, min_samples=10)
+    for pool in ("spec", "base"):
+        at_level = read.curves[pool][2]
+        assert at_level.level == 4.0 and at_level.median == pytest.approx(model(pool, 4.0))
+        assert as_measured.curves[pool][2].median == pytest.approx(model(pool, 3.0))

@@ -50,7 +50,7 @@ async def streamed(url: str, usage: bool, words: str | None = None, max_tokens: 
         pass
 
 
-async def test_streams_that_say_their_usage_become_samples_of_the_load_they_joined(
+async def test_streams_that_say_their_usage_become_samples_of_the_load_they_decoded_under(
     backends: tuple[str, str],
 ) -> None:
     spec, base = backends
@@ -62,7 +62,8 @@ async def test_streams_that_say_their_usage_become_samples_of_the_load_they_join
         samples = state.online.samples.window(time.monotonic())
         assert len(samples) == 6
         assert {s.pool for s in samples} == {"spec", "base"}  # six at once: past 2.5
-        assert max(s.load for s in samples) >= 3 and min(s.load for s in samples) == 1
+        # the mean load each decoded under, the others of the six among it
+        assert max(s.load for s in samples) >= 3 and all(1 <= s.load <= 6 for s in samples)
         assert all(0 < s.tpot < 1 for s in samples)
         fit_now(state)
         async with aiohttp.ClientSession() as s:
@@ -74,7 +75,8 @@ async def test_streams_that_say_their_usage_become_samples_of_the_load_they_join
         assert online["adopted_crossover"] is None
         levels = online["fits"][0]["levels"]
         assert sum(row["samples"] for rows in levels.values() for row in rows) == 6
-        assert 'specroute_online_samples{bucket="0",level="1",pool="spec"}' in metrics
+        gauged = [x for x in metrics.splitlines() if x.startswith("specroute_online_samples{")]
+        assert any('bucket="0"' in x and 'pool="spec"' in x for x in gauged)
         assert "specroute_profile_drift{" in metrics
         assert "specroute_online_adopted 0.0" in metrics
 
