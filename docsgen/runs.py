@@ -214,7 +214,7 @@ RUNS: dict[str, Run] = {
         "--accept-schedule 0:3.0,160:1.6 --trace drift.json --policies "
         "crossover,always-spec,always-base --input-len 128 --output-len 128 --out drift/ "
         "--online-plot online-drift.png",
-        "2026-12-01",
+        "2026-12-02",
         "online-drift.png",
         "online",
         note='router.toml: online = "adopt", online_window_samples = 24, '
