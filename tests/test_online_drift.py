@@ -3,7 +3,9 @@ profiled at accept length 3.0 (crossover near 5), whose speculative server's acc
 falls to 1.6 mid-run (speculation then pays at no load). The router's online estimator,
 fed each served request as the router feeds it, re-routes within a stated time under
 ``adopt``, beats the stale profile on median and p99 TPOT and on tok/s, and comes within 3%
-of an oracle that knows the drift (the faster static choice of each phase)."""
+of an oracle that knows the drift (the faster static choice of each phase). The same drift
+on the case study's mixture-of-experts model, whose margin is band-shaped (at 3.0 it pays
+everywhere, least near 8 requests; at 1.6 nowhere)."""
 
 from __future__ import annotations
 
@@ -45,16 +47,17 @@ def drift_profile() -> Profile:
     return parse_profile(json.loads(json.dumps(document)))
 
 
-def drift_plan() -> ReplayPlan:
-    """The phases at 2, 4, 8 and 4 clients, twice, the accept length falling at ``DRIFT``."""
-    trace = Trace("drift", tuple(Phase(40.0, c) for c in LOADS + LOADS))
-    drifting = f"0:3.0,{DRIFT:g}:1.6"
+def drift_plan(model: tuple[str, ...] = MODEL, loads: tuple[int, ...] = LOADS) -> ReplayPlan:
+    """The phases at ``loads`` clients, 40 s each, twice, the accept length falling from 3.0
+    to 1.6 between the two."""
+    trace = Trace("drift", tuple(Phase(40.0, c) for c in loads + loads))
+    drifting = f"0:3.0,{40.0 * len(loads):g}:1.6"
     return ReplayPlan(
         trace,
         synthetic(128, 128),
         {
-            "spec": config_from_flags((*MODEL, "--accept-schedule", drifting), "spec"),
-            "base": config_from_flags(MODEL, "base"),
+            "spec": config_from_flags((*model, "--accept-schedule", drifting), "spec"),
+            "base": config_from_flags(model, "base"),
         },
         backends={"spec": ("http://spec:1",), "base": ("http://base:2",)},
         output_len=128,
@@ -71,11 +74,11 @@ def drift_online() -> Online:
     )
 
 
-def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
-    profile = drift_profile()
-    assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
-    plan = drift_plan()
-    trace = plan.trace
+def _head_to_head(
+    plan: ReplayPlan, profile: Profile
+) -> tuple[Learning, list[str], dict[str, dict[str, Any]]]:
+    """The stale profile, ``adopt`` learning from it, and the oracle, on ``plan``: how
+    ``adopt`` learned, the oracle's choices, and each one's figures over the run."""
     learning = Learning(drift_online(), profile)
     runs = {
         "stale": replay(plan, build_policy("crossover", {}, profile), "stale"),
@@ -84,9 +87,23 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
         "always-base": replay(plan, build_policy("always-base", {}, None)),
     }
     best = oracle(plan, runs["always-spec"], runs["always-base"])
-    assert best.choice == ["spec", "spec", "base", "spec", "base", "base", "base", "base"]
     runs["oracle"] = replay(plan, best)
-    stale, adopt, ideal = (overall(trace, runs[name]) for name in ("stale", "adopt", "oracle"))
+    figures = {name: overall(plan.trace, records) for name, records in runs.items()}
+    for name in ("stale", "adopt", "oracle"):
+        f = figures[name]
+        print(
+            f"{name}: TPOT p50 {f['tpot_ms_p50']} ms (phases' {f['tpot_ms_p50_phases']}), "
+            f"p99 {f['tpot_ms_p99']} ms, {f['output_tps']} tok/s"
+        )
+    return learning, list(best.choice), figures
+
+
+def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
+    profile = drift_profile()
+    assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
+    learning, choice, figures = _head_to_head(drift_plan(), profile)
+    assert choice == ["spec", "spec", "base", "spec", "base", "base", "base", "base"]
+    stale, adopt, ideal = (figures[name] for name in ("stale", "adopt", "oracle"))
 
     history = learning.history
     re_routed = next(t for t, c, _ in history if t >= DRIFT and c is not None and c < 2)
@@ -98,6 +115,43 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
         assert adopt[key] < stale[key], (key, adopt, stale)
         assert adopt[key] <= ideal[key] * 1.03, (key, adopt, ideal)
     assert adopt["output_tps"] > stale["output_tps"] * 1.05, (adopt, stale)
+    assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
+
+
+MOE = ("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
+MOE_LOADS = (2, 4, 32, 4)
+
+
+def test_on_the_moe_model_adopt_follows_the_drop_from_paying_everywhere_to_nowhere() -> None:
+    """The case study's mixture-of-experts model: profiled at 3.0 it pays at every level
+    (one band, up to the last level measured); after the drift, at none. ``adopt`` re-routes
+    as on the dense model and beats the stale profile on every figure. Against the oracle
+    it is within 3% on p99 TPOT and tok/s; on the median it is not held to 3%: the run's
+    pooled median lies among the requests before the drift, which all three route alike,
+    and the phases' median (the mean over the trace's time of each phase's) carries the 30
+    s at 2 clients learning takes after the drift, which a 40-second phase does not dilute
+    (3.5% in this run)."""
+    profiled = config_from_flags((*MOE, "--accept-length", "3.0"), "spec")
+    levels = [1, 2, 4, 8, 16, 32, 48, 64]
+    profile = parse_profile(
+        json.loads(json.dumps(as_profile(predict(profiled, levels, 128, 128), profiled)))
+    )
+    assert profile.crossover.value is None and profile.crossover.threshold == 64  # pays to 64
+    plan = drift_plan(MOE, MOE_LOADS)
+    learning, choice, figures = _head_to_head(plan, profile)
+    assert choice == ["spec"] * 4 + ["base"] * 4
+    stale, adopt, ideal = (figures[name] for name in ("stale", "adopt", "oracle"))
+    drift = 40.0 * len(MOE_LOADS)
+    re_routed = next(t for t, c, _ in learning.history if t >= drift and c is not None and c < 2)
+    print(f"re-routed {re_routed - drift:g} s after the drift")
+    assert re_routed - drift <= RE_ROUTED_WITHIN, learning.history
+
+    assert adopt["tpot_ms_p50"] <= stale["tpot_ms_p50"], (adopt, stale)  # a tie: see above
+    for key in ("tpot_ms_p50_phases", "tpot_ms_p99"):
+        assert adopt[key] < stale[key] * 0.9, (key, adopt, stale)
+    assert adopt["tpot_ms_p99"] <= ideal["tpot_ms_p99"] * 1.03, (adopt, ideal)
+    assert adopt["tpot_ms_p50_phases"] <= ideal["tpot_ms_p50_phases"] * 1.05, (adopt, ideal)
+    assert adopt["output_tps"] > stale["output_tps"] * 1.1, (adopt, stale)
     assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
 
 
