@@ -332,6 +332,20 @@ class RouterSettings(BaseSettings):
             raise ValueError("workers share one port: give it (port 0 would give each its own)")
         return self
 
+    def cautions(self) -> list[str]:
+        """What the settings allow but a user most likely did not mean, in a sentence each,
+        for the start to say once."""
+        said: list[str] = []
+        if self.stale_after < self.poll_interval:
+            said.append(
+                f"stale_after ({self.stale_after:g} s) is shorter than poll_interval "
+                f"({self.poll_interval:g} s): a backend's reading goes stale before the next "
+                "one comes, so /router/status and the policies see none most of the time; "
+                f"set stale_after to at least {self.poll_interval:g} (a few polls, "
+                f"{3 * self.poll_interval:g}, is usual) or poll more often"
+            )
+        return said
+
     def sureness(self) -> Sureness:
         return Sureness(self.online_min_samples, self.online_max_ratio)
 

@@ -252,6 +252,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"(--policy-param {key}=VALUE, SPECROUTE_POLICY_PARAMS or [policy.params])",
             file=sys.stderr,
         )
+    for caution in settings.cautions():
+        print(f"specroute serve: warning: {caution}", file=sys.stderr)
     return run(settings)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from specroute.cli import main, parser
 from specroute.policies.registry import REGISTRY
+from specroute.router.settings import RouterSettings
 
 
 def _commands(p: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -104,3 +105,39 @@ def test_a_check_of_settings_together_never_echoes_them(capsys: pytest.CaptureFi
     assert err == (
         "specroute serve: give both pools' backends (--spec and --base) or a backends file\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("timing", "warned"),
+    [
+        ({"SPECROUTE_POLL_INTERVAL": "6"}, True),  # stale_after's default, 2 s, is shorter
+        ({"SPECROUTE_POLL_INTERVAL": "6", "SPECROUTE_STALE_AFTER": "18"}, False),
+        ({"SPECROUTE_POLL_INTERVAL": "2", "SPECROUTE_STALE_AFTER": "2"}, False),
+        ({}, False),  # the defaults: a poll every 0.5 s, believed for 2
+    ],
+    ids=["shorter", "three polls", "equal", "defaults"],
+)
+def test_serve_warns_once_when_a_reading_goes_stale_before_the_next_poll(
+    timing: dict[str, str],
+    warned: bool,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[RouterSettings] = []
+
+    def run(settings: RouterSettings) -> int:  # the router itself is not started
+        started.append(settings)
+        return 0
+
+    monkeypatch.setattr("specroute.router.serve.run", run)
+    for key in ("SPECROUTE_POLL_INTERVAL", "SPECROUTE_STALE_AFTER"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in timing.items():
+        monkeypatch.setenv(key, value)
+    assert main(["serve", "--spec", "http://a:1", "--base", "http://b:2"]) == 0
+    assert len(started) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: stale_after") == (1 if warned else 0), err
+    if warned:
+        assert "stale_after (2 s) is shorter than poll_interval (6 s)" in err
+        assert "set stale_after to at least 6" in err

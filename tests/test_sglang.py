@@ -4,21 +4,26 @@ process; and an EAGLE-3 server on a draft made locally.
 
 A stage of its own (``pytest -m sglang tests/test_sglang.py``), skipped with the reason
 when ``make sglang-env`` has not been run. The two servers start once for the module
-(45-90 s); one test starts an EAGLE-3 server of its own, and the last kills the
-speculative server and starts it again. About 4-5 minutes on a 2-core machine; the bound
-below fails the stage past 10.
+(45-90 s); calibrate runs once for the two tests that read its profile, one of which
+serves real traffic for about a minute to compare the router's live estimate with it; one
+test starts an EAGLE-3 server of its own, and the last kills the speculative server and
+starts it again. About 5-7 minutes on a 2-core machine; the bound below fails the stage
+past 10.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
 import os
 import signal
+import statistics
 import sys
 import time
 from asyncio.subprocess import PIPE, STDOUT
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,8 @@ from specroute.engines.sglang_cpu import (
     engine_pair,
     missing,
 )
+from specroute.loadgen.client import request_body
+from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
 from specroute.router.backend_stats import parse, parse_loads, window_accept_length
@@ -50,6 +57,7 @@ pytestmark = [
 
 STAGE_SECONDS = 600.0
 POLL = 6.0  # the router's poll interval: longer than a test window's traffic
+OUTPUT_LEN = 32  # tokens a request of calibrate's, and of the live traffic compared with it
 PROMPTS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
     "The router sends each request to the speculative server while the load is low,",
@@ -293,16 +301,20 @@ async def test_the_fairness_check_reads_both_servers(servers: tuple[Engine, Engi
     assert fairness_warnings(spec_info, spec_info) == ["the base server speculates too (NGRAM)"]
 
 
-async def test_calibration_writes_a_profile_the_router_loads(
-    servers: tuple[Engine, Engine], tmp_path: Path
-) -> None:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def calibrated(
+    servers: tuple[Engine, Engine], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
+    """``specroute calibrate`` with a tiny budget (levels up to 2), run once for the module:
+    the profile the router loads, and the one the live estimate is compared with; its file
+    and what it says."""
     spec, base = servers
-    out = tmp_path / "profile.json"
+    out = tmp_path_factory.mktemp("calibrate") / "profile.json"
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "specroute", "calibrate", "--spec", spec.url, "--base"),
         base.url,
         *("-o", str(out), "--budget", "1.5", "--max-concurrency", "2", "--repeats", "1"),
-        *("--input-len", "64", "--output-len", "32", "--requests-per-level", "4"),
+        *("--input-len", "64", "--output-len", str(OUTPUT_LEN), "--requests-per-level", "4"),
         stdout=PIPE,
         stderr=STDOUT,
     )
@@ -310,18 +322,193 @@ async def test_calibration_writes_a_profile_the_router_loads(
     print(said[-3000:])
     assert process.returncode == 0, said
     assert "UNFAIR" not in said
-    profile = json.loads(out.read_text())
+    return out, json.loads(out.read_text())
+
+
+async def test_calibration_writes_a_profile_the_router_loads(
+    servers: tuple[Engine, Engine], calibrated: tuple[Path, dict[str, Any]]
+) -> None:
+    spec, base = servers
+    path, profile = calibrated
     servers_on_record = profile["servers"]  # what moves the crossover
     assert servers_on_record["spec"]["speculative_algorithm"] == "NGRAM"
     assert servers_on_record["base"]["speculative_algorithm"] is None
     for server in servers_on_record.values():
         assert server["version"] == "0.5.23" and server["max_running_requests"], server
     async with specroute(
-        "serve", "--spec", spec.url, "--base", base.url, "--profile", str(out)
+        "serve", "--spec", spec.url, "--base", base.url, "--profile", str(path)
     ) as (url, _):
         loaded = (await _status(url))["profile"]
     assert loaded is not None
     assert loaded["crossover"] == profile["crossover"]
+
+
+ADMIN_KEY = "real-engine-admin-4f1c"
+LIVE_REQUESTS = 12  # per pool at the lowest level, as calibrate's three runs of 4; half as
+# many again above it, where a third may join one load lower: the first of the phase, and
+# the next of two clients whose requests ended in the same decoding step
+LIVE_MIN_SAMPLES = 8  # a level counts live from these
+LIVE_FACTOR = 2.0  # live and calibrated medians agree within it, where not in the interval
+
+
+def _forced(profile: dict[str, Any], pool: str) -> dict[str, Any]:
+    """The calibrated profile routing every request to ``pool``: speculation paying at every
+    load (one band with no top) or at none; its levels unchanged, so the fit counts each
+    sample at the level it would under the calibrated one."""
+    bound, bands = ("above", [[None, None]]) if pool == "spec" else ("below", [])
+    crossover = profile["crossover"] | {"value": None, "ci": None, "bound": bound}
+    return profile | {"crossover": crossover | {"bands": bands, "crossings": []}}
+
+
+async def _post_profile(router: str, profile: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(router + "/router/profile", json=profile, headers=headers) as r,
+    ):
+        assert r.status == 200, await r.text()
+
+
+async def _streamed(router: str, body: dict[str, Any]) -> tuple[str, float]:
+    """One request streamed through the router to its end: the pool that served it, and
+    how long it took."""
+    started = time.monotonic()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(router + "/v1/chat/completions", json=body) as r,
+    ):
+        assert r.status == 200, await r.text()
+        await r.read()
+        pool = "spec" if r.headers["x-specroute-backend"].startswith("spec") else "base"
+    return pool, time.monotonic() - started
+
+
+async def _drive(
+    router: str, bodies: Iterator[dict[str, Any]], clients: int, requests: int, apart: float
+) -> list[tuple[str, float]]:
+    """``clients`` closed loops, ``requests`` requests in all, each loop started ``apart``
+    seconds after the one before: requests of one length started together end in the same
+    decoding step, and the next one sent would join one load too low."""
+    served: list[tuple[str, float]] = []
+
+    async def loop(k: int) -> None:
+        await asyncio.sleep(k * apart)
+        for _ in range(k, requests, clients):
+            served.append(await _streamed(router, next(bodies)))
+
+    await asyncio.gather(*(loop(k) for k in range(clients)))
+    return served
+
+
+def _differences(live: dict[str, Any], calibrated: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Per level and pool: the calibrated median TPOT and interval, the live cell, and live
+    over calibrated."""
+    ours = {row["concurrency"]: row for row in calibrated["levels"]}
+    found = []
+    for row in live["levels"]:
+        for pool in ("spec", "base"):
+            cal, got = ours[row["concurrency"]][pool]["tpot_ms"], row[pool]
+            found.append(
+                (row["concurrency"], pool, cal, got, got["tpot_ms"]["median"] / cal["median"])
+            )
+    return found
+
+
+def _span(crossover: dict[str, Any]) -> tuple[float, float]:
+    """The loads a profile's crossover may lie at: its interval (an open end open), or, for
+    a bound, below the first level measured or above the last."""
+    if crossover["value"] is None:
+        limit = crossover.get("limit")
+        if crossover["bound"] == "below":
+            return 0.0, math.inf if limit is None else limit
+        return 0.0 if limit is None else limit, math.inf
+    low, high = crossover.get("ci") or (None, None)
+    return 0.0 if low is None else low, math.inf if high is None else high
+
+
+async def _served_live(url: str, profile: dict[str, Any], bodies: Iterator[dict[str, Any]]) -> None:
+    """Each pool alone at each calibrated level, as calibrate measures them: the router's
+    profile swapped for one that sends every request there, then the calibrated one again."""
+    for pool in ("spec", "base"):
+        await _post_profile(url, _forced(profile, pool))
+        took = 0.0  # a request's time at the lowest level: the loops are staggered by it
+        for row in profile["levels"]:
+            clients = int(row["concurrency"])
+            requests = LIVE_REQUESTS if clients == 1 else LIVE_REQUESTS * 3 // 2
+            served = await _drive(url, bodies, clients, requests, took / clients)
+            assert {p for p, _ in served} == {pool}, served
+            took = took or statistics.median(t for _, t in served)
+    await _post_profile(url, profile)
+
+
+async def test_the_live_estimate_after_real_traffic_agrees_with_calibrate_s(
+    servers: tuple[Engine, Engine], calibrated: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Issue 28's third proof on the real engine: a router serving with the calibrated
+    profile learns both curves from the requests it serves (``--online observe``), and
+    ``specroute profile --from-live --compare`` sets them beside calibrate's. Each pool's
+    live median TPOT at each level lies in calibrate's interval there, or within
+    ``LIVE_FACTOR`` of its median; the two crossovers' spans of load meet.
+
+    Like calibrate, it measures one server at a time (the two share the machine's cores),
+    on prompts of calibrate's kind (random words, as long) but others than its own: NGRAM
+    drafts from the answers it has seen, and the same greedy prompts again would be drafted
+    whole (the test's three prompts, repeated, gave an accept length of 4.0 and a live
+    crossover above 2 against calibrate's below 1). What still differs: 13 to 17 samples
+    a level; the load a sample counts at is the one its request joined, which the rest of
+    the level's phase keeps only roughly; and other work on the machine, which moves a
+    step's time between calibrate's own runs of a level by up to three times."""
+    spec, base = servers
+    path, profile = calibrated
+    words = int(profile["workload"]["source"].split("words=")[1])  # as calibrate fitted them
+    prompts = synthetic(64, OUTPUT_LEN, seed=1, words=words).prompts
+    bodies = (request_body(p, SERVED_NAME, ignore_eos=True) for p in itertools.cycle(prompts))
+    key_file = tmp_path / "admin.key"
+    key_file.write_text(ADMIN_KEY + "\n")
+    config = tmp_path / "router.toml"
+    config.write_text(f'stale_after = {3 * POLL}\nadmin_key = "{ADMIN_KEY}"\n')
+    flags: tuple[str, ...] = ("serve", "--spec", spec.url, "--base", base.url)
+    flags += ("--poll-interval", str(POLL))
+    flags += ("--config", str(config), "--profile", str(path), "--online", "observe")
+    flags += ("--online-interval", "1", "--online-min-samples", str(LIVE_MIN_SAMPLES))
+    live, report = tmp_path / "live.json", tmp_path / "live.md"
+    started = time.monotonic()
+    async with specroute(*flags) as (url, _):
+        await _served_live(url, profile, bodies)
+        await asyncio.sleep(1.5)  # a fit after the last sample
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "specroute", "profile", "--from-live", url),
+            *("-o", str(live), "--admin-key-file", str(key_file), "--report", str(report)),
+            *("--compare", str(path)),
+            stdout=PIPE,
+            stderr=STDOUT,
+        )
+        said = (await process.communicate())[0].decode()
+    print(f"live traffic and its fit: {time.monotonic() - started:.0f} s\n{said}")
+    assert process.returncode == 0, said
+    document = json.loads(live.read_text())
+    apart = []
+    for level, pool, cal, got, ratio in _differences(document, profile):
+        low, high = cal["ci"] or (cal["median"], cal["median"])
+        inside = low <= got["tpot_ms"]["median"] <= high
+        print(
+            f"level {level:g} {pool}: live {got['tpot_ms']['median']:.1f} ms "
+            f"(n={got['requests']}, {got['from']}), calibrated {cal['median']:.1f} ms "
+            f"[{low:.1f}, {high:.1f}]: x{ratio:.2f}, {'inside' if inside else 'outside'}"
+        )
+        assert got["from"] == "live", f"level {level:g} {pool}: {got['requests']} live samples"
+        if not (inside or 1 / LIVE_FACTOR <= ratio <= LIVE_FACTOR):
+            apart.append(f"level {level:g} {pool} x{ratio:.2f}")
+    spans = _span(profile["crossover"]), _span(document["crossover"])
+    accepts = [p["acceptance"]["mean_accept_length"] for p in (profile, document)]
+    print(f"crossover spans: calibrated {spans[0]}, live {spans[1]}; accept length {accepts}")
+    print(
+        "why they differ: other prompts of the same kind (NGRAM's drafts depend on them), "
+        f"{LIVE_MIN_SAMPLES} or more samples a level, the load counted as the one a request "
+        "joined, and the machine's other work between the two measurements"
+    )
+    assert not apart, f"live apart from calibrated past x{LIVE_FACTOR:g}: {apart}"
+    assert max(s[0] for s in spans) <= min(s[1] for s in spans), spans
 
 
 @pytest.mark.skipif(missing("EAGLE3") is not None, reason=f"{missing('EAGLE3')}")
