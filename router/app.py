@@ -162,7 +162,7 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     app.on_response_prepare.append(stamp)
 
     for path in PROXIED:
-        app.router.add_post(path, functools.partial(proxy, state=state))
+        app.router.add_post(path, proxy(state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     app.router.add_get("/health", _health)
