@@ -107,13 +107,13 @@ class View:
             load = 0 if spec is None else spec.load(self.source)
             return Seat(load, "" if spec is None else spec.name, spec, self.least_loaded("base"))
         groups = {b.group for b in self.backends if b.healthy}
-        if len(groups) < 2:  # one group, the common case
+        if len(groups) < 2:  # one group, the common case: every healthy backend is in it
             group = next(iter(groups), "")
             load = self.group_load(group)
-        else:
-            loads = {g: self.group_load(g) for g in groups}
-            group = min(loads, key=lambda g: (loads[g], g))
-            load = loads[group]
+            return Seat(load, group, self.least_loaded("spec"), self.least_loaded("base"))
+        loads = {g: self.group_load(g) for g in groups}
+        group = min(loads, key=lambda g: (loads[g], g))
+        load = loads[group]
         return Seat(load, group, self.least_loaded("spec", group), self.least_loaded("base", group))
 
 

@@ -6,14 +6,13 @@ made or read as a number or a name."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from contextvars import Token
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 
 from specroute.policies.decision import Decision
 from specroute.router.flight import Flight, usage
@@ -36,6 +35,7 @@ class Trail:
     attempts: int = 0
     flight: Flight | None = None
     rid_sent: bool = False  # its id went to the backend as SGLang's rid
+    token: Token[str | None] | None = None  # what made its id the context's, for ``ended``
 
     def decided(self, decision: Decision, load: int, policy: str) -> None:
         self.decision, self.load, self.policy = decision, load, policy
@@ -75,36 +75,24 @@ def trail_of(request: web.Request) -> Trail | None:
     return request.get(TRAIL)
 
 
-def access(request_id_headers: list[str], enabled: bool) -> Middleware:
-    """The outermost middleware: the request's id made the context's, and its line
-    written when it ends, whatever answered it (a refusal, a handler, a client gone)."""
-
-    @web.middleware
-    async def trail(request: web.Request, handler: Handler) -> web.StreamResponse:
-        rid, header = given_or_made(request, request_id_headers)
-        token = enter(rid)
-        request[TRAIL] = trailed = Trail(rid, header)
-        status: int | None = None
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:  # the client went away: no status was answered
-            raise
-        except Exception:  # the router's own failure: aiohttp answers 500
-            status = 500
-            raise
-        finally:
-            if trailed.rid_sent:
-                request.app[RIDS].discard(rid)
-            if enabled:
-                _write(trailed.fields(request, status))
-            leave(token)
-
+def opened(request: web.Request, request_id_headers: list[str]) -> Trail:
+    """A request begins: its id made the context's, its trail kept on it. The one
+    middleware (``front``) calls this first and ``ended`` last, whatever answered it (a
+    refusal, a handler, a client gone)."""
+    rid, header = given_or_made(request, request_id_headers)
+    request[TRAIL] = trail = Trail(rid, header, token=enter(rid))
     return trail
+
+
+def ended(request: web.Request, trail: Trail, status: int | None, enabled: bool) -> None:
+    """The request ended with ``status`` (None: the client went away first): its line
+    written, its id no longer the context's."""
+    if trail.rid_sent:
+        request.app[RIDS].discard(trail.request_id)
+    if enabled:
+        _write(trail.fields(request, status))
+    if trail.token is not None:
+        leave(trail.token)
 
 
 async def stamp(request: web.Request, response: web.StreamResponse) -> None:

@@ -19,7 +19,7 @@ from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
 from specroute.router.access_log import LOG as ACCESS_LOG
-from specroute.router.access_log import access, stamp
+from specroute.router.access_log import stamp
 from specroute.router.admission import Admission
 from specroute.router.auth import Keys
 from specroute.router.board import Board
@@ -144,9 +144,13 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
 def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.Application:
     state = build_state(settings, workers)
     app = web.Application(
-        middlewares=[
-            access(settings.request_id_headers, settings.access_log),
-            front(Keys(settings.api_keys, settings.admin_key), settings.body_timeout),
+        middlewares=[  # one: each layer costs every request a coroutine of its own
+            front(
+                Keys(settings.api_keys, settings.admin_key),
+                settings.body_timeout,
+                settings.request_id_headers,
+                settings.access_log,
+            )
         ],
         client_max_size=settings.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
@@ -158,7 +162,7 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     app.on_response_prepare.append(stamp)
 
     for path in PROXIED:
-        app.router.add_post(path, functools.partial(proxy, state=state))
+        app.router.add_post(path, proxy(state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     app.router.add_get("/health", _health)

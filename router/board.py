@@ -114,6 +114,8 @@ class Board:
 
     def inflight(self, backend: int) -> int:
         """Requests in flight at ``backend`` through every worker."""
+        if self.workers == 1:  # read for every backend at every request: no slice to sum
+            return self._inflight[backend]
         return sum(self._inflight[backend :: self.backends])
 
     def own_inflight(self, backend: int) -> int:
@@ -144,6 +146,8 @@ class Board:
 
     def kv_tokens(self, backend: int) -> int:
         """The estimated context of the requests in flight at ``backend``, every worker's."""
+        if self.workers == 1:
+            return self._kv[backend]
         return sum(self._kv[backend :: self.backends])
 
     def forget(self, worker: int) -> None:

@@ -13,37 +13,74 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
+from specroute.router.access_log import ended, opened
 from specroute.router.auth import Keys
 from specroute.router.errors import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def front(keys: Keys, body_seconds: float) -> Middleware:
+def front(
+    keys: Keys, body_seconds: float, request_id_headers: list[str], access_log: bool
+) -> Middleware:
+    """The app's one middleware: outermost, the request's id made the context's and its
+    access line written when it ends (``opened``, ``ended``); within, the gate."""
+
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        values = request.headers.values()
-        if not "".join(values).isascii() and not all(_utf8(value) for value in values):
-            return error_response(400, "A header's value is not valid UTF-8.")  # none reads it
+        trail = opened(request, request_id_headers)
+        status: int | None = None
+        response: web.StreamResponse
         try:
-            refused = keys.refusal(request) or await _whole_body(request, body_seconds)
-            return refused or await handler(request)
-        except web.HTTPRequestEntityTooLarge as exc:
-            return error_response(413, f"The request body is larger than the limit: {exc.text}")
-        except web.HTTPNotFound:
-            return error_response(404, f"Unknown path {request.path!r}.", "not_found")
-        except web.HTTPMethodNotAllowed as exc:
-            allowed = {"Allow": ", ".join(sorted(exc.allowed_methods))}  # RFC 9110
-            said = f"{request.method} is not allowed on {request.path!r}."
-            return error_response(405, said, headers=allowed)
-        except RecursionError:  # decoding a client's JSON is the router's only deep recursion
-            return error_response(400, "The request body nests too deeply to be read.")
-        except LookupError:
-            if _known_charset(request.charset):
-                raise  # a KeyError or an IndexError: the router's own bug, aiohttp answers 500
-            return error_response(400, f"Unknown charset {request.charset!r} in Content-Type.")
+            try:
+                values = request.headers.values()
+                if not "".join(values).isascii() and not all(_utf8(value) for value in values):
+                    response = error_response(400, "A header's value is not valid UTF-8.")
+                else:  # readable: none of the router's reads of the headers fails
+                    refused = keys.refusal(request) or await _whole_body(request, body_seconds)
+                    response = refused or await handler(request)
+            except (
+                web.HTTPRequestEntityTooLarge,
+                web.HTTPNotFound,
+                web.HTTPMethodNotAllowed,
+                RecursionError,
+                LookupError,
+            ) as exc:
+                answer = _client_error(request, exc)
+                if answer is None:
+                    raise  # a KeyError or an IndexError: the router's own bug, aiohttp answers 500
+                response = answer
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:  # the client went away: no status was answered
+            raise
+        except Exception:  # the router's own failure: aiohttp answers 500
+            status = 500
+            raise
+        finally:
+            ended(request, trail, status, access_log)
 
     return gate
+
+
+def _client_error(request: web.Request, exc: BaseException) -> web.Response | None:
+    """What a client sent wrong, as an OpenAI-shaped error; None: not the client's."""
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return error_response(413, f"The request body is larger than the limit: {exc.text}")
+    if isinstance(exc, web.HTTPNotFound):
+        return error_response(404, f"Unknown path {request.path!r}.", "not_found")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = {"Allow": ", ".join(sorted(exc.allowed_methods))}  # RFC 9110
+        said = f"{request.method} is not allowed on {request.path!r}."
+        return error_response(405, said, headers=allowed)
+    if isinstance(exc, RecursionError):  # decoding a client's JSON: the only deep recursion
+        return error_response(400, "The request body nests too deeply to be read.")
+    if _known_charset(request.charset):
+        return None
+    return error_response(400, f"Unknown charset {request.charset!r} in Content-Type.")
 
 
 def _utf8(value: str) -> bool:

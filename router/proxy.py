@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -38,47 +39,44 @@ from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
 
 
-async def proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
-    if state.tracing is not None:
-        return await state.tracing.traced(request, functools.partial(_proxy, request, state))
-    return await _proxy(request, state)
+def proxy(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of the proxied paths. Each coroutine between aiohttp and the relay is
+    stepped through again at every resumption (every chunk of a stream), so the request
+    is served in as few as it can be: one more only when it is traced."""
+    if (tracing := state.tracing) is None:
+        return functools.partial(_proxy, state=state)
+
+    async def traced(request: web.Request) -> web.StreamResponse:
+        return await tracing.traced(request, functools.partial(_proxy, request, state))
+
+    return traced
 
 
 async def _proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
+    raw, body, decision, context = chosen
+    tried: set[str] = set()
     try:
-        return await _route(request, state, *chosen)
+        while decision.backend is not None:
+            backend = state.roster.backend(decision.backend)
+            tried.add(backend.name)
+            try:
+                return await _forward(request, state, backend, raw, body, context)
+            except Failure as failure:  # nothing reached the client: once more, elsewhere
+                decision = _retry_decision(state, decision.pool, tried)
+                if decision.backend is None:
+                    return _gave_up(failure)
+                _record(request, state, decision, state.view().load(), CURRENT.get())
+        return error_response(
+            503,
+            "No healthy backend can serve this request.",
+            "service_unavailable",
+            retry_after=state.settings.health_interval,
+        )
     finally:
         state.admission.release()
-
-
-async def _route(
-    request: web.Request,
-    state: RouterState,
-    raw: bytes,
-    body: dict[str, Any],
-    decision: Decision,
-    context: int,
-) -> web.StreamResponse:
-    tried: set[str] = set()
-    while decision.backend is not None:
-        backend = state.roster.backend(decision.backend)
-        tried.add(backend.name)
-        try:
-            return await _forward(request, state, backend, raw, body, context)
-        except Failure as failure:  # nothing reached the client: once more, elsewhere
-            decision = _retry_decision(state, decision.pool, tried)
-            if decision.backend is None:
-                return _gave_up(failure)
-            _record(request, state, decision, state.view().load(), CURRENT.get())
-    return error_response(
-        503,
-        "No healthy backend can serve this request.",
-        "service_unavailable",
-        retry_after=state.settings.health_interval,
-    )
 
 
 def _gave_up(failure: Failure) -> web.Response:

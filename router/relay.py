@@ -18,6 +18,7 @@ from specroute.router.upstream import Failure, stopped
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")
 _DONE = b"data: [DONE]\n\n"
+_DONES = (_DONE, _DONE.replace(b"\n", b"\r\n"))  # a stream's end, either way its lines end
 _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the most
 
 
@@ -76,7 +77,7 @@ def _whole(chunk: bytes, events: bool, sent: int, length: int | None) -> bool:
     ``data: [DONE]``, a body to its length. A client that has it all may close at once,
     before the backend's end of the body arrives: that answer was delivered, not cancelled."""
     if events:
-        return chunk.endswith((_DONE, _DONE.replace(b"\n", b"\r\n")))
+        return chunk.endswith(_DONES)
     return length is not None and sent >= length
 
 
