@@ -34,7 +34,13 @@ from typing import Any
 
 from specroute.bench.overhead_load import Address, Load, Sampled, address, run_window
 from specroute.bench.overhead_profile import FORMATS, Profiles
-from specroute.bench.overhead_targets import GATEWAYS, Target, start_backends, start_targets
+from specroute.bench.overhead_targets import (
+    GATEWAYS,
+    Target,
+    is_profiled,
+    start_backends,
+    start_targets,
+)
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
 from specroute.loadgen.progress import Progress
 
@@ -48,6 +54,7 @@ class OverheadPlan:
     repeats: int = 3
     workers: tuple[int, ...] = (1, 2)  # specroute serve --workers, one target each
     bare_workers: tuple[int, ...] = (1,)  # the bare pass-through's processes, one target each
+    online_off: bool = False  # also specroute-w1-online-off: one worker, --online off
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
     seconds: float = 1.5  # each window
@@ -224,7 +231,7 @@ async def measure_overhead(
         urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
         run_on("router")
         targets = await start_targets(
-            stack, urls, plan.workers, plan.gateways, note, plan.bare_workers
+            stack, urls, plan.workers, plan.gateways, note, plan.bare_workers, plan.online_off
         )
         if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:
@@ -260,11 +267,7 @@ async def measure_overhead(
             progress.finish(_line(window), time.monotonic() - began)
         profiled = []
         if plan.profile_dir is not None:
-            routers = [  # the one-process bare pass-through is the floor profiled beside
-                t
-                for t in targets
-                if t.pid is not None and t.name not in GATEWAYS and not t.name.startswith("bare-")
-            ]
+            routers = [t for t in targets if is_profiled(t.name)]
             levels = [n for n in plan.profile_levels if n in plan.levels]
             where = Profiles(Path(plan.profile_dir), plan.profile_format)
             longer = replace(plan, seconds=plan.profile_seconds)

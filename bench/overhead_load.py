@@ -51,17 +51,19 @@ class Sampled:
 
 
 def address(url: str, stream: bool, chunks: int) -> Address:
-    """A chat completion of ``chunks`` tokens to ``url``, streamed or not."""
+    """A chat completion of ``chunks`` tokens to ``url``, streamed (asking for the token
+    counts at its end, which a router's online calibration learns from) or not."""
     where = urlsplit(url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
-    body = json.dumps(
-        {
-            "model": "stub",
-            "messages": [{"role": "user", "content": "Say hi."}],
-            "max_tokens": chunks,
-            "stream": stream,
-        }
-    ).encode()
+    asked: dict[str, object] = {
+        "model": "stub",
+        "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": chunks,
+        "stream": stream,
+    }
+    if stream:
+        asked["stream_options"] = {"include_usage": True}
+    body = json.dumps(asked).encode()
     head = (
         f"POST {ENDPOINT} HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

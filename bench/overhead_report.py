@@ -138,6 +138,8 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
     ]
     if plan.bare_workers != (1,):
         flags.append(f"--bare-workers {joined(plan.bare_workers)}")
+    if plan.online_off:
+        flags.append("--online-off")
     if plan.router_cores is not None:
         flags.append(f"--router-cores {plan.router_cores}")
     if plan.profile_dir is not None:

@@ -8,6 +8,9 @@ started by the project's one spawner as a process of its own on loopback:
 - ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
   goes to the speculative backend, through the whole routing path), with N worker processes
   and no access log (the gateways run at log level ``warn``: no line for each request either);
+  online calibration at its default, ``observe`` (a stream asks for its token counts, so
+  each one is a sample); with ``--online-off``, also ``specroute-w1-online-off``, one worker
+  with ``--online off``: what learning from live traffic costs;
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from specroute.loadgen.spawn import free_port, spawned
 STUB = "specroute.bench.servers.stub_backend"
 BARE = "specroute.bench.servers.bare_proxy"
 _WORKER_TRIES = 500
+ONLINE_OFF = "-online-off"  # a specroute target's suffix: served with --online off
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,12 @@ def bare_name(workers: int) -> str:
     return "bare" if workers == 1 else f"bare-w{workers}"
 
 
+def is_profiled(name: str) -> bool:
+    """Whether ``--profile-dir`` samples this target: the one-process bare pass-through, the
+    floor, and each ``specroute-wN``."""
+    return name == "bare" or re.fullmatch(r"specroute-w\d+", name) is not None
+
+
 def installed(gateway: str) -> bool:
     return importlib.util.find_spec(GATEWAYS[gateway].package) is not None
 
@@ -98,6 +109,7 @@ async def start_targets(
     gateways: Sequence[str],
     note: Callable[[str], None],
     bare_workers: Sequence[int] = (1,),
+    online_off: bool = False,
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
@@ -108,7 +120,10 @@ async def start_targets(
         bare = await stack.enter_async_context(spawned(*upstreams, module=BARE))
         await _every_worker_listening(bare.url, n, bare=True)
         targets.append(Target(bare_name(n), (bare.url,), bare.process.pid))
-    for n in workers:
+    serves: list[tuple[str, int, tuple[str, ...]]] = [(f"specroute-w{n}", n, ()) for n in workers]
+    if online_off:
+        serves.append((f"specroute-w1{ONLINE_OFF}", 1, ("--online", "off")))
+    for name, n, more in serves:
         flags = (
             "serve",
             "--spec",
@@ -124,10 +139,10 @@ async def start_targets(
             "--no-access-log",  # as the gateways run: no line for each request
         )
         router = await stack.enter_async_context(
-            spawned(*flags, "--workers", str(n), ready="/ready")
+            spawned(*flags, *more, "--workers", str(n), ready="/ready")
         )
         await _every_worker_listening(router.url, n)
-        targets.append(Target(f"specroute-w{n}", (router.url,), router.process.pid))
+        targets.append(Target(name, (router.url,), router.process.pid))
     for name in gateways:
         gateway = GATEWAYS[name]
         if not installed(name):

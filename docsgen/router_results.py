@@ -3,6 +3,7 @@ capacity, each read from the JSON its command wrote."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -244,7 +245,7 @@ def overhead_workers(document: dict[str, Any]) -> str:
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
     targets = document["targets"]
     families = {
-        family: [t for t in targets if t == family or t.startswith(f"{family}-w")]
+        family: [t for t in targets if re.fullmatch(rf"{family}(-w\d+)?", t) and t != "specroute"]
         for family in ("bare", "specroute")
     }
     names = {"stream": "streamed", "whole": "whole answers"}

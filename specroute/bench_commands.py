@@ -198,6 +198,12 @@ def _add_overhead(commands: Subcommands) -> None:
         [1],
         "the bare pass-through's processes, one target each (bare-wN above 1)",
     )
+    overhead.add_argument(
+        "--online-off",
+        action="store_true",
+        help="also specroute-w1-online-off: one worker with --online off, beside the "
+        "default (observe), for what online calibration costs",
+    )
     overhead.add_argument("--repeats", type=positive(int), default=3)
     overhead.add_argument(
         "--modes",
@@ -457,6 +463,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "repeats": args.repeats,
             "workers": tuple(args.workers),
             "bare_workers": tuple(args.bare_workers),
+            "online_off": args.online_off,
             "modes": tuple(args.modes),
             "warmup": args.warmup,
             "seconds": args.seconds,

@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
 
 from specroute.bench import overhead_targets
 from specroute.bench.overhead import OverheadPlan, pinning, schedule
 from specroute.bench.overhead_report import command_line
 from specroute.bench.overhead_targets import GATEWAYS, installed
 from specroute.cli import main, parser
+from specroute.loadgen.spawn import spawned
+from tests.routers import running_router
 
 PROXIES = ("bare", "specroute-w1")
 
@@ -99,17 +102,20 @@ def test_the_bare_pass_through_forked_into_workers_is_a_target_of_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--bare-workers 1,2``: the pass-through once as one process and once as two on one
-    port, each measured, both processes reached, and the command says how to run it again."""
+    port, each measured, both processes reached; ``--online-off``: specroute once more with
+    online calibration off; and the command says how to run it again."""
     document = _run(
         tmp_path,
         *("--levels", "16", "--modes", "whole", "--workers", "1", "--bare-workers", "1,2"),
         *("--gateways", "none", "--repeats", "1", "--warmup", "0.3", "--seconds", "0.3"),
+        "--online-off",
     )
-    assert document["targets"] == ["direct", "bare", "bare-w2", "specroute-w1"]
+    targets = ["direct", "bare", "bare-w2", "specroute-w1", "specroute-w1-online-off"]
+    assert document["targets"] == targets
     assert "bare-w2" in capsys.readouterr().out
-    assert "--bare-workers 1,2" in document["command"]
+    assert "--bare-workers 1,2 --online-off" in document["command"]
     rows = _rows(document)
-    for target in ("bare", "bare-w2"):
+    for target in ("bare", "bare-w2", "specroute-w1-online-off"):
         r = rows["whole", 16, target]
         assert r["errors"]["max"] == 0 and r["router_cpu_ms_per_request"]["min"] > 0
     assert "bare-w2 " in " ".join(document["notes"]) and "(3 processes)" in " ".join(
@@ -186,3 +192,25 @@ def test_the_command_line_a_run_records_runs_the_same_plan_again() -> None:
         3,
         ["stream", "whole"],
     )
+
+
+async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> None:
+    """The bench's streams ask for their token counts, as a client of online calibration
+    does, and the stub sends them as SGLang does: each stream through the router is a
+    sample, so ``specroute-wN`` pays for learning and ``-online-off`` does not."""
+    async with (
+        spawned("--chunks", "4", "--gap-ms", "1", module=overhead_targets.STUB) as stub,
+        running_router(spec=[stub.url], base=[stub.url], crossover=8) as (url, state),
+    ):
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="unused")
+        for counted in (False, True):
+            options = {"include_usage": True} if counted else None
+            stream = await client.chat.completions.create(
+                model="stub",
+                messages=[{"role": "user", "content": "Say hi."}],
+                stream=True,
+                stream_options=options,
+            )
+            usages = [chunk.usage async for chunk in stream if chunk.usage is not None]
+            assert [u.completion_tokens for u in usages] == ([4] if counted else [])
+        assert state.online.kept() == 1  # the stream that asked for its counts

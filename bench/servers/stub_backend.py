@@ -6,8 +6,10 @@ The emulator models an engine; this models nothing. It parses HTTP/1.1 on a raw 
 loop's timers (no task per request), so that it costs a small fraction of what a proxy in
 front of it costs, and a proxy benchmark measures the proxy. A stream is ``chunks`` SSE
 events ``gap_ms`` apart, the first at once (so the time to a first chunk is all transport
-and proxy), the last followed by ``data: [DONE]``; a whole answer comes when the stream's
-last event would. ``/metrics`` has SGLang's gauges, so a router's poller reads a load.
+and proxy), the last followed by ``data: [DONE]`` (after an event of the token counts, as
+SGLang sends it, when the request asks with ``stream_options.include_usage``); a whole
+answer comes when the stream's last event would. ``/metrics`` has SGLang's gauges, so a
+router's poller reads a load.
 """
 
 from __future__ import annotations
@@ -65,14 +67,24 @@ def _generate_chunk(model: str, n: int, i: int) -> object:
     return {"text": "tok" * (i + 1), "meta_info": meta}
 
 
-def _streams(model: str, n: int) -> dict[str, list[bytes]]:
-    """Each streamed path's answer as chunked SSE frames, the head on the first."""
+def _usage(n: int) -> dict[str, int]:
+    return {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+
+
+def _sse(event: object) -> bytes:
+    return _chunked(b"data: %b\n\n" % json.dumps(event).encode())
+
+
+def _streams(model: str, n: int, counted: bool = False) -> dict[str, list[bytes]]:
+    """Each streamed path's answer as chunked SSE frames, the head on the first; ``counted``:
+    an OpenAI path's last event the token counts (``stream_options.include_usage``)."""
     events = {}
     chunks = (_chat_chunk, _completion_chunk, _generate_chunk)
-    for path, event in zip(_STREAMED, chunks, strict=True):
-        frames = [
-            _chunked(b"data: %b\n\n" % json.dumps(event(model, n, i)).encode()) for i in range(n)
-        ]
+    kinds = ("chat.completion.chunk", "text_completion", None)
+    for path, event, kind in zip(_STREAMED, chunks, kinds, strict=True):
+        frames = [_sse(event(model, n, i)) for i in range(n)]
+        if counted and kind is not None:
+            frames[-1] += _sse(_openai(kind, model, choices=[], usage=_usage(n)))
         frames[-1] += _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         frames[0] = _head("200 OK", "text/event-stream", None) + frames[0]
         events[path] = frames
@@ -82,7 +94,7 @@ def _streams(model: str, n: int) -> dict[str, list[bytes]]:
 def _wholes(model: str, n: int) -> dict[str, bytes]:
     """Each streamed path's answer when it is not streamed."""
     text = "tok" * n
-    usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+    usage = _usage(n)
     message = {"role": "assistant", "content": text}
     chat = {"index": 0, "finish_reason": "length", "message": message}
     completion = {"index": 0, "text": text, "finish_reason": "length"}
@@ -125,11 +137,13 @@ class Answers:
     model: str
     chunks: int
     events: dict[str, list[bytes]] = field(default_factory=dict)  # path: chunked SSE frames
+    counted: dict[str, list[bytes]] = field(default_factory=dict)  # the same, with usage
     whole: dict[str, bytes] = field(default_factory=dict)  # path: a whole response
     fixed: dict[str, bytes] = field(default_factory=dict)  # GET path: its response
 
     def __post_init__(self) -> None:
         self.events.update(_streams(self.model, self.chunks))
+        self.counted.update(_streams(self.model, self.chunks, counted=True))
         self.whole = _wholes(self.model, self.chunks)
         self.fixed = _fixed(self.model)
 
@@ -215,17 +229,20 @@ class _Connection(asyncio.Protocol):
 
     def _generate(self, path: str, body: bytes) -> None:
         try:
-            stream = json.loads(body).get("stream") is True
+            asked = json.loads(body)
+            stream = asked.get("stream") is True
+            options = asked.get("stream_options")
         except (ValueError, AttributeError):
             self._send(_BAD)
             return
+        counted = isinstance(options, dict) and options.get("include_usage") is True
         stub, loop = self.stub, asyncio.get_running_loop()
         stub.running += 1
         if not stream:
             answer = stub.answers.whole[path]
             self.timer = loop.call_later(stub.gap * (stub.answers.chunks - 1), self._done, answer)
             return
-        frames = stub.answers.events[path]
+        frames = (stub.answers.counted if counted else stub.answers.events)[path]
 
         def tick(i: int) -> None:
             if i == len(frames) - 1:
