@@ -41,7 +41,6 @@ from specroute.router.monitor import (
     poll_metrics,
     rediscover,
     watch_profile,
-    watch_silence,
 )
 from specroute.router.online import Online
 from specroute.router.online_samples import Samples
@@ -204,7 +203,6 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
         tasks = []
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
-    tasks.append(asyncio.create_task(watch_silence(state)))
     if state.online.fitting:  # alone, or the leader: from every worker's samples
         tasks.append(asyncio.create_task(keep_fitting(state)))
     if not state.sync.alone:  # one of several workers: what the others publish
@@ -212,6 +210,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     yield
     for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
+    if state.silence is not None:
+        tasks.append(state.silence)
     await cancel_and_wait(tasks)
     await state.admission.stop()
     await state.session.close()

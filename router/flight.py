@@ -43,7 +43,7 @@ class Flight:
         # the answer's last two chunks relayed: where its usage is, if it gives one (a
         # stream's usage event may come apart from its [DONE])
         self.tail: Tail = (b"", b"")
-        # a stream's silence, as the watchdog (monitor.watch_silence) sees it
+        # a stream's silence, as the watchdog (``silence``) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
         self.quiet_since = self.started

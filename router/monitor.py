@@ -130,26 +130,6 @@ async def _get(state: RouterState, backend: Backend, path: str) -> tuple[int, by
         return 200, None
 
 
-async def watch_silence(state: RouterState) -> None:
-    """End a stream whose backend has sent nothing for ``idle_timeout`` while the relay
-    waited for it, as aiohttp's read timeout would (the relay then says so to the client
-    and counts the backend's ``timeout``); one look at every stream a tick."""
-    idle = state.settings.idle_timeout
-    tick = min(1.0, idle / 4)
-    while True:
-        await asyncio.sleep(tick)
-        now = time.monotonic()
-        for upstream, flight in list(state.upstreams.items()):
-            if not flight.stream:
-                continue  # a whole answer has its deadline
-            received = upstream.content.total_bytes
-            if received != flight.received or not flight.reading:
-                flight.received, flight.quiet_since = received, now
-            elif now - flight.quiet_since > idle:
-                silent = aiohttp.ServerTimeoutError(f"no data for {idle:g} s")
-                upstream.content.set_exception(silent)
-
-
 async def follow(state: RouterState) -> None:
     """One of several workers: what the others publish, applied here, until cancelled."""
     state.metrics.background_errors.labels(task="follow")  # 0 from the start

@@ -64,6 +64,7 @@ class RouterState:
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
+    silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
     timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)
     _news: tuple[int, int, int, int] = (0, 0, 0, 0)  # the board's news, as last followed

@@ -16,6 +16,7 @@ from specroute.router.backend import Backend
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.request_id import HEADER
+from specroute.router.silence import watch
 from specroute.router.state import RouterState
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
@@ -35,8 +36,8 @@ async def open_upstream(
 ) -> tuple[aiohttp.ClientResponse, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
-    stream's silence is aiohttp's read timeout; from then on the watchdog's, which costs
-    nothing per chunk (aiohttp re-arms a timer at each)."""
+    stream's silence is aiohttp's read timeout; from then on the watchdog's (``silence``),
+    which costs nothing per chunk (aiohttp re-arms a timer at each)."""
     backend, stream = flight.backend, flight.stream
     assert state.session is not None  # set at startup, before any request is served
     try:
@@ -54,6 +55,8 @@ async def open_upstream(
             await upstream.read()
             raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
         state.upstreams[upstream] = flight  # from here the drain timeout may close it
+        if stream:
+            watch(state)
         try:
             first = await upstream.content.readany()
         except (aiohttp.ClientError, TimeoutError) as exc:

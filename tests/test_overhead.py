@@ -4,12 +4,14 @@ holds on any machine; and the order in which windows interleave."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, AsyncStream
+from openai.types.chat import ChatCompletionStreamOptionsParam
 
 from specroute.bench import overhead_targets
 from specroute.bench.overhead import OverheadPlan, pinning, schedule
@@ -200,17 +202,27 @@ async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> N
     sample, so ``specroute-wN`` pays for learning and ``-online-off`` does not."""
     async with (
         spawned("--chunks", "4", "--gap-ms", "1", module=overhead_targets.STUB) as stub,
-        running_router(spec=[stub.url], base=[stub.url], crossover=8) as (url, state),
+        running_router(spec=[stub.url], base=[stub.url], crossover=8, idle_timeout=0.4) as (
+            url,
+            state,
+        ),
     ):
         client = AsyncOpenAI(base_url=url + "/v1", api_key="unused")
         for counted in (False, True):
-            options = {"include_usage": True} if counted else None
+            options: ChatCompletionStreamOptionsParam | None = (
+                {"include_usage": True} if counted else None
+            )
             stream = await client.chat.completions.create(
                 model="stub",
                 messages=[{"role": "user", "content": "Say hi."}],
                 stream=True,
                 stream_options=options,
             )
+            assert isinstance(stream, AsyncStream)
             usages = [chunk.usage async for chunk in stream if chunk.usage is not None]
             assert [u.completion_tokens for u in usages] == ([4] if counted else [])
         assert state.online.kept() == 1  # the stream that asked for its counts
+        watchdog = state.silence  # it watched the streams, and stops with the last of them
+        assert watchdog is not None
+        await asyncio.sleep(0.3)  # a tick of the watchdog's, and some
+        assert watchdog.done()
