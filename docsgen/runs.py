@@ -199,7 +199,7 @@ RUNS: dict[str, Run] = {
     "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-01"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
-        "2026-12-01",
+        "2026-12-02",
         "overhead.png",
         "overhead",
     ),
