@@ -80,10 +80,21 @@ def bare_name(workers: int) -> str:
     return "bare" if workers == 1 else f"bare-w{workers}"
 
 
+_COUNTED = re.compile(r"(bare)(?:-w\d+)?|(specroute)-w\d+")  # bare, bare-wN, specroute-wN
+
+
+def family(name: str) -> str | None:
+    """``bare`` or ``specroute`` for a target that is one of them at a count of processes
+    (``bare``, ``bare-wN``, ``specroute-wN``); None for any other (direct, a gateway, one
+    served with other flags)."""
+    found = _COUNTED.fullmatch(name)
+    return None if found is None else found.group(1) or found.group(2)
+
+
 def is_profiled(name: str) -> bool:
     """Whether ``--profile-dir`` samples this target: the one-process bare pass-through, the
     floor, and each ``specroute-wN``."""
-    return name == "bare" or re.fullmatch(r"specroute-w\d+", name) is not None
+    return name == "bare" or family(name) == "specroute"
 
 
 def installed(gateway: str) -> bool:

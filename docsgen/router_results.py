@@ -3,11 +3,11 @@ capacity, each read from the JSON its command wrote."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from docsgen.markdown import code, number, table
+from specroute.bench.overhead_targets import family
 
 Loader = Callable[[str], Any]
 
@@ -32,6 +32,9 @@ _WHAT = {
 }
 
 
+_MODE_NAMES = {"stream": "streamed", "whole": "whole answers"}  # the tables' first column
+
+
 def _reference_order(targets: list[str]) -> list[str]:
     """specroute's targets first, then the gateways, then the bare pass-through's."""
     ours = [t for t in targets if t.startswith("specroute")]
@@ -52,7 +55,6 @@ def overhead_reference(document: dict[str, Any]) -> str:
     CPU per request over the first gateway's (below 1: cheaper)."""
     targets = _reference_order(list(document["targets"]))
     gateway = next((t for t in targets if not t.startswith(("specroute", "bare"))), None)
-    names = {"stream": "streamed", "whole": "whole answers"}
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
     parts = []
     for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
@@ -80,7 +82,7 @@ def overhead_reference(document: dict[str, Any]) -> str:
                     )
                 )
             body.append([f"CPU per request over {gateway}'s: {' / '.join(others)}", *cells])
-        header = [names.get(mode, mode), *(str(n) for n in levels)]
+        header = [_MODE_NAMES.get(mode, mode), *(str(n) for n in levels)]
         parts.append(table(header, body, "l" + "r" * len(levels)))
     return "\n".join(parts)
 
@@ -243,12 +245,10 @@ def overhead_workers(document: dict[str, Any]) -> str:
     """Per mode, router CPU per request at each level for each process count, of the bare
     pass-through and of specroute side by side, and what the most processes cost over one."""
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
-    targets = document["targets"]
     families = {
-        family: [t for t in targets if re.fullmatch(rf"{family}(-w\d+)?", t) and t != "specroute"]
-        for family in ("bare", "specroute")
+        name: [t for t in document["targets"] if family(t) == name]
+        for name in ("bare", "specroute")
     }
-    names = {"stream": "streamed", "whole": "whole answers"}
     parts = []
     for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
         levels = sorted({r["level"] for r in document["summary"] if r["mode"] == mode})
@@ -264,9 +264,9 @@ def overhead_workers(document: dict[str, Any]) -> str:
                 first, last = got[0], got[-1]
                 cells.append("-" if first is None or last is None else f"{last / first:.2f}x")
             body.append(cells)
-        header = [f"{names.get(mode, mode)}: level"]
-        for family, members in families.items():
-            header += [f"{family}: {' / '.join(members)}", f"{members[-1]} over {members[0]}"]
+        header = [f"{_MODE_NAMES.get(mode, mode)}: level"]
+        for name, members in families.items():
+            header += [f"{name}: {' / '.join(members)}", f"{members[-1]} over {members[0]}"]
         parts.append(table(header, body, "r" * len(header)))
     return "\n".join(parts)
 

@@ -234,7 +234,9 @@ class Online:
         if axis is None:
             known, shape = _known(profile), _shape(profile)
             fits = (
-                fit(window, _levels(profile), None, known, self._min(), self.per_level, 0, shape),
+                fit(
+                    window, _levels(profile), None, known, self._min(), self.per_level, shape=shape
+                ),
             )
             crossovers = None if profile is None else (profile.crossover,)
         else:
@@ -251,8 +253,7 @@ class Online:
                     _at_context(profile, c),
                     self._min(),
                     self.per_level,
-                    0,
-                    _shape_at_context(profile, c),
+                    shape=_shape_at_context(profile, c),
                 )
                 for part, c in zip(split, contexts, strict=True)
             )

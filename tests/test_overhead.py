@@ -226,3 +226,18 @@ async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> N
         assert watchdog is not None
         await asyncio.sleep(0.3)  # a tick of the watchdog's, and some
         assert watchdog.done()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("bare", "bare"),
+        ("bare-w4", "bare"),
+        ("specroute-w2", "specroute"),
+        ("specroute-w1-online-off", None),  # served with other flags: not a process count
+        ("direct", None),
+        ("smg", None),
+    ],
+)
+def test_a_target_s_family_of_process_counts(target: str, expected: str | None) -> None:
+    assert overhead_targets.family(target) == expected
