@@ -119,8 +119,16 @@ docs: $(BIN)/.installed
 figures: $(BIN)/.installed
 	$(BIN)/python -m docsgen.figures
 
+# two lanes side by side: the tests marked timed (they compare live throughput or latency)
+# one at a time at the normal CPU priority, showing their progress; the rest at nice 19, so
+# that they take only the CPU a timed test leaves, their output shown when both are done
+UNIT := not vllm and not sglang
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
-	$(BIN)/pytest -m "not vllm and not sglang"
+	@mkdir -p build
+	nice -n 19 $(BIN)/pytest -m "$(UNIT) and not timed" -p no:cacheprovider > build/unit-rest.log 2>&1 & \
+	rest=$$!; $(BIN)/pytest -m "$(UNIT) and timed"; timed=$$?; wait $$rest; others=$$?; \
+	echo "--- the other lane (build/unit-rest.log) ---"; cat build/unit-rest.log; \
+	test $$timed -eq 0 && test $$others -eq 0
 
 # the whole loop on real engines, one stage each, the second run even if the first failed:
 # vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with

@@ -22,6 +22,8 @@ from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
 
+pytestmark = pytest.mark.timed
+
 FAST = ("--time-scale", "0.05")
 
 
