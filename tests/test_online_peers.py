@@ -258,11 +258,19 @@ async def test_the_samples_endpoint_needs_the_key_and_gives_only_newer_samples(
 ) -> None:
     spec, base = backends
     given: dict[str, Any] = {"spec": [spec], "base": [base], "crossover": 8, "admin_key": KEY}
-    async with replica(**given) as (url, _), aiohttp.ClientSession() as session:
+    unkeyed = given | {"admin_key": None, "api_keys": ["client-key"]}
+    async with (
+        replica(**given) as (url, _),
+        replica(**unkeyed) as (closed, _),
+        aiohttp.ClientSession() as session,
+    ):
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             async with session.get(url + SAMPLES_PATH, headers=headers) as r:
                 assert r.status == 401
                 assert KEY not in await r.text()
+        for headers in ({}, {"Authorization": "Bearer client-key"}):  # fails closed
+            async with session.get(closed + SAMPLES_PATH, headers=headers) as r:
+                assert r.status == 403
         await streamed(url, usage=True)
         first = await _pulled(session, url, None)
         await streamed(url, usage=True)
