@@ -38,6 +38,8 @@ from tests.test_online_live import streamed
 FAST = ("--time-scale", "0.05")
 KEY = "peer-admin-k3y"
 FITTING: dict[str, Any] = {"online_interval": 0.1, "poll_interval": 0.02, "stale_after": 0.5}
+# a health check that a busy machine made fail at the start is retried within a fraction
+HEALING: dict[str, Any] = {"health_interval": 0.2, "eject_seconds": 0.2}
 
 
 @pytest.fixture
@@ -51,10 +53,13 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
 
 @asynccontextmanager
 async def replica(port: int = 0, **settings: Any) -> AsyncIterator[tuple[str, RouterState]]:
-    """A router on ``port`` (chosen before, so that replicas can name each other)."""
-    app = create_app(RouterSettings(**settings))
+    """A router on ``port`` (chosen before, so that replicas can name each other), once it
+    sees every backend healthy."""
+    app = create_app(RouterSettings(**HEALING, **settings))
     async with serving(app, RouterRunner, port) as url:
-        yield url, app[STATE]
+        state = app[STATE]
+        await until(lambda: all(b.healthy for b in state.roster.backends))
+        yield url, state
 
 
 def counted(state: RouterState, name: str, **labels: str) -> float:
