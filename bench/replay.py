@@ -95,6 +95,13 @@ class _Server(VirtualServer):
         """Its in-flight count integrated over time up to ``now``, as the router's board."""
         return self.lived_for + self.inflight * (now - self.changed)
 
+    def others(self, now: float) -> float:
+        """The other routers' requests here: one router in the replay, none."""
+        return 0.0
+
+    def others_lived(self, now: float) -> float:
+        return 0.0
+
     def add(self, now: float, n: int) -> None:
         self.lived_for, self.changed = self.lived(now), now
         self.inflight += n

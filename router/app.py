@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +20,7 @@ from specroute.policies.registry import build_policy
 from specroute.router.access_log import LOG as ACCESS_LOG
 from specroute.router.access_log import stamp
 from specroute.router.admission import Admission
-from specroute.router.auth import Keys
+from specroute.router.auth import Keys, without_credentials
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Discovery
@@ -42,8 +41,12 @@ from specroute.router.monitor import (
     rediscover,
     watch_profile,
 )
-from specroute.router.online import Online
+from specroute.router.online import Online, OnlineMode
+from specroute.router.online_peer_answer import SAMPLES_PATH
+from specroute.router.online_peers import Peers
+from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Samples
+from specroute.router.online_samples_endpoint import online_samples_endpoint
 from specroute.router.online_task import keep_fitting, shares_gpus
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
@@ -98,13 +101,17 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
     quota = quota_of(settings) if workers is None else workers.quota
     keys = Keys(settings.api_keys, settings.admin_key)
     rate = settings.rate_limit
+    kept = settings.online_kept()
+    off = settings.online is OnlineMode.OFF
+    alone = None if off else Rings(1, kept)  # one worker's log of its samples, for peers
     online = Online(
         settings.online,
-        Samples(settings.online_kept(), settings.online_window_seconds),
+        Samples(kept, settings.online_window_seconds),
         settings.sureness(),
         per_level=settings.online_window_samples,
-        rings=None if workers is None else workers.rings,
+        rings=alone if workers is None else workers.rings,
         leads=board.leader,
+        source=settings.concurrency_source,
     )
     online.shared = shares_gpus(policy)  # as each fit finds it; exploration counts load so
     state = RouterState(
@@ -121,9 +128,18 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         settings.exploration(online),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
+        peers=_peers(settings, metrics, online),
     )
     metrics.exposed.register(StateGauges(state))
     return state
+
+
+def _peers(settings: RouterSettings, metrics: RouterMetrics, online: Online) -> Peers | None:
+    """The peer replicas the leader takes samples from, if any are given."""
+    if not settings.online_peers or not online.fitting or online.rings is None:
+        return None
+    epoch, window = online.rings.epoch, settings.online_window_seconds
+    return Peers(settings.online_peers, metrics, epoch, window, settings.online_kept())
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:
@@ -170,6 +186,7 @@ def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.
     app.router.add_get("/router/status", _status)
     app.router.add_post("/router/profile", _swap_profile)
     app.router.add_get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
+    app.router.add_get(SAMPLES_PATH, functools.partial(online_samples_endpoint, state=state))
     app.router.add_get("/openapi.json", _openapi)
     app.cleanup_ctx.append(_background)
     return app
@@ -297,7 +314,7 @@ async def _status(request: web.Request) -> web.Response:
             "backends": [
                 {
                     "name": b.name,
-                    "url": _without_credentials(b.url),
+                    "url": without_credentials(b.url),
                     "pool": b.pool,
                     "group": b.group,
                     "healthy": b.healthy,
@@ -337,13 +354,3 @@ async def _swap_profile(request: web.Request) -> web.Response:
             "profile": {"created": profile.created, "crossover": profile.raw["crossover"]},
         }
     )
-
-
-def _without_credentials(url: str) -> str:
-    """A backend URL as shown: any ``user:password@`` in it stays out of the status page."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit(parts._replace(netloc=netloc))

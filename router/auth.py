@@ -1,6 +1,6 @@
 """Bearer keys: optional client keys for serving, and the admin key that changing the
-router's routing, or reading the profile of its live fit, needs: without one configured,
-those endpoints refuse (fail closed).
+router's routing, reading the profile of its live fit, or reading its online samples (a
+peer replica's pull) needs: without one configured, those endpoints refuse (fail closed).
 
 Probes and scrapers (``/health``, ``/ready``, ``/metrics``) and the router's own API
 description (``/openapi.json``) stay open. Keys are compared in
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 from pydantic import SecretStr
@@ -19,7 +20,7 @@ from pydantic import SecretStr
 from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
-ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live"})
+ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live", "/router/online/samples"})
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -89,3 +90,14 @@ class Keys:
         token = _bearer(request)
         index = None if token is None else _index(token, [*self.clients, *self.admins])
         return 0 if index is None else index + 1
+
+
+def without_credentials(url: str) -> str:
+    """A URL as shown, logged or counted: any ``user:password@`` in it left out."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed again
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -3,6 +3,7 @@ board that the workers share (in flight, health verdicts, the leader's readings)
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -81,6 +82,15 @@ class Backend:
         (only differences mean anything: the mean load between two readings)."""
         return self.board.lived(self.index, now)
 
+    def others(self, now: float) -> float:
+        """The other router replicas' requests here now, from the leader's last reading
+        (its running and queued less this router's own then; 0 once it is not believed)."""
+        return self.board.others(self.index, now)
+
+    def others_lived(self, now: float) -> float:
+        """Those integrated over time up to ``now``, as ``lived``'s own requests."""
+        return self.board.others_lived(self.index, now)
+
     def dispatched(self, n: int, kv_tokens: int) -> None:
         """``n`` more (or, negative, fewer) of this worker's requests in flight here, of
         ``kv_tokens`` estimated context between them."""
@@ -108,14 +118,15 @@ class Backend:
         self._verdicts_seen = seq
         return ok
 
-    def record_stats(self, stats: BackendStats, at: float) -> None:
+    def record_stats(self, stats: BackendStats, at: float, believed_for: float = math.inf) -> None:
         """The leader's reading, published with the counts for every worker: the live
-        accept length (``live_accept_length``), stamped when it has news."""
+        accept length (``live_accept_length``), stamped when it has news; the other
+        routers' requests it implies held for ``believed_for`` seconds (``stale_after``)."""
         if (accept := live_accept_length(self._previous, stats)) is not None:
             self._accept = (accept, at)
         self._previous = stats
         counts = stats.running, stats.queued, stats.max_running
-        self.board.publish_reading(self.index, counts, self._accept, stats.engine, at)
+        self.board.publish_reading(self.index, counts, self._accept, stats.engine, at, believed_for)
 
     @property
     def aborts_by_rid(self) -> bool:

@@ -11,6 +11,12 @@ and each backend's health and reported load. So the workers keep those here:
   that the mean load a request decoded under is two readings' difference over its time
   (online calibration's samples); a reader that meets another worker's slot mid-change is
   off by that change's last interval, no more.
+- the other routers' requests at each backend (several replicas in front of the same
+  servers: the backend's reported running and queued less this router's own in flight at
+  the reading, at least 0), held from one reading of the leader's to the next while it is
+  believed (``stale_after``), and integrated over time likewise, so that a sample's load
+  counts them as the policy does (``--concurrency-source replicas``); written by the
+  leader alone, at each reading.
 - what the leader (worker 0), which alone checks health and polls the backends, last
   learned of each: the health check's verdict with a sequence number (each worker feeds new
   verdicts to its own breaker), the running and queued requests and the capacity it
@@ -45,6 +51,7 @@ _GLOBAL_INTS = 2  # times the leader published the set of backends, and an onlin
 _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
 _LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
+_OTHERS_FLOATS = 4  # per backend: the others' requests integrated, held now, since, until
 _FLOATS = 8  # per backend: running, queued, capacity, the router's in flight, accept length,
 # its time, the engine, the reading's time
 _ENGINES = (None, "sglang", "vllm")
@@ -75,7 +82,8 @@ class Board:
         counts = _INTS * cells + _PUBLISHED_INTS * backends + _OWN_INTS * workers + _GLOBAL_INTS
         floats = _FLOATS * backends + _OWN_FLOATS * workers + _GLOBAL_FLOATS
         lived = _LIVED_FLOATS * cells
-        self._memory = mmap.mmap(-1, (counts + floats + lived) * 8)  # MAP_SHARED
+        others = _OTHERS_FLOATS * backends
+        self._memory = mmap.mmap(-1, (counts + floats + lived + others) * 8)  # MAP_SHARED
         every = memoryview(self._memory)
         whole = every[: counts * 8].cast("q")
         sizes = (cells, cells, cells, backends, backends, workers, _GLOBAL_INTS)
@@ -96,7 +104,8 @@ class Board:
         self._cpu = every[(counts + _FLOATS * backends) * 8 :].cast("d")[:workers]
         self._live = every[(counts + floats - _GLOBAL_FLOATS) * 8 : (counts + floats) * 8].cast("d")
         self._live[0] = _NONE
-        self._lived = every[(counts + floats) * 8 :].cast("d")  # per cell: integral, its time
+        self._lived = every[(counts + floats) * 8 : (counts + floats + lived) * 8].cast("d")
+        self._others = every[(counts + floats + lived) * 8 :].cast("d")  # zeros: none yet
         self._row = worker * backends
         self._last: list[Reading | None] = [None] * backends  # what ``reading`` last made
 
@@ -174,6 +183,8 @@ class Board:
         self._health_seq[backend] = self._health_ok[backend] = 0
         for i in range(_FLOATS * backend, _FLOATS * (backend + 1)):
             self._floats[i] = _NONE
+        for i in range(_OTHERS_FLOATS * backend, _OTHERS_FLOATS * (backend + 1)):
+            self._others[i] = 0.0
         self._last[backend] = None
 
     # the set of backends, published by the leader (the set itself is a file)
@@ -239,15 +250,52 @@ class Board:
         accept: tuple[float, float] | None,
         engine: str | None,
         at: float,
+        believed_for: float = math.inf,
     ) -> None:
         """What the leader read: running, queued and capacity, the live accept length and
-        its time, the engine, the time; with the router's requests in flight there now."""
+        its time, the engine, the time; with the router's requests in flight there now, and
+        the other routers' requests it implies, held until ``believed_for`` seconds after."""
         f, i = self._floats, backend * _FLOATS
         f[i], f[i + 1], f[i + 2] = (_or_none(c) for c in counts)
-        f[i + 3] = self.inflight(backend)
+        inflight = self.inflight(backend)
+        f[i + 3] = inflight
+        self._hold_others(backend, counts[0], counts[1], inflight, at, believed_for)
         f[i + 4], f[i + 5] = accept if accept is not None else (_NONE, 0.0)
         f[i + 6] = _ENGINES.index(engine) if engine in _ENGINES else 0
         f[i + 7] = at  # a reading is whole once its time is there
+
+    def _hold_others(
+        self,
+        backend: int,
+        running: float | None,
+        queued: float | None,
+        inflight: int,
+        at: float,
+        believed_for: float,
+    ) -> None:
+        """The others' requests integrated up to ``at``, then held at what this reading
+        says (none when it says no running count, as the policy counts none then)."""
+        o, j = self._others, backend * _OTHERS_FLOATS
+        o[j] = self._others_at(j, at)
+        reported = math.nan if running is None else running + (queued or 0.0)
+        o[j + 1] = max(0.0, reported - inflight) if math.isfinite(reported) else 0.0
+        o[j + 2], o[j + 3] = at, at + believed_for
+
+    def others(self, backend: int, now: float) -> float:
+        """The other routers' requests at ``backend`` now, as the leader's last reading
+        says (0 once it is no longer believed, or before the first)."""
+        o, j = self._others, backend * _OTHERS_FLOATS
+        return o[j + 1] if o[j + 2] <= now <= o[j + 3] else 0.0
+
+    def others_lived(self, backend: int, now: float) -> float:
+        """The other routers' requests at ``backend`` integrated over time up to ``now``
+        (request seconds: only differences mean anything, as ``lived``'s)."""
+        return self._others_at(backend * _OTHERS_FLOATS, now)
+
+    def _others_at(self, j: int, now: float) -> float:
+        o = self._others
+        since, until = o[j + 2], o[j + 3]
+        return o[j] + o[j + 1] * max(0.0, min(now, until) - since)
 
     def reading(self, backend: int) -> Reading | None:
         f, i = self._floats, backend * _FLOATS

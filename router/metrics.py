@@ -44,6 +44,20 @@ class RouterMetrics:
             "the live curves are seen there (online exploration), by the pool sent to.",
             ("pool",),
         )
+        self.online_peer_samples = self._counter(
+            "specroute_online_peer_samples",
+            "Online samples taken from a peer router replica (--online-peers) for the fit, by "
+            "peer (its URL without credentials).",
+            ("peer",),
+        )
+        self.online_peer_errors = self._counter(
+            "specroute_online_peer_errors",
+            "Pulls of a peer replica's online samples that took nothing, by peer and reason "
+            "(unreachable, timeout, refused: 401 or 403, status: another one, not_json, "
+            "bad_answer: not of the shape or too large, itself: the peer is this router), "
+            "and rows of its answers dropped as invalid (bad_row, each row).",
+            ("peer", "reason"),
+        )
         self.placements = self._counter(
             "specroute_placements",
             "Where within the chosen pool requests ran, by pool and placement outcome: "

@@ -95,7 +95,7 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     stats = stats or BackendStats()
     if loads is not None:
         stats = replace(stats, running=loads[0], queued=loads[1], max_running=loads[2])
-    backend.record_stats(stats, time.monotonic())
+    backend.record_stats(stats, time.monotonic(), state.settings.stale_after)
 
 
 def _unreadable(state: RouterState, backend: Backend, path: str, why: str) -> None:

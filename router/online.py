@@ -24,6 +24,20 @@ its ``Samples`` so that the window forgets by count and by age as one worker's w
 publishes the crossover it routes by on the board, read by every worker before its next
 decision, and the fit as a file in the workers' folder (``online_published``), which every
 worker's status page and gauges show. No worker routes on an estimate another lacks.
+
+Under a concurrency source other than ``router`` (several router replicas in front of the
+same servers: ``replicas``; or ``backend``, ``max``), the policy counts a server's load as
+its report brought up to date with this router's own requests, so a sample's load is the
+own requests' mean plus the other routers' requests averaged over the same time: the
+backend's reported running and queued less this router's own at each reading of the
+leader's, held from one reading to the next while it is believed (the board integrates
+it beside the readings). Between two readings the others' part is a step, not the truth,
+as it is for the policy.
+
+Several replicas learn as one too (``online_peers``): each serves the samples its workers
+recorded (its rings, never what it took from peers) at ``GET /router/online/samples``, and
+each leader takes every peer's new ones before each fit (``online_peers.Peers``), passed
+to ``refit`` with the rings' own, so that every replica fits from every replica's samples.
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ from typing import Any, Protocol
 from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import Curves, context_curves, curves
 from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
-from specroute.policies.view import Pool
+from specroute.policies.view import ConcurrencySource, Pool
 from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import (
     DEFAULT_LEVELS,
@@ -117,6 +131,10 @@ class Seat(Protocol):
 
     def lived(self, now: float) -> float: ...
 
+    def others(self, now: float) -> float: ...
+
+    def others_lived(self, now: float) -> float: ...
+
 
 class Online:
     def __init__(
@@ -127,12 +145,18 @@ class Online:
         per_level: int | None = None,
         rings: Rings | None = None,
         leads: bool = True,
+        source: ConcurrencySource = ConcurrencySource.ROUTER,
     ) -> None:
         """``per_level``: the last samples of each pool and level that count (all: None);
-        ``rings``: with several workers, where each records its samples for the leader;
-        ``leads``: whether this worker fits (alone, or the leader of several)."""
+        ``rings``: where each worker records its own samples, for the leader with several,
+        and for the peer replicas that ask (``GET /router/online/samples``); ``leads``:
+        whether this worker fits (alone, or the leader of several); ``source``: how the
+        policy counts load, and so the samples (every source but ``router`` counts the
+        other routers' requests too)."""
         self.mode, self.samples, self.sureness = mode, samples, sureness
         self.per_level, self.rings = per_level, rings
+        self.alone = rings is None or rings.workers == 1  # its samples are its Samples' at once
+        self.counts_others = source is not ConcurrencySource.ROUTER
         self.records = mode is not OnlineMode.OFF
         self.fitting = leads and self.records
         self.shared = True  # the topology the load joined is counted in, from the policy
@@ -141,6 +165,7 @@ class Online:
         self.adopted: float | None = None  # the live crossover routed by, in adopt
         self.fitted_at: float | None = None
         self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
+        self.peers: list[dict[str, Any]] = []  # each peer replica's, as the leader last saw it
 
     # On the request path
 
@@ -148,19 +173,24 @@ class Online:
         """The load a request dispatched to ``backend`` now joins, itself included."""
         if not self.records:
             return 0
-        if not self.shared:
-            return backend.inflight + 1
-        return sum([b.inflight for b in backends if b.group == backend.group]) + 1
+        seats = [backend] if not self.shared else [b for b in backends if b.group == backend.group]
+        own = sum([b.inflight for b in seats]) + 1
+        if not self.counts_others:
+            return own
+        now = time.monotonic()
+        return own + round(sum([b.others(now) for b in seats]))
 
     def lived(self, backends: Sequence[Seat], backend: Seat) -> Callable[[float], float] | None:
         """The load a request at ``backend`` counts, integrated over time up to a moment
         (None: not recording)."""
         if not self.records:
             return None
-        if not self.shared:
-            return backend.lived
-        group = [b for b in backends if b.group == backend.group]
-        return lambda now: sum([b.lived(now) for b in group])
+        seats = [backend] if not self.shared else [b for b in backends if b.group == backend.group]
+        if self.counts_others:
+            return lambda now: sum([b.lived(now) + b.others_lived(now) for b in seats])
+        if len(seats) == 1:
+            return seats[0].lived
+        return lambda now: sum([b.lived(now) for b in seats])
 
     def served(self, flight: Flight, joined: int) -> None:
         """At the request's end: one sample, if it makes one, at the mean load it decoded
@@ -184,9 +214,9 @@ class Online:
         if not self.records:
             return
         if self.rings is not None:
-            self.rings.add(sample)  # the leader takes it in at its next fit
-        else:
-            self.samples.add(sample)
+            self.rings.add(sample)  # for the peers; with several workers, for the leader too
+        if self.alone:
+            self.samples.add(sample)  # else the leader takes it in at its next fit
 
     def kept(self) -> int:
         """The samples kept: this worker's when it fits; in another worker, those the
@@ -202,6 +232,7 @@ class Online:
             "samples": self.kept(),
             "fitted_seconds_ago": None if self.fitted_at is None else now - self.fitted_at,
             "adopted_crossover": self.adopted,
+            "peers": [shown(peer, now) for peer in self.peers],
             "fits": [
                 {
                     "context": f.context,
@@ -219,14 +250,17 @@ class Online:
 
     # Off it
 
-    def refit(self, now: float, profile: Profile | None, shared: bool) -> None:
+    def refit(
+        self, now: float, profile: Profile | None, shared: bool, taken: Sequence[Sample] = ()
+    ) -> None:
         """The live curves again from the samples in the window, per context bucket of the
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
-        routed by."""
+        routed by; ``taken``: the peer replicas' samples since the last fit."""
         self.shared = shared
-        if self.rings is not None:
-            for sample in self.rings.fresh():  # every worker's, since the last fit
-                self.samples.add(sample)
+        fresh = list(taken)
+        if self.rings is not None and not self.alone:
+            fresh.extend(self.rings.fresh())  # every worker's, since the last fit
+        self.samples.merge(fresh)
         window = self.samples.window(now)
         axis = None if profile is None else profile.context
         fits: tuple[LiveFit, ...]
@@ -298,6 +332,14 @@ class Online:
         elif was is not None and not self.sureness.holds(found, was):
             self.adopted = None
             _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+
+
+def shown(peer: dict[str, Any], now: float) -> dict[str, Any]:
+    """A peer replica as ``/router/status`` shows it: its last error's time as an age."""
+    at = peer.get("last_error_at")
+    return {k: v for k, v in peer.items() if k != "last_error_at"} | {
+        "last_error_seconds_ago": None if at is None else now - at
+    }
 
 
 def _span(

@@ -6,7 +6,8 @@ curves and crossings of each context bucket whole (every level, so that a worker
 the same ``LiveFit``s the leader holds, for its status page, its gauges and whatever reads
 ``Online.fits``), the drift flags, when it was fitted (monotonic time: the machine's clock,
 as every worker reads it), the samples it was fitted from and the topology their load was
-counted in, so that every worker counts the load its requests join alike.
+counted in, so that every worker counts the load its requests join alike, and what the
+leader took from each peer replica.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def published(online: Online) -> dict[str, Any]:
         "shared": online.shared,
         "fits": [asdict(f) for f in online.fits],
         "drift": list(online.drift),
+        "peers": online.peers,
     }
 
 
@@ -44,6 +46,7 @@ def take(online: Online, adopted: float | None, document: dict[str, Any] | None)
     fitted_at, samples = document["fitted_at"], int(document["samples"])
     online.fits, online.drift, online.fitted_at = fits, drift, fitted_at
     online.counted, online.shared = samples, bool(document["shared"])
+    online.peers = [dict(p) for p in document.get("peers", [])]
 
 
 def _live_fit(raw: dict[str, Any]) -> LiveFit:

@@ -12,11 +12,18 @@ last ``keep`` of the whole router and would have been forgotten by count anyway.
 
 A worker started again in place of one that died goes on writing at its ring's count, and
 a leader started again reads every ring from its oldest slot: the samples outlive both.
+
+The rings are also the router's log of its own samples for its peer replicas (``after``):
+any worker reads them there without taking them, from a cursor of each ring's count that
+names the rings' ``epoch`` (made with them, so the same in every worker, and new when the
+router starts again: a cursor of another epoch reads from the oldest slot). A router of
+one worker keeps one ring for that alone.
 """
 
 from __future__ import annotations
 
 import mmap
+import secrets
 import struct
 
 from specroute.policies.view import POOLS
@@ -34,6 +41,7 @@ class Rings:
         if not 0 <= worker < workers:
             raise ValueError(f"worker {worker} is not one of {workers}")
         self.workers, self.capacity, self.worker = workers, capacity, worker
+        self.epoch = secrets.token_hex(8)  # this set of rings', for a peer's cursor
         self._slots = capacity + 1  # one spare: the slot being written is not one of the kept
         head = workers * 8
         self._memory = mmap.mmap(-1, head + workers * self._slots * _SLOT.size)  # MAP_SHARED
@@ -67,16 +75,44 @@ class Rings:
         found.sort(key=lambda s: s.at)
         return found
 
+    def after(self, cursor: str | None) -> tuple[list[Sample], str]:
+        """Every ring's samples written since ``cursor`` (None, or one of another epoch: all
+        they hold), the oldest first, and the cursor to ask from next; taken by nobody. A
+        cursor of this epoch that does not read raises ValueError."""
+        counts = self._counts(cursor)
+        found: list[Sample] = []
+        for w in range(self.workers):
+            rows, counts[w] = self._since(w, counts[w])
+            found.extend(rows)
+        found.sort(key=lambda s: s.at)
+        return found, f"{self.epoch}:{'.'.join(str(c) for c in counts)}"
+
+    def _counts(self, cursor: str | None) -> list[int]:
+        epoch, _, given = (cursor or "").partition(":")
+        if epoch != self.epoch:
+            return [0] * self.workers
+        try:
+            counts = [int(c) for c in given.split(".")]
+        except ValueError:
+            raise ValueError(f"a cursor of {self.workers} counts, got {given!r}") from None
+        if len(counts) != self.workers or min(counts) < 0:
+            raise ValueError(f"a cursor of {self.workers} counts, got {given!r}")
+        return [min(c, self._written[w]) for w, c in enumerate(counts)]
+
     def _fresh(self, w: int) -> list[Sample]:
+        rows, self._read[w] = self._since(w, self._read[w])
+        return rows
+
+    def _since(self, w: int, read: int) -> tuple[list[Sample], int]:
+        """Ring ``w``'s whole slots written since its count was ``read``, and its count."""
         cap, slots = self.capacity, self._slots
         base, size, memory = self._head + w * slots * _SLOT.size, _SLOT.size, self._memory
         end = self._written[w]
-        start = max(self._read[w], end - cap)  # older ones were written over
+        start = max(read, end - cap)  # older ones were written over
         rows = [_SLOT.unpack_from(memory, base + (i % slots) * size) for i in range(start, end)]
         after = self._written[w]  # the slots written again while copying, or being written
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
-        self._read[w] = end
         return [
             Sample(at, POOLS[int(pool)], load, tpot, int(context))
             for at, pool, load, tpot, context in rows[first - start :]
-        ]
+        ], end

@@ -3,7 +3,9 @@ taken at its end, in a bounded buffer that forgets by count and by age."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from specroute.policies.view import Pool
@@ -28,6 +30,19 @@ class Samples:
     def add(self, sample: Sample) -> None:
         self._kept.append(sample)
 
+    def merge(self, samples: Iterable[Sample]) -> None:
+        """Samples that come late (the workers' rings at a fit, the peer replicas'), put in
+        time order among those kept, so that the window forgets the oldest first, by count
+        and by age, whoever served them."""
+        new = sorted(samples, key=_at)
+        kept = self._kept
+        if not new:
+            return
+        if not kept or kept[-1].at <= new[0].at:
+            kept.extend(new)
+            return
+        self._kept = deque(heapq.merge(kept, new, key=_at), maxlen=kept.maxlen)
+
     def window(self, now: float) -> list[Sample]:
         """The samples in the window at ``now``; older ones are dropped for good."""
         kept, oldest = self._kept, now - self.max_age
@@ -37,3 +52,7 @@ class Samples:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+def _at(sample: Sample) -> float:
+    return sample.at

@@ -1,39 +1,64 @@
-"""The background task that fits the live curves, off the request path."""
+"""The background task that fits the live curves, off the request path; before each fit,
+the leader takes its peer replicas' new samples (``online_peers``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Sequence
+
+import aiohttp
 
 from specroute.policies.policy import Policy
+from specroute.router.online_samples import Sample
 from specroute.router.state import RouterState
 
 _log = logging.getLogger("specroute.router")
+
+PEER_TIMEOUT = 2.0  # seconds a peer's answer may take at most (less with a shorter interval)
 
 
 async def keep_fitting(state: RouterState) -> None:
     """Every ``online_interval`` seconds, until cancelled; a failed fit is logged and
     counted (``specroute_background_errors_total{task="online"}``), routing goes back to the
     profile's crossover in every worker (a live one no fit stands behind is not routed by),
-    and the next fit comes."""
+    and the next fit comes. With peers, one session of their own for the task's life,
+    sending the admin key to them alone."""
     errors = state.metrics.background_errors.labels(task="online")  # 0 from the start
-    while True:
-        await asyncio.sleep(state.settings.online_interval)
-        try:
-            fit_now(state)
-        except Exception:
-            state.online.adopted = None
-            state.publish_online(fitted=False)  # a store on the board: it does not fail
-            errors.inc()
-            _log.exception("The online fit failed; the profile's crossover until one works.")
+    async with contextlib.AsyncExitStack() as stack:
+        session = None
+        key = state.settings.admin_key
+        if state.peers is not None and key is not None:
+            headers = {"Authorization": f"Bearer {key.get_secret_value()}"}
+            session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
+        timeout = min(PEER_TIMEOUT, max(state.settings.online_interval, 0.5))
+        while True:
+            await asyncio.sleep(state.settings.online_interval)
+            taken: list[Sample] = []
+            if state.peers is not None and session is not None:
+                try:
+                    taken = await state.peers.pull(session, timeout)
+                except Exception:  # a bug to see: the fit goes on from this router's own
+                    errors.inc()
+                    _log.exception("Taking the peers' online samples failed; it goes on.")
+                state.online.peers = state.peers.describe()
+            try:
+                fit_now(state, taken)
+            except Exception:
+                state.online.adopted = None
+                state.publish_online(fitted=False)  # a store on the board: it does not fail
+                errors.inc()
+                _log.exception("The online fit failed; the profile's crossover until one works.")
 
 
-def fit_now(state: RouterState) -> None:
-    """One fit, with the profile and the topology in force, published for the other
-    workers."""
+def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
+    """One fit, with the profile and the topology in force, and ``taken``, the peers'
+    samples since the last, published for the other workers."""
     in_force = state.in_force
-    state.online.refit(time.monotonic(), in_force.profile, shares_gpus(in_force.policy))
+    shared = shares_gpus(in_force.policy)
+    state.online.refit(time.monotonic(), in_force.profile, shared, taken)
     state.publish_online()
 
 

@@ -242,6 +242,65 @@ def _live_profile() -> dict[str, Any]:
     }
 
 
+def _online_samples() -> dict[str, Any]:
+    row = _object(
+        {
+            "age": {"type": "number", "minimum": 0, "description": "Seconds before the answer."},
+            "pool": {"enum": ["spec", "base"]},
+            "load": {"type": "number", "minimum": 0},
+            "tpot": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds."},
+            "context": {"type": "integer", "minimum": 0},
+        },
+        ["age", "pool", "load", "tpot", "context"],
+    )
+    return {
+        "get": {
+            "summary": "This router's own online samples since a cursor, for its peer "
+            "replicas (`--online-peers`): those its workers recorded, never those it took "
+            "from peers, none older than the online window. Refused (403) when no admin key "
+            "is configured.",
+            "security": [{"adminKey": []}],
+            "parameters": [
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "description": "The `next` of the last answer; none, or one from before "
+                    "the router started again: every sample it keeps.",
+                    "schema": {"type": "string"},
+                }
+            ],
+            "responses": {
+                "200": {
+                    "description": "`epoch` (new at each start), `next` (the cursor to ask "
+                    "from next) and `samples`, each with its age at the answer.",
+                    "content": {
+                        _JSON: {
+                            "schema": _object(
+                                {
+                                    "epoch": {"type": "string"},
+                                    "next": {"type": "string"},
+                                    "samples": {"type": "array", "items": row},
+                                },
+                                ["epoch", "next", "samples"],
+                            )
+                        }
+                    },
+                },
+                "400": {
+                    "description": "The cursor does not read.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+                "409": {
+                    "description": "Online calibration is off: the router records no samples.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+                **_errors(401, 403),
+            },
+        }
+    }
+
+
 def _version() -> str:
     try:
         return version("specroute")
@@ -309,6 +368,7 @@ def document() -> dict[str, Any]:
                 }
             },
             "/router/profile/live": _live_profile(),
+            "/router/online/samples": _online_samples(),
         },
         "components": {
             "securitySchemes": {

@@ -170,8 +170,9 @@ class RouterSettings(BaseSettings):
     )
     admin_key: SecretStr | None = Field(
         None,
-        description="the key of the endpoints that change routing (POST /router/profile) or "
-        "give the live fit as a profile (GET /router/profile/live); none: they refuse",
+        description="the key of the endpoints that change routing (POST /router/profile), "
+        "give the live fit as a profile (GET /router/profile/live) or this router's online "
+        "samples to its peer replicas (GET /router/online/samples); none: they refuse",
     )
     backend_api_key: SecretStr | None = Field(
         None, description="the key the router sends to the backends"
@@ -282,6 +283,13 @@ class RouterSettings(BaseSettings):
         "factor of the crossover routed by; never past the crossover times it, an ejected "
         "server or one at its max_running_requests",
     )
+    online_peers: list[str] = Field(
+        default_factory=list,
+        description="the other router replicas in front of the same servers, by base URL "
+        "(http://HOST:PORT): before each fit the leader takes their new online samples "
+        "(GET /router/online/samples, sent the admin key, which they must share), so that "
+        "every replica fits from all of theirs; needs admin_key and online on",
+    )
     config: Path | None = Field(None, exclude=True, description="a TOML file of settings")
     _params: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -292,6 +300,27 @@ class RouterSettings(BaseSettings):
             if not url.startswith(SCHEMES):
                 raise ValueError(f"backend URL must start with {', '.join(SCHEMES)}, got {url!r}")
         return [u.rstrip("/") for u in urls]
+
+    @field_validator("online_peers")
+    @classmethod
+    def _peer_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError("a peer's URL starts with http:// or https://")
+        return list(dict.fromkeys(u.rstrip("/") for u in urls))  # a peer given twice is one
+
+    @model_validator(mode="after")
+    def _peers_keyed(self) -> RouterSettings:
+        """Fails closed: a peer's samples are read with the admin key, and a router with
+        none serves none."""
+        if self.online_peers and self.admin_key is None:
+            raise ValueError(
+                "online_peers needs the router's admin key (SPECROUTE_ADMIN_KEY or "
+                "--admin-key), the same on every replica: peers ask each other with it"
+            )
+        if self.online_peers and self.online is OnlineMode.OFF:
+            raise ValueError("online_peers needs online calibration on (observe or adopt)")
+        return self
 
     @field_validator("otlp_traces_endpoint")
     @classmethod

@@ -5,6 +5,7 @@ each with one job, and the few steps that take several of them.
 - ``in_force``: the policy routed by, and the profile it was built from;
 - ``sync``: what the workers of one router publish for each other;
 - ``online``: the live curves learned from served requests, fitted by the leader;
+- ``peers``: the other router replicas whose samples the leader takes before each fit;
 - ``verdicts``: what requests and health checks say of backends, to their breakers;
 - ``decisions``: the routing decisions, counted, the last few kept;
 - ``exploration``: the share of decisions sent to the other pool near the crossover;
@@ -32,6 +33,7 @@ from specroute.router.exploration import Exploration
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online import Online
+from specroute.router.online_peers import Peers
 from specroute.router.online_published import published, take
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.rate_limit import RateLimit
@@ -59,6 +61,7 @@ class RouterState:
     exploration: Exploration | None = None  # None: off (online=off, or a share of 0)
     rate_limit: RateLimit | None = None
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
+    peers: Peers | None = None  # the leader's, when online_peers are given
     session: ClientSession | None = None
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused

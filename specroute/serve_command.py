@@ -134,7 +134,8 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--admin-key",
         metavar="KEY",
-        help="the key for POST /router/profile and GET /router/profile/live",
+        help="the key for POST /router/profile, GET /router/profile/live and the peers' "
+        "GET /router/online/samples",
     )
     group.add_argument("--backend-api-key", metavar="KEY", help="sent to the backends")
     group.add_argument(
@@ -228,6 +229,14 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
         ("--online-explore-span", float, "F", "explored within this factor of it (2)"),
     ):
         group.add_argument(flag, type=kind, metavar=metavar, help=about)
+    group.add_argument(
+        "--online-peers",
+        action="extend",
+        metavar="URL,URL",
+        type=_urls,
+        help="the other router replicas, whose samples each fit takes too (repeatable; "
+        "needs --admin-key)",
+    )
 
 
 def _urls(text: str) -> list[str]:
@@ -258,12 +267,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _refused(error: ErrorDetails) -> str:
-    """One refused setting in a line: its key and value, unless it is a key (a secret); a
-    check of settings together says what it found, and never echoes them all."""
+    """One refused setting in a line: its key and value, unless it is a key (a secret) or
+    a peer's URL (which may hold a password); a check of settings together says what it
+    found, and never echoes them all."""
     key = ".".join(str(p) for p in error["loc"])
     if not key:
         return str(error.get("ctx", {}).get("error", error["msg"]))
-    value = "***" if "key" in key else error.get("input")
+    value = "***" if "key" in key or key.startswith("online_peers") else error.get("input")
     return f"bad setting {key}={value!r}: {error['msg']}"
 
 

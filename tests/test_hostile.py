@@ -748,6 +748,7 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
                 "/metrics",
                 "/router/status",
                 "/router/profile/live",
+                "/router/online/samples",
                 "/openapi.json",
                 "/nowhere",
             ):

@@ -1,6 +1,7 @@
 """Several workers learn as one: ``specroute serve --workers 2 --online adopt`` in front of
 two emulators, the official openai client on one kept-alive connection to each worker. The
-samples both workers take reach the leader's fit, and both show it and route by it."""
+samples both workers take reach the leader's fit, and both show it and route by it; either
+answers a peer replica's pull with both workers' samples."""
 
 from __future__ import annotations
 
@@ -137,6 +138,18 @@ async def test_two_workers_learn_one_crossover_and_both_route_by_it(tmp_path: Pa
             document["measurement"].pop("fitted_seconds_ago")
             live.append(document)
         assert live[0] == live[1] and live[0]["measurement"]["samples_kept"] == total
+        pulled = []  # a peer replica's pull: any worker answers, from every worker's rings
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        for http in clients.values():
+            answer = await http.get(f"{url}/router/online/samples", headers=admin)
+            assert answer.status_code == 200, answer.text
+            pulled.append(answer.json())
+        assert pulled[0]["epoch"] == pulled[1]["epoch"]
+        assert len(pulled[0]["samples"]) == len(pulled[1]["samples"]) == total
+        for http in clients.values():  # one worker's cursor reads in the other
+            after = {"after": pulled[0]["next"]}
+            answer = await http.get(f"{url}/router/online/samples", headers=admin, params=after)
+            assert answer.json()["samples"] == []
         for http in clients.values():  # the live crossover in both: load 1 to the plain server
             assert await served_by(http, url) == "base"
             text = (await http.get(f"{url}/metrics")).text
