@@ -108,6 +108,27 @@ async def test_a_name_that_fails_keeps_its_peers_and_one_gone_is_dropped(
     assert value(TAKEN, {"peer": url}) == 3  # its series stays
 
 
+async def test_this_router_is_an_error_given_as_a_url_and_quiet_found_by_name() -> None:
+    itself = json.dumps({"epoch": "mine", "next": "mine:1", "samples": [_row()]})
+    async with answering(itself) as url, aiohttp.ClientSession() as session:
+        name = f"dns+http://{NAME}:{url.rsplit(':', 1)[1]}"
+
+        async def cluster_dns(host: str, at: int) -> list[str]:
+            return ["127.0.0.1"]
+
+        shown: dict[str, dict[str, Any]] = {}
+        for given in (url, name):
+            metrics = RouterMetrics(None)
+            peers = Peers([given], metrics, "mine", 600.0, 100, cluster_dns, every=0.0)
+            assert [len(await peers.pull(session, 2.0)) for _ in range(2)] == [0, 0]
+            errors = metrics.exposed.get_sample_value(ERRORS, {"peer": url, "reason": "itself"})
+            (shown[given],) = peers.describe()
+            shown[given]["errors"] = errors
+    assert shown[url]["last_error"] == "itself" and shown[url]["errors"] == 2
+    assert shown[name]["state"] == "itself" and shown[name]["by"] == name
+    assert shown[name]["last_error"] is None and shown[name]["errors"] is None  # never counted
+
+
 def test_peers_by_name_are_settings_like_backends() -> None:
     given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:2"], "admin_key": KEY}
     for url in (f"dns+http://{NAME}:8000", f"dns+https://{NAME}:8443"):
