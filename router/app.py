@@ -23,7 +23,7 @@ from specroute.router.admission import Admission
 from specroute.router.auth import Keys, without_credentials
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
-from specroute.router.discovery import Discovery
+from specroute.router.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
@@ -88,7 +88,9 @@ for _logger in (_HTTP_LOG, logging.getLogger("specroute.router")):
     _logger.addFilter(Tagged())  # a line made while a request is handled names it
 
 
-def build_state(settings: RouterSettings, workers: Workers | None = None) -> RouterState:
+def build_state(
+    settings: RouterSettings, workers: Workers | None = None, resolve: Resolve = resolve_ipv4
+) -> RouterState:
     """The router's state; ``workers``: the board and metrics folder this worker shares
     with the others, if it is one of several."""
     path = settings.profile
@@ -128,18 +130,23 @@ def build_state(settings: RouterSettings, workers: Workers | None = None) -> Rou
         settings.exploration(online),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
-        peers=_peers(settings, metrics, online),
+        peers=_peers(settings, metrics, online, resolve),
+        resolve=resolve,
     )
     metrics.exposed.register(StateGauges(state))
     return state
 
 
-def _peers(settings: RouterSettings, metrics: RouterMetrics, online: Online) -> Peers | None:
-    """The peer replicas the leader takes samples from, if any are given."""
+def _peers(
+    settings: RouterSettings, metrics: RouterMetrics, online: Online, resolve: Resolve
+) -> Peers | None:
+    """The peer replicas the leader takes samples from, if any are given; their names
+    resolved as often as the backends'."""
     if not settings.online_peers or not online.fitting or online.rings is None:
         return None
-    epoch, window = online.rings.epoch, settings.online_window_seconds
-    return Peers(settings.online_peers, metrics, epoch, window, settings.online_kept())
+    epoch, window, kept = online.rings.epoch, settings.online_window_seconds, settings.online_kept()
+    every = settings.watch_interval
+    return Peers(settings.online_peers, metrics, epoch, window, kept, resolve, every)
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:
@@ -156,8 +163,12 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
     }
 
 
-def create_app(settings: RouterSettings, workers: Workers | None = None) -> web.Application:
-    state = build_state(settings, workers)
+def create_app(
+    settings: RouterSettings, workers: Workers | None = None, resolve: Resolve = resolve_ipv4
+) -> web.Application:
+    """``resolve``: how names (``dns+``) of backends and peers become addresses; a test's
+    may stand for the system's."""
+    state = build_state(settings, workers, resolve)
     app = web.Application(
         middlewares=[  # one: each layer costs every request a coroutine of its own
             front(
@@ -245,6 +256,7 @@ def _discovery(state: RouterState) -> Discovery:
         settings.names(),
         settings.backends_file,
         lambda source: failures.labels(source=source).inc(),
+        state.resolve,
     )
 
 

@@ -47,6 +47,17 @@ class DiscoveryError(ValueError):
     """A backends file that cannot be used; the message says where and why."""
 
 
+async def lookup(url: str, resolve: Resolve = resolve_ipv4) -> list[str]:
+    """The URLs a ``dns+`` URL stands for now, one per IPv4 address of its name, each on its
+    port and in its scheme (the backends' and the peer replicas' alike); raises OSError when
+    the name does not resolve, DiscoveryError when the URL has no host or port."""
+    parts = urlsplit(url.removeprefix(_DNS))
+    host, port = parts.hostname, parts.port
+    if host is None or port is None:
+        raise DiscoveryError(f"{url!r}: a name to resolve needs a host and a port")
+    return [urlunsplit(parts._replace(netloc=f"{a}:{port}")) for a in await resolve(host, port)]
+
+
 def read_targets(text: str, where: str) -> list[Server]:
     """The servers of a file_sd document: ``[{"targets": ["HOST:PORT" or a URL],
     "labels": {"pool": "spec"|"base", "group": NAME, "scheme": "http"|"https"}}]``."""
@@ -110,17 +121,14 @@ class Discovery:
         return list(named.values())
 
     async def _lookup(self, url: str, pool: Pool) -> list[Server] | None:
-        parts = urlsplit(url.removeprefix(_DNS))
-        host, port = parts.hostname, parts.port
-        if host is None or port is None:
-            raise DiscoveryError(f"{url!r}: a name to resolve needs a host and a port")
         try:
-            addresses = await self._resolve(host, port)
+            found = await lookup(url, self._resolve)
         except OSError as exc:  # socket.gaierror: no such name, or no answer
             self._failed("dns")
+            host = urlsplit(url.removeprefix(_DNS)).hostname
             _log.warning("Resolving %s failed (%s); its servers stay as they were.", host, exc)
             return None
-        return [Server(urlunsplit(parts._replace(netloc=f"{a}:{port}")), pool) for a in addresses]
+        return [Server(u, pool) for u in found]
 
     def _read_file(self, at_start: bool) -> None:
         if self.file is None:

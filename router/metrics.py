@@ -54,8 +54,10 @@ class RouterMetrics:
             "specroute_online_peer_errors",
             "Pulls of a peer replica's online samples that took nothing, by peer and reason "
             "(unreachable, timeout, refused: 401 or 403, status: another one, not_json, "
-            "bad_answer: not of the shape or too large, itself: the peer is this router), "
-            "and rows of its answers dropped as invalid (bad_row, each row).",
+            "bad_answer: not of the shape or too large, itself: a URL given as such is this "
+            "router), rows of its answers dropped as invalid (bad_row, each row), and "
+            "resolutions of a name of peers (dns+http://NAME:PORT, the peer label) that failed "
+            "(resolve: its last peers kept).",
             ("peer", "reason"),
         )
         self.placements = self._counter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
@@ -55,8 +56,8 @@ class RouterSettings(BaseSettings):
     watch_interval: float = Field(
         5.0,
         gt=0,
-        description="seconds between readings of the DNS names, the backends file and the "
-        "profile file",
+        description="seconds between readings of the DNS names (the backends' and the "
+        "online peers'), the backends file and the profile file",
     )
     max_backends: int = Field(64, ge=1, le=4096, description="most backends known at once")
     host: str = Field("127.0.0.1", description="the address the router listens on")
@@ -286,7 +287,9 @@ class RouterSettings(BaseSettings):
     online_peers: list[str] = Field(
         default_factory=list,
         description="the other router replicas in front of the same servers, by base URL "
-        "(http://HOST:PORT): before each fit the leader takes their new online samples "
+        "(http://HOST:PORT) or by a name to resolve (dns+http://NAME:PORT: every IPv4 "
+        "address NAME has is a replica on PORT, this one among them, resolved again every "
+        "watch_interval): before each fit the leader takes their new online samples "
         "(GET /router/online/samples, sent the admin key, which they must share), so that "
         "every replica fits from all of theirs; needs admin_key and online on",
     )
@@ -305,8 +308,10 @@ class RouterSettings(BaseSettings):
     @classmethod
     def _peer_urls(cls, urls: list[str]) -> list[str]:
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError("a peer's URL starts with http:// or https://")
+            if not url.startswith(SCHEMES):
+                raise ValueError(f"a peer's URL starts with {', '.join(SCHEMES)}, got {url!r}")
+            if is_dns(url) and urlsplit(url).port is None:
+                raise ValueError(f"a peer's name to resolve needs a port, got {url!r}")
         return list(dict.fromkeys(u.rstrip("/") for u in urls))  # a peer given twice is one
 
     @model_validator(mode="after")

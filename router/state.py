@@ -29,6 +29,7 @@ from specroute.router.admission import Admission
 from specroute.router.backend import Backend
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
+from specroute.router.discovery import Resolve, resolve_ipv4
 from specroute.router.exploration import Exploration
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
@@ -62,6 +63,7 @@ class RouterState:
     rate_limit: RateLimit | None = None
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     peers: Peers | None = None  # the leader's, when online_peers are given
+    resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
     session: ClientSession | None = None
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused

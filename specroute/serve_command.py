@@ -234,8 +234,9 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
         action="extend",
         metavar="URL,URL",
         type=_urls,
-        help="the other router replicas, whose samples each fit takes too (repeatable; "
-        "needs --admin-key)",
+        help="the other router replicas, whose samples each fit takes too, by URL or by "
+        "name (dns+http://NAME:PORT: each address a replica, this one skipped); repeatable; "
+        "needs --admin-key",
     )
 
 

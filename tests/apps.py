@@ -10,17 +10,21 @@ from aiohttp import web
 
 @asynccontextmanager
 async def serving(
-    app: web.Application, runner_class: type[web.AppRunner] = web.AppRunner, port: int = 0
+    app: web.Application,
+    runner_class: type[web.AppRunner] = web.AppRunner,
+    port: int = 0,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[str]:
     """Serve ``app`` until the block ends; yields its base URL. A client that goes away
     cancels its handler, as in the router and the emulator when they run for real; the
     router's runner is ``runner_class``; ``port``: a free one (0), or one chosen before, for
-    routers that name each other."""
+    routers that name each other; ``host``: another loopback address (127.0.0.2) for
+    routers on the same port, as pods behind one name are."""
     runner = runner_class(app, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    site = web.TCPSite(runner, host, port)
     await site.start()
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()

@@ -44,6 +44,8 @@ def test_there_is_something_to_check() -> None:
         "upstream errors",
         "ejections",
         "live crossover",
+        "peer samples",
+        "peer errors",
     ):
         assert subject in titles, subject
 

@@ -229,6 +229,30 @@ def test_the_backend_urls_name_the_headless_services() -> None:
         assert labels["specroute.dev/pool"] == pool
 
 
+def test_the_peers_flag_names_the_routers_headless_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replicas find each other as they find the servers, each ready router pod an
+    address, and ask each other with the one admin key of the Secret."""
+    argv = expanded_args(ROUTER)
+    (peers,) = flag(argv, "--online-peers")
+    parts = urlsplit(peers.removeprefix("dns+"))
+    (service,) = (
+        s
+        for s in of_kind("Service")
+        if s["spec"].get("clusterIP") == "None" and selects(s["spec"]["selector"], ROUTER)
+    )
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    assert peers.startswith("dns+http://") and namespace == ROUTER["metadata"]["namespace"]
+    assert parts.hostname == f"{name}.{namespace}.svc.cluster.local"
+    assert parts.port in [p["port"] for p in service["spec"]["ports"]] and parts.port == 8000
+    assert service["spec"]["publishNotReadyAddresses"] is False, "a replica not ready is asked"
+    env = {e["name"]: e for e in container(ROUTER)["env"]}
+    key = env["SPECROUTE_ADMIN_KEY"]["valueFrom"]["secretKeyRef"]
+    assert key["name"] == "specroute-keys" and not key.get("optional", False)
+    assert "SPECROUTE_ADMIN_KEY" in secret_env()
+    settings = router_settings(argv, monkeypatch)
+    assert settings.online_peers == [peers] and settings.admin_key is not None
+
+
 def test_the_profile_is_mounted_where_the_router_reads_it() -> None:
     (path,) = flag(expanded_args(ROUTER), "--profile")
     config = find("ConfigMap", "specroute-profile")

@@ -24,6 +24,7 @@ from specroute.cli import main
 from specroute.loadgen.spawn import free_port
 from specroute.router.app import STATE, create_app
 from specroute.router.board import Board
+from specroute.router.discovery import Resolve, resolve_ipv4
 from specroute.router.online_peer_answer import SAMPLES_PATH, answer, parse
 from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Sample, Samples
@@ -52,11 +53,13 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
 
 
 @asynccontextmanager
-async def replica(port: int = 0, **settings: Any) -> AsyncIterator[tuple[str, RouterState]]:
-    """A router on ``port`` (chosen before, so that replicas can name each other), once it
-    sees every backend healthy."""
-    app = create_app(RouterSettings(**HEALING, **settings))
-    async with serving(app, RouterRunner, port) as url:
+async def replica(
+    port: int = 0, host: str = "127.0.0.1", resolve: Resolve = resolve_ipv4, **settings: Any
+) -> AsyncIterator[tuple[str, RouterState]]:
+    """A router on ``port`` (chosen before, so that replicas can name each other) of
+    ``host``, resolving names with ``resolve``, once it sees every backend healthy."""
+    app = create_app(RouterSettings(**HEALING, **settings), resolve=resolve)
+    async with serving(app, RouterRunner, port, host) as url:
         state = app[STATE]
         await until(lambda: all(b.healthy for b in state.roster.backends))
         yield url, state

@@ -239,7 +239,35 @@ def online() -> Panels:
             )
         ],
     )
-    return [crossover, tpot, samples, explored]
+    peer_samples = graph(
+        "Peer samples taken per second by peer",
+        "Online samples each router replica's leader takes from its peers before each fit "
+        "(--online-peers), per peer: with every replica answering, each fits from the traffic "
+        "of all of them. A peer found by name (dns+http://) that is the replica itself takes "
+        "none, as it should.",
+        "short",
+        [
+            query(
+                f"sum by (peer) (rate(specroute_online_peer_samples_total[{RATE}]))",
+                "from {{peer}}",
+            )
+        ],
+    )
+    peer_errors = graph(
+        "Peer errors per second by reason",
+        "Pulls of a peer's online samples that took nothing, rows dropped as invalid "
+        "(bad_row) and names of peers that did not resolve (resolve, the last peers kept), by "
+        "reason: refused, the replicas' admin keys differ; unreachable or timeout, the peer "
+        "is down or its URL is wrong (SpecrouteOnlinePeerFailing).",
+        "short",
+        [
+            query(
+                f"sum by (reason) (rate(specroute_online_peer_errors_total[{RATE}]))",
+                "{{reason}}",
+            )
+        ],
+    )
+    return [crossover, tpot, samples, explored, peer_samples, peer_errors]
 
 
 def health() -> Panels:
