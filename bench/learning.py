@@ -26,8 +26,10 @@ class Learning:
         default_factory=list
     )
 
-    def refit(self, now: float) -> None:
-        self.online.refit(now, self.profile, self.shared)
+    def refit(self, now: float, accept_length: float | None = None) -> None:
+        """One fit at ``now``, the speculative pool's accept length then as the router reads
+        it (``View.accept_length``; None: unknown)."""
+        self.online.refit(now, self.profile, self.shared, accept_length=accept_length)
         self.history.append((now, self.online.adopted, any(self.online.drift)))
         found = self.online.fits[0].crossing if self.online.fits else None
         if found is None:

@@ -177,7 +177,7 @@ class _Replay:
             self.time.follow_schedule(server)  # an accept length that drifts, if it does
         if (learning := self.learning) is not None:
             for k in range(1, math.ceil(trace.seconds / learning.interval)):
-                self.time.at(k * learning.interval, partial(learning.refit, k * learning.interval))
+                self.time.at(k * learning.interval, partial(self.refit, k * learning.interval))
         self.time.run(until=trace.seconds)
         for record in self.records:
             if record.end is None:
@@ -187,6 +187,13 @@ class _Replay:
     def poll(self) -> None:
         for server in self.servers:
             server.poll()
+
+    def refit(self, now: float) -> None:
+        """The estimator's fit, at the speculative servers' accept length as last polled,
+        read as the router's fit reads it."""
+        assert self.learning is not None
+        view = View(tuple(s.view() for s in self.servers), self.plan.source, now)
+        self.learning.refit(now, view.accept_length())
 
     def fill(self, phase: int) -> None:
         """A concurrency phase begins: its idle clients start sending when they next look,
@@ -254,7 +261,8 @@ class _Replay:
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
         if self.learning is not None and (tpot := record.tpot()) is not None:
-            sample = Sample(self.now, server.pool, load, tpot, context)
+            accept = server.accept_length if server.pool == "spec" else None
+            sample = Sample(self.now, server.pool, load, tpot, context, accept)
             self.learning.online.record(sample)  # as the router does at a request's end
         if client is None:
             return

@@ -103,13 +103,7 @@ class AcceptanceCrossoverPolicy(CrossoverPolicy):
         return self.routing_at(accept_length)[0]
 
     def choose(self, request: RequestInfo, view: View) -> Decision:
-        max_age = self.live_params.accept_max_age
-        live = [
-            b.accept_length
-            for b in view.healthy("spec")
-            if b.accept_length is not None and (b.accept_length_age or 0.0) <= max_age
-        ]
-        self.live = sum(live) / len(live) if live else None
+        self.live = view.accept_length(self.live_params.accept_max_age)
         self.threshold, self.bands = self.routing_at(self.live or self.measured)
         decision = super().choose(request, view)
         if decision.reason not in _OUTSIDE or not self._kept_away_by_acceptance(view):

@@ -6,6 +6,7 @@ with the time each backend's numbers were read so a policy can tell stale data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple
@@ -75,6 +76,18 @@ class View:
 
     def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
         return tuple([b for b in self.backends if b.pool == pool and b.healthy])
+
+    def accept_length(self, max_age: float = math.inf) -> float | None:
+        """The speculative pool's live accept length: the mean of its healthy servers'
+        readings from windows no older than ``max_age`` seconds (None: none). One rule for
+        the policy that scales by it, the online fit and the live profile, so that each
+        reads the same number."""
+        live = [
+            b.accept_length
+            for b in self.healthy("spec")
+            if b.accept_length is not None and (b.accept_length_age or 0.0) <= max_age
+        ]
+        return sum(live) / len(live) if live else None
 
     def load(self, pool: Pool | None = None) -> int:
         """Live concurrency of one pool, or of the whole deployment."""

@@ -114,6 +114,7 @@ def build_state(
         rings=alone if workers is None else workers.rings,
         leads=board.leader,
         source=settings.concurrency_source,
+        accept_tolerance=settings.online_accept_tolerance,
     )
     online.shared = shares_gpus(policy)  # as each fit finds it; exploration counts load so
     state = RouterState(

@@ -245,7 +245,8 @@ def _acceptance(live: float | None, profile: Profile | None) -> dict[str, Any]:
 def _measurement(
     online: Online, fits: tuple[LiveFit, ...], profile: Profile | None, now: float
 ) -> dict[str, Any]:
-    """That it came from live traffic: the window, the samples, the mode, the rule."""
+    """That it came from live traffic: the window, the samples, the mode, the rule, and
+    the accept length the fit stands at with the samples it left out for another drafter's."""
     sureness = online.sureness
     fitted = online.fitted_at
     return {
@@ -256,6 +257,15 @@ def _measurement(
         "samples_kept": online.kept(),
         "samples_counted": sum(f.samples for f in fits),
         "min_samples": fits[0].min_samples,
+        "drafter": {
+            "accept_length": online.accept_length,
+            "tolerance": online.accept_tolerance,
+            "samples_left_out": online.left_out,
+            "rule": "the speculative samples whose accept length (their server's at their "
+            "end) is further than tolerance from accept_length (the speculative servers' at "
+            "the fit), relative, were left out of it as taught by another drafter; those "
+            "without one counted",
+        },
         "fitted_seconds_ago": None if fitted is None else round(now - fitted, 3),
         "bootstrap_replicates": REPLICATES,
         "sureness": {

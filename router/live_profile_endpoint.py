@@ -47,12 +47,6 @@ def serving(state: RouterState) -> Serving:
     mean accept length over the windows younger than the online window (the span the
     live curves were measured over)."""
     view = state.view()
-    window = state.settings.online_window_seconds
-    accepts = [
-        b.accept_length
-        for b in view.healthy("spec")
-        if b.accept_length is not None and (b.accept_length_age or 0.0) <= window
-    ]
     batches = {
         pool: [
             b.max_running_requests
@@ -64,5 +58,5 @@ def serving(state: RouterState) -> Serving:
     return Serving(
         {pool: tuple(b.name for b in view.backends if b.pool == pool) for pool in POOLS},
         {pool: min(batches[pool]) if batches[pool] else None for pool in POOLS},
-        sum(accepts) / len(accepts) if accepts else None,
+        view.accept_length(state.settings.online_window_seconds),
     )

@@ -34,6 +34,15 @@ leader's, held from one reading to the next while it is believed (the board inte
 it beside the readings). Between two readings the others' part is a step, not the truth,
 as it is for the policy.
 
+Each speculative sample carries its server's live accept length at its end. At each fit,
+with the pool's accept length now known (its healthy servers' readings within the window),
+the speculative samples whose own differs from it by more than ``accept_tolerance``
+(relative) are left out of the fit, as taught by another drafter: after a drop in
+acceptance, the samples from before it would otherwise hold each level's median until as
+many new ones displace them. They stay in the window, and count again when acceptance comes
+back; a sample without an accept length (the plain pool's, or one before any reading)
+counts always.
+
 Several replicas learn as one too (``online_peers``): each serves the samples its workers
 recorded (its rings, never what it took from peers) at ``GET /router/online/samples``, and
 each leader takes every peer's new ones before each fit (``online_peers.Peers``), passed
@@ -65,13 +74,19 @@ from specroute.router.online_fit import (
     nearest,
 )
 from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Sample, Samples
+from specroute.router.online_samples import Sample, Samples, taught_elsewhere
 from specroute.router.outcome import Outcome
 
 _log = logging.getLogger("specroute.router")
 
 
 KEPT_PER_LEVEL = 128  # the buffer holds this many times the samples a level counts
+# a speculative sample whose accept length is further than this from the pool's now, relative,
+# was taught by another drafter: wider than a reading's noise (a polling window of counters at
+# 2 requests reads 2.6 to 3.4 at an accept length of 3.0 and 1.4 to 1.8 at 1.6 in the offline
+# replay, 1 in 100 same-drafter samples further than this; SGLang's 40-step gauge, 2.83 to
+# 3.03), narrower than a drift that moves the crossover (3.0 to 1.6: none kept)
+ACCEPT_TOLERANCE = 0.25
 
 
 class OnlineMode(StrEnum):
@@ -146,13 +161,15 @@ class Online:
         rings: Rings | None = None,
         leads: bool = True,
         source: ConcurrencySource = ConcurrencySource.ROUTER,
+        accept_tolerance: float = ACCEPT_TOLERANCE,
     ) -> None:
         """``per_level``: the last samples of each pool and level that count (all: None);
         ``rings``: where each worker records its own samples, for the leader with several,
         and for the peer replicas that ask (``GET /router/online/samples``); ``leads``:
         whether this worker fits (alone, or the leader of several); ``source``: how the
         policy counts load, and so the samples (every source but ``router`` counts the
-        other routers' requests too)."""
+        other routers' requests too); ``accept_tolerance``: how far, relative, a speculative
+        sample's accept length may be from the pool's at a fit and still count (0: any)."""
         self.mode, self.samples, self.sureness = mode, samples, sureness
         self.per_level, self.rings = per_level, rings
         self.alone = rings is None or rings.workers == 1  # its samples are its Samples' at once
@@ -165,6 +182,9 @@ class Online:
         self.adopted: float | None = None  # the live crossover routed by, in adopt
         self.fitted_at: float | None = None
         self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
+        self.accept_tolerance = accept_tolerance
+        self.accept_length: float | None = None  # the speculative pool's at the last fit
+        self.left_out = 0  # the samples the last fit left out, taught by another drafter
         self.peers: list[dict[str, Any]] = []  # each peer replica's, as the leader last saw it
 
     # On the request path
@@ -192,9 +212,10 @@ class Online:
             return seats[0].lived
         return lambda now: sum([b.lived(now) for b in seats])
 
-    def served(self, flight: Flight, joined: int) -> None:
+    def served(self, flight: Flight, joined: int, accept_length: float | None = None) -> None:
         """At the request's end: one sample, if it makes one, at the mean load it decoded
-        under (``joined`` without the load lived through since its first byte)."""
+        under (``joined`` without the load lived through since its first byte), with its
+        server's live accept length now (None: unknown; the plain pool's is not kept)."""
         if not self.records or flight.outcome is not Outcome.ANSWERED or flight.status != 200:
             return
         if not flight.stream or flight.first_at is None:
@@ -207,7 +228,9 @@ class Online:
         load = float(joined)
         if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
             load = (flight.lived(now) - flight.lived_first) / (now - flight.first_at)
-        self.record(Sample(now, flight.backend.pool, load, tpot, flight.context))
+        pool = flight.backend.pool
+        accept = accept_length if pool == "spec" else None
+        self.record(Sample(now, pool, load, tpot, flight.context, accept))
 
     def record(self, sample: Sample) -> None:
         """One served request's sample (what ``served`` takes; an offline replay, too)."""
@@ -232,6 +255,13 @@ class Online:
             "samples": self.kept(),
             "fitted_seconds_ago": None if self.fitted_at is None else now - self.fitted_at,
             "adopted_crossover": self.adopted,
+            # the speculative pool's accept length the last fit stands at, and the samples
+            # it left out as taught by another drafter (further than the tolerance from it)
+            "drafter": {
+                "accept_length": self.accept_length,
+                "tolerance": self.accept_tolerance,
+                "samples_left_out": self.left_out,
+            },
             "peers": [shown(peer, now) for peer in self.peers],
             "fits": [
                 {
@@ -251,17 +281,28 @@ class Online:
     # Off it
 
     def refit(
-        self, now: float, profile: Profile | None, shared: bool, taken: Sequence[Sample] = ()
+        self,
+        now: float,
+        profile: Profile | None,
+        shared: bool,
+        taken: Sequence[Sample] = (),
+        accept_length: float | None = None,
     ) -> None:
         """The live curves again from the samples in the window, per context bucket of the
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
-        routed by; ``taken``: the peer replicas' samples since the last fit."""
+        routed by; ``taken``: the peer replicas' samples since the last fit;
+        ``accept_length``: the speculative pool's now (None: unknown, every sample counts),
+        the samples taught by another drafter left out."""
         self.shared = shared
         fresh = list(taken)
         if self.rings is not None and not self.alone:
             fresh.extend(self.rings.fresh())  # every worker's, since the last fit
         self.samples.merge(fresh)
         window = self.samples.window(now)
+        tolerance = self.accept_tolerance
+        counted = [s for s in window if not taught_elsewhere(s, accept_length, tolerance)]
+        self.accept_length, self.left_out = accept_length, len(window) - len(counted)
+        window = counted
         axis = None if profile is None else profile.context
         fits: tuple[LiveFit, ...]
         crossovers: tuple[Crossover, ...] | None

@@ -1,6 +1,7 @@
 """The gauges of online calibration, read at each scrape from the last fit: the live
 crossover with its interval beside the profile's, the samples and median TPOT per pool and
-level, drift, and whether routing follows the live crossover."""
+level, drift, the samples left out as taught by another drafter and the accept length the
+fit stands at, and whether routing follows the live crossover."""
 
 from __future__ import annotations
 
@@ -64,6 +65,23 @@ def online_gauges(online: Online, profile: Profile | None) -> Iterator[GaugeMetr
                         tpot.add_metric(labels, level.median)
         drift.add_metric([bucket], int(drifted))
     yield from (live, profiled, samples, tpot, drift)
+    accept = GaugeMetricFamily(
+        "specroute_online_fit_accept_length",
+        "The speculative servers' accept length the last fit stands at (absent: unknown): "
+        "its speculative samples further than online_accept_tolerance from it were left out.",
+    )
+    if online.accept_length is not None:
+        accept.add_metric([], online.accept_length)
+    left_out = GaugeMetricFamily(
+        "specroute_online_samples_left_out",
+        "Samples in the forgetting window that the last fit left out, by reason: "
+        "other_drafter (a speculative sample whose accept length is further than "
+        "online_accept_tolerance from the speculative servers' now; kept, it counts again "
+        "if acceptance comes back).",
+        labels=["reason"],
+    )
+    left_out.add_metric(["other_drafter"], online.left_out)
+    yield from (accept, left_out)
     yield GaugeMetricFamily(
         "specroute_online_adopted",
         "1 when the router routes by the live crossover (online=adopt, sure enough); 0 when "

@@ -9,7 +9,9 @@ time, milliseconds beside a window of minutes.
 The reader believes nothing: a row that is not a pool (``spec`` or ``base``), finite
 numbers, a load of at least 0, a TPOT above 0, a context of whole tokens, and an age of at
 least 0 and no older than its own online window is dropped, and the rows dropped are
-counted, never silently.
+counted, never silently. A row's accept length (its server's at its end) is optional: absent
+or null, unknown (the plain pool's, or an answer of a replica that does not send it); given,
+a number above 0, or the row is dropped.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def answer(epoch: str, cursor: str, samples: Sequence[Sample], now: float) -> di
                 "load": s.load,
                 "tpot": s.tpot,
                 "context": s.context,
+                "accept_length": s.accept_length,
             }
             for s in samples
         ],
@@ -80,7 +83,14 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         return None
     if not 0 <= context <= MAX_CONTEXT:
         return None
-    return Sample(received - age, POOLS[POOLS.index(pool)], float(load), float(tpot), context)
+    accept = None
+    if (given := row.get("accept_length")) is not None:
+        if (number := _number(given)) is None or number <= 0:
+            return None
+        accept = number
+    return Sample(
+        received - age, POOLS[POOLS.index(pool)], float(load), float(tpot), context, accept
+    )
 
 
 def _number(value: object) -> float | None:

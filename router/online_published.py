@@ -6,8 +6,9 @@ curves and crossings of each context bucket whole (every level, so that a worker
 the same ``LiveFit``s the leader holds, for its status page, its gauges and whatever reads
 ``Online.fits``), the drift flags, when it was fitted (monotonic time: the machine's clock,
 as every worker reads it), the samples it was fitted from and the topology their load was
-counted in, so that every worker counts the load its requests join alike, and what the
-leader took from each peer replica.
+counted in, so that every worker counts the load its requests join alike, the speculative
+pool's accept length the fit stands at with the samples it left out as taught by another
+drafter, and what the leader took from each peer replica.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def published(online: Online) -> dict[str, Any]:
         "fits": [asdict(f) for f in online.fits],
         "drift": list(online.drift),
         "peers": online.peers,
+        "accept_length": online.accept_length,
+        "left_out": online.left_out,
     }
 
 
@@ -44,9 +47,13 @@ def take(online: Online, adopted: float | None, document: dict[str, Any] | None)
     if len(drift) != len(fits):
         raise ValueError(f"{len(fits)} fits with {len(drift)} drift flags")
     fitted_at, samples = document["fitted_at"], int(document["samples"])
+    given = document.get("accept_length")
+    accept = None if given is None else float(given)
+    left_out = int(document.get("left_out", 0))
     online.fits, online.drift, online.fitted_at = fits, drift, fitted_at
     online.counted, online.shared = samples, bool(document["shared"])
     online.peers = [dict(p) for p in document.get("peers", [])]
+    online.accept_length, online.left_out = accept, left_out
 
 
 def _live_fit(raw: dict[str, Any]) -> LiveFit:

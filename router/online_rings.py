@@ -22,6 +22,7 @@ one worker keeps one ring for that alone.
 
 from __future__ import annotations
 
+import math
 import mmap
 import secrets
 import struct
@@ -29,7 +30,8 @@ import struct
 from specroute.policies.view import POOLS
 from specroute.router.online_samples import Sample
 
-_SLOT = struct.Struct("=5d")  # monotonic time, pool, mean load, TPOT, context
+# monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown)
+_SLOT = struct.Struct("=6d")
 _CODES = {pool: float(i) for i, pool in enumerate(POOLS)}
 
 
@@ -59,8 +61,9 @@ class Rings:
         """One sample in this worker's ring (the request path: one slot, then the count)."""
         w, n = self.worker, self._written[self.worker]
         offset = self._head + (w * self._slots + n % self._slots) * _SLOT.size
-        at, pool, load, tpot, context = sample
-        _SLOT.pack_into(self._memory, offset, at, _CODES[pool], load, tpot, context)
+        at, pool, load, tpot, context, accept = sample
+        stored = math.nan if accept is None else accept  # a double: NaN for unknown
+        _SLOT.pack_into(self._memory, offset, at, _CODES[pool], load, tpot, context, stored)
         self._written[w] = n + 1  # after the slot: a reader that counts it finds it whole
 
     def written(self, worker: int) -> int:
@@ -113,6 +116,10 @@ class Rings:
         after = self._written[w]  # the slots written again while copying, or being written
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
         return [
-            Sample(at, POOLS[int(pool)], load, tpot, int(context))
-            for at, pool, load, tpot, context in rows[first - start :]
+            Sample(at, POOLS[int(pool)], load, tpot, int(context), _known(accept))
+            for at, pool, load, tpot, context, accept in rows[first - start :]
         ], end
+
+
+def _known(accept: float) -> float | None:
+    return None if math.isnan(accept) else accept

@@ -1,5 +1,10 @@
 """The served requests the live curves are fitted from: one ``Sample`` per answered request,
-taken at its end, in a bounded buffer that forgets by count and by age."""
+taken at its end, in a bounded buffer that forgets by count and by age.
+
+A speculative sample carries its server's live accept length at its end: a sample taught
+by another drafter than the one serving now (an accept length far from the current one)
+is left out of the fit while acceptance stays away (``taught_elsewhere``), and kept, so
+that it counts again when acceptance comes back."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ class Sample(NamedTuple):
     load: float  # the mean load it decoded under where it ran, itself included
     tpot: float  # seconds per output token after the first
     context: int  # its estimated KV tokens while decoding
+    # its server's live accept length at its end: None when unknown, and on the plain pool
+    accept_length: float | None = None
 
 
 class Samples:
@@ -52,6 +59,16 @@ class Samples:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+def taught_elsewhere(sample: Sample, accept_length: float | None, tolerance: float) -> bool:
+    """Whether ``sample`` was taught by another drafter than the one at ``accept_length``
+    (the speculative pool's now; None: unknown): its own accept length differs from it by
+    more than ``tolerance``, relative (0: never). A sample without one counts always."""
+    if accept_length is None or tolerance <= 0 or sample.pool != "spec":
+        return False
+    own = sample.accept_length
+    return own is not None and abs(own - accept_length) > tolerance * accept_length
 
 
 def _at(sample: Sample) -> float:

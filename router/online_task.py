@@ -54,11 +54,14 @@ async def keep_fitting(state: RouterState) -> None:
 
 
 def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
-    """One fit, with the profile and the topology in force, and ``taken``, the peers'
-    samples since the last, published for the other workers."""
+    """One fit, with the profile and the topology in force, ``taken``, the peers' samples
+    since the last, and the speculative pool's accept length now (its healthy servers'
+    readings within the online window, as the live profile records it), published for the
+    other workers."""
     in_force = state.in_force
     shared = shares_gpus(in_force.policy)
-    state.online.refit(time.monotonic(), in_force.profile, shared, taken)
+    accept = state.view().accept_length(state.settings.online_window_seconds)
+    state.online.refit(time.monotonic(), in_force.profile, shared, taken, accept)
     state.publish_online()
 
 

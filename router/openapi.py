@@ -250,6 +250,12 @@ def _online_samples() -> dict[str, Any]:
             "load": {"type": "number", "minimum": 0},
             "tpot": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds."},
             "context": {"type": "integer", "minimum": 0},
+            "accept_length": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "description": "Its server's live accept length at its end; null when "
+                "unknown, and for the plain pool. Optional: a row without it reads as unknown.",
+            },
         },
         ["age", "pool", "load", "tpot", "context"],
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -228,7 +229,8 @@ async def _forward(
         raise
     finally:
         flight.land()
-        state.online.served(flight, joined)
+        accept = backend.accept_length(state.settings.stale_after, time.monotonic())
+        state.online.served(flight, joined, accept)
         if (span := CURRENT.get()) is not None:
             span.landed(flight.outcome, backend.name)
 

@@ -25,7 +25,13 @@ from specroute.router.discovery import SCHEMES, is_dns
 from specroute.router.exploration import Exploration
 from specroute.router.health import Ejection
 from specroute.router.layers import PARAMS, Layers
-from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.router.online import (
+    ACCEPT_TOLERANCE,
+    KEPT_PER_LEVEL,
+    Online,
+    OnlineMode,
+    Sureness,
+)
 from specroute.router.tracing import available as tracing_available
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
@@ -268,6 +274,14 @@ class RouterSettings(BaseSettings):
         2.0,
         gt=1,
         description="sure enough to adopt: the widest interval of the live crossover, high / low",
+    )
+    online_accept_tolerance: float = Field(
+        ACCEPT_TOLERANCE,
+        ge=0,
+        description="a speculative sample whose accept length (its server's at its end) is "
+        "further than this from the speculative servers' now, relative, is left out of the "
+        "fit as taught by another drafter, and counts again if acceptance comes back "
+        "(0: none left out; the default is wider than a polling window's noise at low load)",
     )
     online_explore_share: float = Field(
         0.0,

@@ -652,7 +652,13 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
 
     def fresh() -> Learning:
         samples = Samples(settings.online_kept(), settings.online_window_seconds)
-        online = Online(OnlineMode.ADOPT, samples, settings.sureness(), per_level=per_level)
+        online = Online(
+            OnlineMode.ADOPT,
+            samples,
+            settings.sureness(),
+            per_level=per_level,
+            accept_tolerance=settings.online_accept_tolerance,
+        )
         explores = settings.exploration(online)
         return Learning(online, profile, settings.online_interval, exploration=explores)
 

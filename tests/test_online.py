@@ -287,7 +287,9 @@ async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile() -
     state = build_state(RouterSettings(**given, online=OnlineMode.ADOPT, online_interval=0.01))
     state.online.adopted = 3.0
 
-    def broken(now: float, profile: Any, shared: bool, taken: Any = ()) -> None:
+    def broken(
+        now: float, profile: Any, shared: bool, taken: Any = (), accept_length: Any = None
+    ) -> None:
         raise ArithmeticError("a fit that fails")
 
     state.online.refit = broken  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "25
 LOADS = (2, 4, 8, 4)  # each phase 40 s, before the drift and again after it
 DRIFT = 40.0 * len(LOADS)
 PER_LEVEL, MIN_SAMPLES = 24, 12  # --online-window-samples, --online-min-samples
-RE_ROUTED_WITHIN = 30.0  # virtual seconds from the drift to routing load 2 to the plain server
+RE_ROUTED_WITHIN = 25.0  # virtual seconds from the drift to routing load 2 to the plain server
 
 
 def overall(trace: Trace, records: list[RequestRecord]) -> dict[str, Any]:
@@ -107,6 +107,7 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
 
     history = learning.history
     re_routed = next(t for t, c, _ in history if t >= DRIFT and c is not None and c < 2)
+    print(f"re-routed {re_routed - DRIFT:g} s after the drift")
     assert re_routed - DRIFT <= RE_ROUTED_WITHIN, history
     before = [(c, drift) for t, c, drift in history if t < DRIFT]
     assert all(c is not None and 4 < c < 6 and not drift for c, drift in before[-8:])
@@ -125,12 +126,14 @@ MOE_LOADS = (2, 4, 32, 4)
 def test_on_the_moe_model_adopt_follows_the_drop_from_paying_everywhere_to_nowhere() -> None:
     """The case study's mixture-of-experts model: profiled at 3.0 it pays at every level
     (one band, up to the last level measured); after the drift, at none. ``adopt`` re-routes
-    as on the dense model and beats the stale profile on every figure. Against the oracle
-    it is within 3% on p99 TPOT and tok/s; on the median it is not held to 3%: the run's
-    pooled median lies among the requests before the drift, which all three route alike,
-    and the phases' median (the mean over the trace's time of each phase's) carries the 30
-    s at 2 clients learning takes after the drift, which a 40-second phase does not dilute
-    (3.5% in this run)."""
+    as on the dense model and beats the stale profile on every figure, and comes within 3%
+    of the oracle on p99 TPOT, tok/s and the phases' median TPOT (the mean over the trace's
+    time of each phase's: the pooled median lies among the requests before the drift, which
+    all three route alike). The phases' median carries the seconds at 2 clients that
+    learning takes after the drift, which a 40-second phase does not dilute: it comes within
+    3% because the samples taught at 3.0 are left out of the fit once the speculative
+    server reads 1.6 (``online_accept_tolerance``), so that a level follows the drift from
+    its first new samples instead of once they outnumber the old ones."""
     profiled = config_from_flags((*MOE, "--accept-length", "3.0"), "spec")
     levels = [1, 2, 4, 8, 16, 32, 48, 64]
     profile = parse_profile(
@@ -150,7 +153,7 @@ def test_on_the_moe_model_adopt_follows_the_drop_from_paying_everywhere_to_nowhe
     for key in ("tpot_ms_p50_phases", "tpot_ms_p99"):
         assert adopt[key] < stale[key] * 0.9, (key, adopt, stale)
     assert adopt["tpot_ms_p99"] <= ideal["tpot_ms_p99"] * 1.03, (adopt, ideal)
-    assert adopt["tpot_ms_p50_phases"] <= ideal["tpot_ms_p50_phases"] * 1.05, (adopt, ideal)
+    assert adopt["tpot_ms_p50_phases"] <= ideal["tpot_ms_p50_phases"] * 1.03, (adopt, ideal)
     assert adopt["output_tps"] > stale["output_tps"] * 1.1, (adopt, stale)
     assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
 

@@ -165,3 +165,10 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.8, served
     assert after and sum(b.startswith("base") for b in after) / len(after) > 0.8, served
     assert state.online.adopted is not None and state.online.adopted < 4
+    # each speculative sample carries its server's accept length at its end; the fit stands
+    # at the one after the drop, and leaves out the samples taught at 3.0
+    kept = state.online.samples.window(time.monotonic())
+    assert any(s.accept_length is not None for s in kept if s.pool == "spec")
+    assert all(s.accept_length is None for s in kept if s.pool == "base")
+    assert state.online.accept_length is not None and state.online.accept_length < 2.4
+    assert state.online.left_out > 0
