@@ -46,6 +46,7 @@ def test_there_is_something_to_check() -> None:
         "live crossover",
         "peer samples",
         "peer errors",
+        "another drafter",
     ):
         assert subject in titles, subject
 

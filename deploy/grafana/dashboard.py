@@ -267,7 +267,19 @@ def online() -> Panels:
             )
         ],
     )
-    return [crossover, tpot, samples, explored, peer_samples, peer_errors]
+    drafter = graph(
+        "Samples left out as another drafter's",
+        "Samples in the forgetting window that the last fit left out because their accept "
+        "length is further than --online-accept-tolerance from the speculative servers' now "
+        "(taught by another drafter: after a drafter swap or a drop in acceptance), beside the "
+        "accept length the fit stands at. They count again if acceptance comes back.",
+        "short",
+        [
+            query("sum by (reason) (specroute_online_samples_left_out)", "left out: {{reason}}"),
+            query("max(specroute_online_fit_accept_length)", "accept length of the fit"),
+        ],
+    )
+    return [crossover, tpot, samples, explored, drafter, peer_samples, peer_errors]
 
 
 def health() -> Panels:
