@@ -12,6 +12,8 @@ from specroute.emulator.server import create_app
 from specroute.model_flags import emulator_config as config_from
 from tests.apps import serving
 
+FAST = ("--time-scale", "0.05")  # an emulator's time, twenty times faster than modelled
+
 
 def emulator_config(*flags: str) -> EmulatorConfig:
     """A config built from the same flags a user passes to ``specroute emulate``."""

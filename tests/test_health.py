@@ -29,10 +29,10 @@ from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from tests.apps import serving
-from tests.emulators import running_emulator
+from tests.emulators import FAST, running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
-from tests.test_router import FAST, LONG_STREAM, settled
+from tests.test_router import LONG_STREAM, settled
 from tests.test_router_ops import samples
 
 CLOSED, HALF_OPEN, OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN

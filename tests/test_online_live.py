@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,6 @@ from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
 
 pytestmark = pytest.mark.timed
-
-FAST = ("--time-scale", "0.05")
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[str, str]]:
-    async with (
-        running_emulator("--mode", "spec", *FAST) as spec,
-        running_emulator("--mode", "base", *FAST) as base,
-    ):
-        yield spec, base
 
 
 async def streamed(url: str, usage: bool, words: str | None = None, max_tokens: int = 48) -> None:

@@ -33,23 +33,12 @@ from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from tests.apps import serving
-from tests.emulators import running_emulator
 from tests.test_online_live import streamed
 
-FAST = ("--time-scale", "0.05")
 KEY = "peer-admin-k3y"
 FITTING: dict[str, Any] = {"online_interval": 0.1, "poll_interval": 0.02, "stale_after": 0.5}
 # a health check that a busy machine made fail at the start is retried within a fraction
 HEALING: dict[str, Any] = {"health_interval": 0.2, "eject_seconds": 0.2}
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[str, str]]:
-    async with (
-        running_emulator("--mode", "spec", *FAST) as spec,
-        running_emulator("--mode", "base", *FAST) as base,
-    ):
-        yield spec, base
 
 
 @asynccontextmanager

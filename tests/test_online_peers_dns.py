@@ -25,7 +25,6 @@ from tests.test_online_peers import (
     KEY,
     _row,
     answering,
-    backends,  # noqa: F401 - the fixture, used by name
     counted,
     replica,
     until,
@@ -37,7 +36,7 @@ TAKEN = "specroute_online_peer_samples_total"
 
 
 async def test_replicas_found_by_name_take_each_other_s_samples_and_skip_themselves(
-    backends: tuple[str, str],  # noqa: F811
+    backends: tuple[str, str],
 ) -> None:
     spec, base = backends
     port = free_port()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 import openai
@@ -18,18 +17,6 @@ from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric
-
-FAST = ("--time-scale", "0.05")
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[str, str]]:
-    async with (
-        running_emulator("--mode", "spec", *FAST) as spec,
-        running_emulator("--mode", "base", *FAST) as base,
-    ):
-        yield spec, base
-
 
 LONG_STREAM = {
     "messages": [{"role": "user", "content": "hi"}],

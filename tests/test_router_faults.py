@@ -18,10 +18,10 @@ from aiohttp import web
 
 from specroute.loadgen.spawn import spawned
 from tests.apps import serving
-from tests.emulators import running_emulator
+from tests.emulators import FAST, running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
-from tests.test_router import FAST, LONG_STREAM, settled
+from tests.test_router import LONG_STREAM, settled
 from tests.test_router_ops import hanging_up_after, samples
 
 

@@ -22,11 +22,11 @@ from specroute.emulator.predict import as_profile, predict
 from specroute.policies.view import RequestInfo
 from specroute.router.app import build_state
 from specroute.router.settings import RouterSettings
-from tests.emulators import emulator_config, running_emulator
+from tests.emulators import FAST, emulator_config, running_emulator
 from tests.processes import specroute
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client, metric
-from tests.test_router import FAST, LONG_STREAM, settled
+from tests.test_router import LONG_STREAM, settled
 
 
 def profile(value: float, hours_old: float = 0.0) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import pytest
 
 from specroute.loadgen.spawn import spawned
 from specroute.router.state import RouterState
-from tests.emulators import running_emulator
+from tests.emulators import FAST, running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT
-from tests.test_router import FAST, settled
+from tests.test_router import settled
 
 IDLE = 0.5  # the router's idle timeout for streams, and the deadline of a whole answer
 
