@@ -119,18 +119,8 @@ docs: $(BIN)/.installed
 figures: $(BIN)/.installed
 	$(BIN)/python -m docsgen.figures
 
-# two lanes side by side: the tests marked timed (they compare live throughput or latency)
-# one at a time on every core, showing their progress; the rest on every core but the first
-# (taskset, where there are two or more), so that a timed test always has a core to itself
-# and no other test ever waits for one; the rest's output shown when both are done
-UNIT := not vllm and not sglang
-REST_CORES := $(shell n=$$(nproc); [ $$n -ge 2 ] && command -v taskset >/dev/null && echo "taskset -c 1-$$((n - 1))")
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
-	@mkdir -p build
-	$(REST_CORES) $(BIN)/pytest -m "$(UNIT) and not timed" -p no:cacheprovider > build/unit-rest.log 2>&1 & \
-	rest=$$!; $(BIN)/pytest -m "$(UNIT) and timed"; timed=$$?; wait $$rest; others=$$?; \
-	echo "--- the other lane (build/unit-rest.log) ---"; cat build/unit-rest.log; \
-	test $$timed -eq 0 && test $$others -eq 0
+	$(BIN)/pytest -m "not vllm and not sglang"
 
 # the whole loop on real engines, one stage each, the second run even if the first failed:
 # vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with

@@ -26,8 +26,6 @@ from tests.routers import running_router
 from tests.test_emulator_api import metric
 from tests.test_router import settled
 
-pytestmark = pytest.mark.timed
-
 CHAT: dict[str, Any] = {"model": "stub", "messages": [{"role": "user", "content": "hi"}]}
 
 

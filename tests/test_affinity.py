@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-import pytest
-
 from specroute.bench.affinity import AffinityPlan, Result, chats, play
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import metric
-
-pytestmark = pytest.mark.timed
 
 PLAN = AffinityPlan(requests=120, rate=5.0, time_scale=0.2)
 

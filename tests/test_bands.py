@@ -30,8 +30,6 @@ from specroute.policies.view import BackendView, RequestInfo, View
 from tests.emulators import emulator_config
 from tests.test_bench import run
 
-pytestmark = pytest.mark.timed
-
 OUTPUT = 32
 
 

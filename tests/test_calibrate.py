@@ -20,8 +20,6 @@ from tests.emulators import emulator_config
 from tests.processes import emulator_pair
 from tests.routers import running_router
 
-pytestmark = pytest.mark.timed
-
 # time scale, highest level, prompt tokens: fast, yet slow enough for one Python client to
 # keep up. Kimi's 512-token prefill is modelled at 0.3 s, so its closed loop hinges on how
 # arrivals straddle prefill steps, which a live client's latency moves by a few percent;

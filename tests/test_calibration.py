@@ -10,8 +10,6 @@ import pytest
 from specroute.emulator.hardware import available_models, load_hardware
 from tests.emulators import running_emulator
 
-pytestmark = pytest.mark.timed
-
 TIME_SCALE = 0.5
 TOKENS = 120
 

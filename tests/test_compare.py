@@ -18,8 +18,6 @@ from specroute.serve_command import given_settings
 from tests.processes import emulator_pair
 from tests.test_bench import run
 
-pytestmark = pytest.mark.timed
-
 FLAGS = ("--time-scale", "0.1", "--max-running-requests", "64", "--stream-interval", "4")
 
 

@@ -30,8 +30,6 @@ from specroute.policies.registry import build_policy
 from tests.emulators import emulator_config
 from tests.test_bench import run
 
-pytestmark = pytest.mark.timed
-
 INPUTS = "512,2048,8192"
 CONTEXTS = [512 + 64, 2048 + 64, 8192 + 64]  # input + output / 2
 SDPA = (

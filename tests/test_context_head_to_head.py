@@ -43,8 +43,6 @@ from tests.processes import emulator_pair
 from tests.test_bench import run
 from tests.test_head_to_head import phases, routed_as_the_faster, router_config
 
-pytestmark = pytest.mark.timed
-
 MODEL = ("--hardware", "llama3.1-8b-h200-sdpa", "--accept-length", "2.0")
 SHORT, LONG = 512, 8192
 # (concurrency, prompt tokens): one load, the prompts alternating; the long phases first and

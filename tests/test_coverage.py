@@ -14,8 +14,6 @@ from specroute.bench.coverage_plot import plot_coverage
 from specroute.loadgen.dataset import synthetic
 from tests.emulators import emulator_config
 
-pytestmark = pytest.mark.timed
-
 
 def test_short_coverage(tmp_path: Path) -> None:
     configs = tuple(

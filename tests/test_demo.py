@@ -8,11 +8,8 @@ import re
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.test_bench import run
-
-pytestmark = pytest.mark.timed
 
 
 async def test_demo_runs_the_loop_and_cleans_up(tmp_path: Path) -> None:

@@ -30,8 +30,6 @@ from specroute.router.backend_stats import parse
 from tests.processes import emulator_pair
 from tests.test_bench import run
 
-pytestmark = pytest.mark.timed
-
 _WORKLOAD = ("--input-len", "128", "--output-len", "128")
 # natural output lengths (up to 256): with fixed lengths a closed loop's clients keep the
 # phase alignment they inherit, and that, not the policy, moves a short phase's TPOT by 10%

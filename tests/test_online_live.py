@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from specroute.emulator.predict import as_profile, predict
@@ -20,8 +19,6 @@ from specroute.router.online_task import fit_now
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
-
-pytestmark = pytest.mark.timed
 
 
 async def streamed(url: str, usage: bool, words: str | None = None, max_tokens: int = 48) -> None:

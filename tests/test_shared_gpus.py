@@ -23,8 +23,6 @@ from specroute.policies.static import RoundRobinPolicy
 from specroute.policies.view import POOLS
 from tests.processes import emulator_pair
 
-pytestmark = pytest.mark.timed
-
 MODEL = ("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0")
 STREAMS, TOKENS = 4, 48
 
