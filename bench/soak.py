@@ -34,7 +34,7 @@ from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
 from specroute.loadgen.spawn import Spawned, spawned
 
 _TASK_READS = 30  # 0.1 s apart: six rounds of the router's 0.5 s poll
-KEEPALIVE_SECONDS = 15.0  # aiohttp's: an idle upstream connection unused this long closes
+KEEPALIVE_SECONDS = 15.0  # aiohttp's, for health checks and polls: the longest an idle one stays
 _FLAG_FAULTS = ("cut_mid:2,probability=0.005", "status:500,probability=0.005")  # spec, base
 
 
@@ -225,7 +225,8 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         counts = await settle(probe, url)
         end = await watch.sample(probe, url, tally.count, None, tasks_at_most=start.tasks)
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
-    checks = agreement(tally, counts) | _left(start.router, end.router, plan.concurrency)
+    in_use = plan.concurrency * len(watch.upstream)  # at most, each client at each backend
+    checks = agreement(tally, counts) | _left(start.router, end.router, in_use)
     checks["no task left"] = None if end.tasks <= start.tasks else f"{start.tasks} -> {end.tasks}"
     return SoakResult(
         asdict(plan),
@@ -240,12 +241,12 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
     )
 
 
-def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str, str | None]:
+def _left(start: ProcessStats, end: ProcessStats, in_use: int) -> dict[str, str | None]:
     """What the router holds after the client left and the idle time passed, against what
-    it held before the first request. Its pool of upstream connections may stay whatever
-    the idle time: aiohttp reuses the oldest idle connection first, so the router's own
-    health checks and polls (every 2 s and 0.5 s) touch each of up to 30-odd connections a
-    backend within the 15 s keep-alive; never more than were in use at once."""
+    it held before the first request. The requests' connections are closed 4 s after their
+    last answer (``upstream_pool.KEEPALIVE``), each backend's apart: within that time up to
+    ``in_use`` (every client's at every backend) may be kept. Those of health checks and
+    polls (aiohttp's session, every 2 s and 0.5 s) may stay open, a few a backend."""
     others = (start.fds - start.upstream, end.fds - end.upstream)
     return {
         "no client connection left": None
@@ -255,8 +256,8 @@ def _left(start: ProcessStats, end: ProcessStats, concurrency: int) -> dict[str,
         if others[1] <= others[0]
         else f"{others[0]} -> {others[1]}",
         "pooled upstream connections no more than were in use": None
-        if end.upstream <= concurrency + 4
-        else f"{end.upstream} for {concurrency} clients",
+        if end.upstream <= in_use + 4
+        else f"{end.upstream} where at most {in_use} were in use",
         "no thread left": None
         if end.threads <= start.threads
         else f"{start.threads} -> {end.threads}",

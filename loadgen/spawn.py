@@ -116,4 +116,6 @@ async def wait_ready(
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(interval)
-    raise RuntimeError(f"{what} did not answer {server.url + path} within {seconds:g} s")
+    raise RuntimeError(
+        f"{what} did not answer {server.url + path} within {seconds:g} s; it said: {server.said()}"
+    )

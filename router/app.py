@@ -58,6 +58,7 @@ from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from specroute.router.tracing import Tracing
+from specroute.router.upstream_pool import UpstreamPool
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 from specroute.router.workers import Workers
@@ -210,10 +211,11 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.backend_api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
-    traced = [] if state.tracing is None else [state.tracing.trace_config()]
+    traced = [] if state.tracing is None else [state.tracing.trace_config()]  # an abort's
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers, trace_configs=traced
     )
+    state.pool = UpstreamPool(headers)
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
         discovery = None
@@ -244,6 +246,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     await cancel_and_wait(tasks)
     await state.admission.stop()
     await state.session.close()
+    state.pool.close()
     if state.tracing is not None:
         await state.tracing.close()
 

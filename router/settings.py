@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import aiohttp
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -33,6 +32,7 @@ from specroute.router.online import (
     Sureness,
 )
 from specroute.router.tracing import available as tracing_available
+from specroute.router.upstream_pool import Limits
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
 _DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"
@@ -461,14 +461,12 @@ class RouterSettings(BaseSettings):
         be known at once when servers are discovered."""
         return self.max_backends if self.discovers() else len(self.servers())
 
-    def upstream_timeouts(self) -> tuple[aiohttp.ClientTimeout, aiohttp.ClientTimeout]:
+    def upstream_timeouts(self) -> tuple[Limits, Limits]:
         """For a stream and for a whole answer. A stream may run for hours as long as it
         keeps talking; a non-streamed answer comes whole at its end, so it gets a deadline
         instead of an idle limit."""
-        stream = aiohttp.ClientTimeout(
-            sock_connect=self.connect_timeout, sock_read=self.idle_timeout
-        )
-        whole = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connect_timeout)
+        stream = Limits(connect=self.connect_timeout, silence=self.idle_timeout, total=None)
+        whole = Limits(connect=self.connect_timeout, silence=None, total=self.request_timeout)
         return stream, whole
 
     def ejection(self) -> Ejection:

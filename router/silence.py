@@ -1,7 +1,8 @@
 """The watchdog of relayed streams: one whose backend has sent nothing for ``idle_timeout``
-while the relay waited for it is ended, as aiohttp's read timeout would end it (the relay
-then says so to the client and counts the backend's ``timeout``). One look at every
-stream a tick, only while a stream is relayed: an idle router never wakes for it."""
+while the relay waited for it is ended, as its answer's own silence limit ends it before
+its first byte (the relay then says so to the client and counts the backend's
+``timeout``). One look at every stream a tick, only while a stream is relayed: an idle
+router never wakes for it."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ async def _watching(state: RouterState) -> None:
         for upstream, flight in list(state.upstreams.items()):
             if not flight.stream:
                 continue  # a whole answer has its deadline
-            received = upstream.content.total_bytes
+            received = upstream.received
             if received != flight.received or not flight.reading:
                 flight.received, flight.quiet_since = received, now
             elif now - flight.quiet_since > idle:
                 silent = aiohttp.ServerTimeoutError(f"no data for {idle:g} s")
-                upstream.content.set_exception(silent)
+                upstream.fail(silent)

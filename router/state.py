@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import ClientResponse, ClientSession, ClientTimeout
+from aiohttp import ClientSession
 
 from specroute.policies.decision import Decision
 from specroute.policies.placement import Placement
@@ -41,6 +41,8 @@ from specroute.router.rate_limit import RateLimit
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.tracing import Tracing
+from specroute.router.upstream_answer import Answer
+from specroute.router.upstream_pool import Limits, UpstreamPool
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
 
@@ -64,13 +66,14 @@ class RouterState:
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     peers: Peers | None = None  # the leader's, when online_peers are given
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
-    session: ClientSession | None = None
+    session: ClientSession | None = None  # health checks, polls, aborts, the model card
+    pool: UpstreamPool | None = None  # the requests' connections to the backends
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
-    upstreams: dict[ClientResponse, Flight] = field(default_factory=dict)  # being relayed
+    upstreams: dict[Answer, Flight] = field(default_factory=dict)  # being relayed
     silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
-    timeouts: tuple[ClientTimeout, ClientTimeout] = field(init=False)  # a stream's, a whole's
+    timeouts: tuple[Limits, Limits] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)
     _news: tuple[int, int, int, int] = (0, 0, 0, 0)  # the board's news, as last followed
 

@@ -127,8 +127,9 @@ class Tracing:
             CURRENT.reset(token)
 
     def trace_config(self) -> aiohttp.TraceConfig:
-        """For the client session: the span of the request being forwarded, as the upstream
-        request's ``traceparent``."""
+        """For the client session (an abort of a request whose client left): the span of the
+        request, as the upstream request's ``traceparent``. The request path's own client
+        (``upstream_pool``) adds it itself."""
         config = aiohttp.TraceConfig()
 
         async def started(

@@ -8,6 +8,8 @@ once, here, by its kind; the router's own (no file descriptor left) is told apar
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 import aiohttp
 from aiohttp import web
 
@@ -18,6 +20,8 @@ from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.request_id import HEADER
 from specroute.router.silence import watch
 from specroute.router.state import RouterState
+from specroute.router.tracing import CURRENT
+from specroute.router.upstream_answer import Answer
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
 _SHUTTING_DOWN = "The router is shutting down; its drain timeout cut this off."
@@ -33,44 +37,43 @@ class Failure(Exception):
 
 async def open_upstream(
     request: web.Request, state: RouterState, flight: Flight, raw: bytes
-) -> tuple[aiohttp.ClientResponse, bytes]:
+) -> tuple[Answer, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
-    stream's silence is aiohttp's read timeout; from then on the watchdog's (``silence``),
-    which costs nothing per chunk (aiohttp re-arms a timer at each)."""
+    stream's silence is the answer's own limit; from then on the watchdog's (``silence``),
+    which costs nothing per chunk."""
     backend, stream = flight.backend, flight.stream
-    assert state.session is not None  # set at startup, before any request is served
+    assert state.pool is not None  # set at startup, before any request is served
+    headers, limits = _forwarded(request, stream), state.timeouts[0 if stream else 1]
     try:
-        upstream = await state.session.post(
-            backend.url + request.path,
-            data=raw,
-            headers=_forwarded(request, stream),
-            timeout=state.timeouts[0 if stream else 1],
-            auto_decompress=False,
-        )
+        upstream = await state.pool.send(backend.url, request.path, raw, headers, limits)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _unanswered(state, backend, exc) from None
     try:
+        try:
+            await upstream.head()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _unanswered(state, backend, exc) from None
         if upstream.status == 503:
-            await upstream.read()
+            with suppress(aiohttp.ClientError, TimeoutError):  # read for its connection's sake
+                await upstream.read()
             raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
         state.upstreams[upstream] = flight  # from here the drain timeout may close it
         if stream:
             watch(state)
         try:
-            first = await upstream.content.readany()
+            first = await upstream.chunk()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise stopped(state, backend, exc) from None
-        protocol = upstream.connection.protocol if upstream.connection is not None else None
-        if stream and protocol is not None:
-            protocol.read_timeout = None  # the watchdog's from here
+        if stream:
+            upstream.no_limit()  # the watchdog's from here
         return upstream, first
     except BaseException:
         closed(state, upstream)
         raise
 
 
-def closed(state: RouterState, upstream: aiohttp.ClientResponse) -> None:
+def closed(state: RouterState, upstream: Answer) -> None:
     """The answer let go: its connection back to the pool if it was read to its end."""
     state.upstreams.pop(upstream, None)
     upstream.release()
@@ -79,9 +82,8 @@ def closed(state: RouterState, upstream: aiohttp.ClientResponse) -> None:
 def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
     """The client's headers that the backend needs. A whole body is relayed as it comes, so
     the backend may compress only what the client can read: the client's
-    ``Accept-Encoding``, or none (aiohttp would otherwise offer gzip on its behalf). A
-    stream is never compressed: the relay passes it event by event and may have to end it
-    with an error event of its own."""
+    ``Accept-Encoding``, or none (identity). A stream is never compressed: the relay passes
+    it event by event and may have to end it with an error event of its own."""
     given = request.headers
     headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
     trailed = trail_of(request)
@@ -89,6 +91,8 @@ def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
         headers[HEADER] = trailed.request_id
     accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
     headers["Accept-Encoding"] = accepted
+    if (span := CURRENT.get()) is not None:  # traced: the upstream request is its child
+        headers.update(span.upstream_headers())
     return headers
 
 

@@ -1,8 +1,10 @@
-"""An aiohttp application on a free loopback port, inside the test's event loop."""
+"""An aiohttp application, or a handler of raw sockets, on a free loopback port, inside the
+test's event loop."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from aiohttp import web
@@ -28,3 +30,14 @@ async def serving(
         yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def listening(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """``handle`` serving each connection on a raw socket until the block ends; yields the
+    base URL (a backend scripted byte by byte)."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"

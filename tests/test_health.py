@@ -11,7 +11,7 @@ import resource
 import signal
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from specroute.router.monitor import every
 from specroute.router.outcome import Outcome
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
-from tests.apps import serving
+from tests.apps import listening, serving
 from tests.emulators import FAST, running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
@@ -271,11 +271,8 @@ class RawBackend:
         self.answer = "ok"
         self.probes = self.posts = 0
 
-    @asynccontextmanager
-    async def serving(self) -> AsyncIterator[str]:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        async with server:
-            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    def serving(self) -> AbstractAsyncContextManager[str]:
+        return listening(self._serve)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).lower()
