@@ -181,6 +181,7 @@ class Online:
         self.drift: tuple[bool, ...] = ()
         self.adopted: float | None = None  # the live crossover routed by, in adopt
         self.fitted_at: float | None = None
+        self._fitted_on: tuple[object, ...] | None = None  # what the last fit was made from
         self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
         self.accept_tolerance = accept_tolerance
         self.accept_length: float | None = None  # the speculative pool's at the last fit
@@ -299,6 +300,16 @@ class Online:
             fresh.extend(self.rings.fresh())  # every worker's, since the last fit
         self.samples.merge(fresh)
         window = self.samples.window(now)
+        # the same window (the buffer only gains at its end and loses at its start), accept
+        # length, profile, settings and crossover routed by as the last fit left: the same
+        # fit (its replicates are seeded), not drawn again (a router serving whole answers
+        # makes no samples)
+        ends = (window[0], window[-1]) if window else ()
+        settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
+        made_from = (len(window), *ends, accept_length, profile, shared, *settings)
+        if self._fitted_on is not None and _same((*made_from, self.adopted), self._fitted_on):
+            self.fitted_at = now
+            return
         tolerance = self.accept_tolerance
         counted = [s for s in window if not taught_elsewhere(s, accept_length, tolerance)]
         self.accept_length, self.left_out = accept_length, len(window) - len(counted)
@@ -339,6 +350,7 @@ class Online:
             for f, c in zip(fits, crossovers or [None] * len(fits), strict=True)
         )
         self._adopt(fits, profile)
+        self._fitted_on = (*made_from, self.adopted)
 
     def _min(self) -> int:
         """The live samples a pool's level enters the fit with (fewer: the profile's value
@@ -373,6 +385,13 @@ class Online:
         elif was is not None and not self.sureness.holds(found, was):
             self.adopted = None
             _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Two fits' inputs alike: the profile the same object, the rest equal."""
+    return len(a) == len(b) and all(
+        x is y if isinstance(x, Profile) else x == y for x, y in zip(a, b, strict=True)
+    )
 
 
 def shown(peer: dict[str, Any], now: float) -> dict[str, Any]:

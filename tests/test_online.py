@@ -192,6 +192,33 @@ def test_adopt_holds_on_with_hysteresis_and_falls_back_when_evidence_thins() -> 
     assert online.adopted is None
 
 
+def test_a_fit_is_drawn_again_only_when_what_it_is_made_from_changed() -> None:
+    """No sample in or out since the last fit, the same accept length, profile and
+    crossover routed by: the same fit, kept (its replicates would draw the same); any of
+    them changed, a new one."""
+    drifted, stale = dense(1 / 8), dense(1 / 16)
+    profile = parse_profile(profile_of(stale, (16.0, 32.0)))
+    online = observed(OnlineMode.ADOPT, drifted, 40, profile_of(stale, (16.0, 32.0)))
+    online.refit(1.0, profile, shared=True)
+    kept, adopted = online.fits, online.adopted
+    online.refit(2.0, profile, shared=True)
+    assert online.fits is kept and online.adopted == adopted and online.fitted_at == 2.0
+    online.samples.add(Sample(10.0, "spec", 4, drifted("spec", 4), 1000))
+    online.refit(3.0, profile, shared=True)  # one sample more
+    assert online.fits is not kept
+    kept = online.fits
+    online.refit(4.0, profile, shared=True, accept_length=2.0)  # acceptance read anew
+    assert online.fits is not kept
+    kept, adopted = online.fits, online.adopted
+    assert adopted is not None
+    online.adopted = None  # as a failed fit leaves it: the next one adopts again
+    online.refit(5.0, profile, shared=True, accept_length=2.0)
+    assert online.fits is not kept and online.adopted == adopted
+    kept = online.fits
+    online.refit(1e6, profile, shared=True, accept_length=2.0)  # every sample aged out
+    assert online.fits is not kept and online.adopted is None
+
+
 def around(point: float, low: float | None, high: float | None, near: int = 40) -> LiveCrossing:
     return LiveCrossing(point, low, high, None, None, LEVELS, near)
 
