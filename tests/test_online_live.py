@@ -100,8 +100,15 @@ KIMI = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256
 async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path: Path) -> None:
     """Profiled at accept length 3.0 (crossover near 5, in the servers' scaled time), four
     clients speculate; 20 emulated seconds in, the speculative server's accept length falls
-    to 1.6 and speculation pays at no load: the router learns it from the requests it
-    serves and sends the four clients to the plain server."""
+    to 1.6 and speculation pays only below about 2: the router learns it from the requests
+    it serves and sends those that join three or more in flight to the plain server.
+
+    The clients go on until each has had three requests answered that it sent with the
+    live crossover adopted, or for 20 s: on a loaded machine the fit comes later in wall
+    time (the emulators share the test's loop), and the clients are in flight together
+    less of the time. What is asserted is that the router learns within the deadline, and
+    where the decisions made from then on sent the requests that joined past the old
+    crossover's reach."""
     profiled = config_from_flags((*KIMI, "--accept-length", "3.0"), "spec")
     document: dict[str, Any] = as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)
     for row in document["levels"]:  # the servers run at SCALE: so do their TPOTs
@@ -123,15 +130,21 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
             online_interval=0.2,
             online_window_samples=24,
             online_min_samples=12,
+            recent_decisions=1000,
         ) as (url, state),
     ):
-        served: list[tuple[float, str]] = []
+        served: list[tuple[float, str, bool]] = []  # answered at, by, sent with one adopted
+        left_out: set[int] = set()  # the samples each fit left out, read at each answer
+        since: list[float] = []  # when a request was first sent with one adopted (wall time)
         started = time.monotonic()
 
         async def client_loop(k: int) -> None:
-            sent = 0
-            while time.monotonic() - started < 5.0:
+            sent, learnt = 0, 0
+            while learnt < 3 and time.monotonic() - started < 20.0:
                 sent += 1
+                adopted = state.online.adopted is not None
+                if adopted and not since:
+                    since.append(time.time())
                 words = f"client {k} request {sent}: say something"  # lengths of its own
                 raw = await client(url).chat.completions.with_raw_response.create(
                     model="m",
@@ -142,18 +155,25 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
                 )
                 async for _ in raw.parse():
                     pass
-                served.append((time.monotonic() - started, raw.headers["x-specroute-backend"]))
+                answered = time.monotonic() - started
+                served.append((answered, raw.headers["x-specroute-backend"], adopted))
+                learnt += adopted
+                left_out.add(state.online.left_out)
 
         await asyncio.gather(*(client_loop(k) for k in range(4)))
-    before = [b for t, b in served if t < 0.9]
-    after = [b for t, b in served if t > 4.0]
+    before = [b for t, b, _ in served if t < 0.9]
     assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.8, served
-    assert after and sum(b.startswith("base") for b in after) / len(after) > 0.8, served
+    assert since and sum(adopted for *_, adopted in served) >= 12, served  # within 20 s
+    # the decisions from then on that joined three in flight or more (two others or more
+    # when decided): past any live crossover below 3, short of the profile's near 5
+    decided = [d for d in state.decisions.recent if d["at"] >= since[0]]
+    past = [d["pool"] for d in decided if d["live_concurrency"] >= 2]
+    assert len(past) >= 8 and past.count("base") / len(past) > 0.8, decided
     assert state.online.adopted is not None and state.online.adopted < 4
     # each speculative sample carries its server's accept length at its end; the fit stands
-    # at the one after the drop, and leaves out the samples taught at 3.0
+    # at the one after the drop, and leaves out the samples taught at 3.0 while they are kept
     kept = state.online.samples.window(time.monotonic())
     assert any(s.accept_length is not None for s in kept if s.pool == "spec")
     assert all(s.accept_length is None for s in kept if s.pool == "base")
     assert state.online.accept_length is not None and state.online.accept_length < 2.4
-    assert state.online.left_out > 0
+    assert max(left_out) > 0
