@@ -101,7 +101,9 @@ class EngineLoop:
         return len(rids)
 
     async def wait_progress(self, timeout: float) -> bool:  # noqa: ASYNC109
-        """True once any step completes within ``timeout`` seconds."""
+        """True once any step completes within ``timeout`` seconds, or the engine runs out
+        of work (its last step completed: a health check that found it busy with the end of
+        another's one-token request is answered, not left waiting for a step to come)."""
         self._progress.clear()
         try:
             await asyncio.wait_for(self._progress.wait(), timeout)
@@ -116,6 +118,7 @@ class EngineLoop:
         while True:
             step = self.engine.step()
             if step is None:
+                self._progress.set()
                 self._refresh_gauges()
                 self._wake.clear()
                 await self._wake.wait()

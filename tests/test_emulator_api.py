@@ -13,7 +13,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.emulators import running_emulator
+from specroute.emulator.engine import Emission, Sequence
+from specroute.emulator.server import LOOP, create_app
+from tests.apps import serving
+from tests.emulators import emulator_config, running_emulator
 
 FAST = ("--time-scale", "0.05")
 
@@ -415,3 +418,28 @@ async def test_stream_interval_and_continuous_usage() -> None:
     assert steps and all(step == 4 for step in steps[:-1])  # every 4 tokens; the rest at the end
     assert len(content) < 30 // 4 + 3
     assert events[-1]["usage"]["completion_tokens"] == 30
+
+
+async def test_a_health_check_that_finds_the_last_step_done_is_answered_at_once() -> None:
+    """A health check that comes as another request's last token goes out finds the engine
+    not idle yet and waits for progress: the engine then runs out of work, and that answers
+    it (healthy), where waiting for a next step that never comes would time the router's
+    check out and eject a server that is fine (two routers' first checks at once did)."""
+    app = create_app(emulator_config("--mode", "base", *FAST))
+    async with serving(app) as url:
+        loop = app[LOOP]
+        checks: list[asyncio.Task[bool]] = []
+        finished = asyncio.Event()
+
+        def listener(emission: Emission) -> None:
+            if emission.finish is not None:  # as the step's handlers run, before the next
+                checks.append(asyncio.create_task(loop.wait_progress(5.0)))
+                finished.set()
+
+        loop.submit(Sequence("last-token", "", 1, 1, ignore_eos=True), listener)
+        started = asyncio.get_running_loop().time()
+        await finished.wait()
+        assert await checks[0]
+        assert asyncio.get_running_loop().time() - started < 2.0
+        async with aiohttp.ClientSession() as s, s.get(f"{url}/health") as r:
+            assert r.status == 200
