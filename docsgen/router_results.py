@@ -275,6 +275,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
     "overhead-workers": overhead_workers,
     "overhead-reference": overhead_reference,
+    "overhead-profiled": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

@@ -189,7 +189,11 @@ RUNS: dict[str, Run] = {
         note="the demo writes it as demo/offline.json",
     ),
     "chaos": Run("specroute bench chaos --requests 5000 --seed 0 --out chaos.json", "2026-12-01"),
-    "soak": Run("specroute bench soak --requests 100000 --out soak.json", "2026-12-01"),
+    "soak": Run(
+        "specroute bench soak --requests 100000 --out soak.json",
+        "2026-12-02",
+        note="on the 16-core machine, unpinned",
+    ),
     "capacity": Run(
         "specroute bench capacity --hardware llama3.1-8b-h100 --mode spec --levels 64,256,1024 "
         "--seconds-per-level 10 --out capacity.json",
@@ -206,6 +210,13 @@ RUNS: dict[str, Run] = {
     "overhead-workers": Run(
         "specroute bench overhead --workers 1,2,4 --bare-workers 1,2,4 --repeats 2 "
         "--out overhead-workers.json",
+        "2026-12-02",
+    ),
+    "overhead-profiled": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1,2 --repeats 2 "
+        "--modes stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 "
+        "--gateways smg --profile-dir prof --profile-levels 16,64,256,512 "
+        "--profile-seconds 4 --profile-format raw --out overhead-profiled.json",
         "2026-12-02",
     ),
     "online-drift": Run(
