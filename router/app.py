@@ -132,7 +132,7 @@ def build_state(
         settings.exploration(online),
         None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
         None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
-        peers=_peers(settings, metrics, online, resolve),
+        peers=_peers(settings, metrics, online, kept, resolve),
         resolve=resolve,
     )
     metrics.exposed.register(StateGauges(state))
@@ -140,15 +140,14 @@ def build_state(
 
 
 def _peers(
-    settings: RouterSettings, metrics: RouterMetrics, online: Online, resolve: Resolve
+    settings: RouterSettings, metrics: RouterMetrics, online: Online, kept: int, resolve: Resolve
 ) -> Peers | None:
     """The peer replicas the leader takes samples from, if any are given; their names
     resolved as often as the backends'."""
     if not settings.online_peers or not online.fitting or online.rings is None:
         return None
-    epoch, window, kept = online.rings.epoch, settings.online_window_seconds, settings.online_kept()
-    every = settings.watch_interval
-    return Peers(settings.online_peers, metrics, epoch, window, kept, resolve, every)
+    window, every = settings.online_window_seconds, settings.watch_interval
+    return Peers(settings.online_peers, metrics, online.rings.epoch, window, kept, resolve, every)
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:

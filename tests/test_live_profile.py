@@ -324,10 +324,21 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
     ):
         monkeypatch.setenv("SPECROUTE_ADMIN_KEY", KEY)  # the router's key, from its environment
         serving = spawned(
-            "serve", "--spec", spec, "--base", base, "--profile", str(calibrated),
-            "--online", "observe", "--online-interval", "0.2", "--online-min-samples", "4",
+            "serve",
+            "--spec",
+            spec,
+            "--base",
+            base,
+            "--profile",
+            str(calibrated),
+            "--online",
+            "observe",
+            "--online-interval",
+            "0.2",
+            "--online-min-samples",
+            "4",
             stop=signal.SIGKILL,  # a test need not wait for the drain
-        )  # fmt: skip
+        )
         async with serving as router:
             monkeypatch.delenv("SPECROUTE_ADMIN_KEY")
             url = router.url
@@ -372,9 +383,19 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             status, body = await watching
             assert status == 200, body
             code, out = await command(
-                "profile", "--from-live", url, "-o", str(live), "--admin-key-file", str(key_file),
-                "--report", str(report), "--compare", str(calibrated), env=bare,
-            )  # fmt: skip
+                "profile",
+                "--from-live",
+                url,
+                "-o",
+                str(live),
+                "--admin-key-file",
+                str(key_file),
+                "--report",
+                str(report),
+                "--compare",
+                str(calibrated),
+                env=bare,
+            )
             said.append(out)
             assert code == 0, out
             said.append(router.said(1 << 20))
