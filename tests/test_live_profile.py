@@ -323,22 +323,9 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
         running_emulator("--mode", "base", *KIMI, *timing) as base,
     ):
         monkeypatch.setenv("SPECROUTE_ADMIN_KEY", KEY)  # the router's key, from its environment
-        serving = spawned(
-            "serve",
-            "--spec",
-            spec,
-            "--base",
-            base,
-            "--profile",
-            str(calibrated),
-            "--online",
-            "observe",
-            "--online-interval",
-            "0.2",
-            "--online-min-samples",
-            "4",
-            stop=signal.SIGKILL,  # a test need not wait for the drain
-        )
+        pair = ("--spec", spec, "--base", base, "--profile", str(calibrated))
+        online = ("--online", "observe", "--online-interval", "0.2", "--online-min-samples", "4")
+        serving = spawned("serve", *pair, *online, stop=signal.SIGKILL)  # no drain waited for
         async with serving as router:
             monkeypatch.delenv("SPECROUTE_ADMIN_KEY")
             url = router.url
@@ -382,19 +369,9 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             await asyncio.gather(*(client_loop(k) for k in range(6)))
             status, body = await watching
             assert status == 200, body
+            given = ("-o", str(live), "--admin-key-file", str(key_file), "--report", str(report))
             code, out = await command(
-                "profile",
-                "--from-live",
-                url,
-                "-o",
-                str(live),
-                "--admin-key-file",
-                str(key_file),
-                "--report",
-                str(report),
-                "--compare",
-                str(calibrated),
-                env=bare,
+                "profile", "--from-live", url, *given, "--compare", str(calibrated), env=bare
             )
             said.append(out)
             assert code == 0, out
