@@ -55,6 +55,7 @@ class OverheadPlan:
     workers: tuple[int, ...] = (1, 2)  # specroute serve --workers, one target each
     bare_workers: tuple[int, ...] = (1,)  # the bare pass-through's processes, one target each
     online_off: bool = False  # also specroute-w1-online-off: one worker, --online off
+    lean: bool = False  # also lean: the pass-through without aiohttp (servers/lean_proxy)
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
     seconds: float = 1.5  # each window
@@ -231,7 +232,14 @@ async def measure_overhead(
         urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
         run_on("router")
         targets = await start_targets(
-            stack, urls, plan.workers, plan.gateways, note, plan.bare_workers, plan.online_off
+            stack,
+            urls,
+            plan.workers,
+            plan.gateways,
+            note,
+            plan.bare_workers,
+            plan.online_off,
+            plan.lean,
         )
         if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:

@@ -5,6 +5,9 @@ started by the project's one spawner as a process of its own on loopback:
 - ``bare``: ``specroute.bench.servers.bare_proxy``, a pass-through in Python that decides nothing;
   ``bare-wN`` the same forked into N processes on one port, for each count of
   ``--bare-workers`` above 1: what more processes cost a router that does no background work;
+- ``lean`` (``--lean``): ``specroute.bench.servers.lean_proxy``, the same pass-through on a
+  bare asyncio protocol and the router's own upstream client: bare less lean is what
+  aiohttp's server side costs a request;
 - ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
   goes to the speculative backend, through the whole routing path), with N worker processes
   and no access log (the gateways run at log level ``warn``: no line for each request either);
@@ -31,6 +34,7 @@ from specroute.loadgen.spawn import free_port, spawned
 
 STUB = "specroute.bench.servers.stub_backend"
 BARE = "specroute.bench.servers.bare_proxy"
+LEAN = "specroute.bench.servers.lean_proxy"
 _WORKER_TRIES = 500
 ONLINE_OFF = "-online-off"  # a specroute target's suffix: served with --online off
 
@@ -121,6 +125,7 @@ async def start_targets(
     note: Callable[[str], None],
     bare_workers: Sequence[int] = (1,),
     online_off: bool = False,
+    lean: bool = False,
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
@@ -131,6 +136,12 @@ async def start_targets(
         bare = await stack.enter_async_context(spawned(*upstreams, module=BARE))
         await _every_worker_listening(bare.url, n, bare=True)
         targets.append(Target(bare_name(n), (bare.url,), bare.process.pid))
+    if lean:
+        floor = await stack.enter_async_context(
+            spawned("--upstream", spec, "--upstream", base, module=LEAN)
+        )
+        await _every_worker_listening(floor.url, 1, bare=True)
+        targets.append(Target("lean", (floor.url,), floor.process.pid))
     serves: list[tuple[str, int, tuple[str, ...]]] = [(f"specroute-w{n}", n, ()) for n in workers]
     if online_off:
         serves.append((f"specroute-w1{ONLINE_OFF}", 1, ("--online", "off")))

@@ -35,11 +35,16 @@ _WHAT = {
 _MODE_NAMES = {"stream": "streamed", "whole": "whole answers"}  # the tables' first column
 
 
+def _floor(target: str) -> bool:
+    """A pass-through that decides nothing: bare, bare-wN, lean."""
+    return target == "lean" or family(target) == "bare"
+
+
 def _reference_order(targets: list[str]) -> list[str]:
-    """specroute's targets first, then the gateways, then the bare pass-through's."""
+    """specroute's targets first, then the gateways, then the pass-throughs."""
     ours = [t for t in targets if t.startswith("specroute")]
-    bare = [t for t in targets if t == "bare" or t.startswith("bare-")]
-    return ours + [t for t in targets if t not in (*ours, *bare, "direct")] + bare
+    floors = [t for t in targets if _floor(t)]
+    return ours + [t for t in targets if t not in (*ours, *floors, "direct")] + floors
 
 
 def _figure(row: dict[str, Any] | None, name: str) -> float | None:
@@ -54,7 +59,7 @@ def overhead_reference(document: dict[str, Any]) -> str:
     cell (``a / b / c``, the targets in the order the header names); then each target's
     CPU per request over the first gateway's (below 1: cheaper)."""
     targets = _reference_order(list(document["targets"]))
-    gateway = next((t for t in targets if not t.startswith(("specroute", "bare"))), None)
+    gateway = next((t for t in targets if not t.startswith("specroute") and not _floor(t)), None)
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
     parts = []
     for mode in dict.fromkeys(r["mode"] for r in document["summary"]):
@@ -276,6 +281,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-workers": overhead_workers,
     "overhead-reference": overhead_reference,
     "overhead-profiled": overhead_reference,
+    "overhead-lean": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

@@ -204,6 +204,13 @@ def _add_overhead(commands: Subcommands) -> None:
         help="also specroute-w1-online-off: one worker with --online off, beside the "
         "default (observe), for what online calibration costs",
     )
+    overhead.add_argument(
+        "--lean",
+        action="store_true",
+        help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
+        "router's own upstream client, beside bare (aiohttp's server and client), for what "
+        "aiohttp's server side costs a request",
+    )
     overhead.add_argument("--repeats", type=positive(int), default=3)
     overhead.add_argument(
         "--modes",
@@ -464,6 +471,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "workers": tuple(args.workers),
             "bare_workers": tuple(args.bare_workers),
             "online_off": args.online_off,
+            "lean": args.lean,
             "modes": tuple(args.modes),
             "warmup": args.warmup,
             "seconds": args.seconds,

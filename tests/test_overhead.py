@@ -125,6 +125,26 @@ def test_the_bare_pass_through_forked_into_workers_is_a_target_of_its_own(
     )  # the parent and its two workers
 
 
+def test_the_lean_pass_through_is_measured_beside_bare(tmp_path: Path) -> None:
+    """``--lean``: the pass-through without aiohttp relays streams (chunked, paced by the
+    backend) and whole answers (sized) as direct gets them, with no errors, and costs less
+    CPU per request than the same pass-through on aiohttp's server and client."""
+    document = _run(
+        tmp_path,
+        *("--levels", "16", "--workers", "1", "--gateways", "none", "--repeats", "1"),
+        *("--warmup", "0.3", "--seconds", "0.5", "--lean"),
+    )
+    assert document["targets"] == ["direct", "bare", "lean", "specroute-w1"]
+    assert " --lean" in document["command"]
+    rows = _rows(document)
+    for mode in ("stream", "whole"):
+        lean, bare = rows[mode, 16, "lean"], rows[mode, 16, "bare"]
+        assert lean["errors"]["max"] == 0 and lean["requests_per_s"]["median"] > 0
+        cpu = lean["router_cpu_ms_per_request"]["median"]
+        assert 0 < cpu < bare["router_cpu_ms_per_request"]["median"]
+    assert rows["stream", 16, "lean"]["gap_p50"]["median"] == pytest.approx(20, abs=5)
+
+
 @pytest.mark.parametrize(
     ("flag", "expected"),
     [
