@@ -14,6 +14,7 @@ from docsgen.cli_reference import cli_reference
 from docsgen.hooks import MARKER, fill
 from docsgen.metrics_reference import metrics_reference
 from docsgen.profile_reference import profile_reference
+from docsgen.router_results import overhead_reference
 from docsgen.runs import FIGURES, RUNS
 from docsgen.settings_reference import settings_reference
 
@@ -79,6 +80,22 @@ def test_the_overhead_reference_puts_every_target_side_by_side() -> None:
     assert len(text.split("added first-chunk p50, ms: ")) == 3  # streamed, whole
     row = next(line for line in text.splitlines() if "router CPU per request, ms" in line)
     assert row.count(" / ") == (len(compared) - 1) * (1 + len(document["plan"]["levels"]))
+
+
+def test_the_lean_floor_sits_with_the_pass_throughs_never_as_the_gateway() -> None:
+    """With ``--lean`` the gateway compared against is still smg: each target's CPU over
+    smg's, lean's and bare's among them, in the pass-throughs' place at the end."""
+    document = json.loads((DOCS / "results" / "data" / "overhead.json").read_text())
+    targets = ["direct", "bare", "lean", "specroute-w1", "smg"]
+    rows = []
+    for row in document["summary"]:
+        if row["target"] in ("bare", "specroute-w1", "smg"):
+            rows.append(row)
+            if row["target"] == "bare":
+                rows.append(row | {"target": "lean"})
+    text = overhead_reference({**document, "targets": targets, "summary": rows})
+    assert "CPU per request over smg's: specroute-w1 / bare / lean" in text
+    assert "router CPU per request, ms: specroute-w1 / smg / bare / lean" in text
 
 
 def test_every_marker_of_every_page_names_a_block() -> None:
