@@ -219,6 +219,11 @@ RUNS: dict[str, Run] = {
         "--profile-seconds 4 --profile-format raw --out overhead-profiled.json",
         "2026-12-02",
     ),
+    "overhead-lean": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1,2 --lean --repeats 2 "
+        "--out overhead-lean.json",
+        "2026-12-03",
+    ),
     "online-drift": Run(
         "specroute bench compare --offline --router-config router.toml --profile "
         "online-profile.json --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
