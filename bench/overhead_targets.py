@@ -131,17 +131,16 @@ async def start_targets(
     is skipped with a note that says how to install it."""
     spec, base = backends
     targets = [Target("direct", (spec, base), None)]
-    for n in bare_workers:
-        upstreams = ("--upstream", spec, "--upstream", base, "--workers", str(n))
-        bare = await stack.enter_async_context(spawned(*upstreams, module=BARE))
-        await _every_worker_listening(bare.url, n, bare=True)
-        targets.append(Target(bare_name(n), (bare.url,), bare.process.pid))
+    floors: list[tuple[str, str, int, tuple[str, ...]]] = [
+        (bare_name(n), BARE, n, ("--workers", str(n))) for n in bare_workers
+    ]
     if lean:
-        floor = await stack.enter_async_context(
-            spawned("--upstream", spec, "--upstream", base, module=LEAN)
-        )
-        await _every_worker_listening(floor.url, 1, bare=True)
-        targets.append(Target("lean", (floor.url,), floor.process.pid))
+        floors.append(("lean", LEAN, 1, ()))
+    for name, module, n, more in floors:
+        upstreams = ("--upstream", spec, "--upstream", base, *more)
+        floor = await stack.enter_async_context(spawned(*upstreams, module=module))
+        await _every_worker_listening(floor.url, n, bare=True)
+        targets.append(Target(name, (floor.url,), floor.process.pid))
     serves: list[tuple[str, int, tuple[str, ...]]] = [(f"specroute-w{n}", n, ()) for n in workers]
     if online_off:
         serves.append((f"specroute-w1{ONLINE_OFF}", 1, ("--online", "off")))
