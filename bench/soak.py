@@ -32,9 +32,13 @@ import aiohttp
 from specroute.bench.agreement import agreement, check_lines, describe_races, races, scrape, settle
 from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
 from specroute.loadgen.spawn import Spawned, spawned
+from specroute.router.upstream_pool import KEEPALIVE
 
 _TASK_READS = 30  # 0.1 s apart: six rounds of the router's 0.5 s poll
 KEEPALIVE_SECONDS = 15.0  # aiohttp's, for health checks and polls: the longest an idle one stays
+# aiohttp's session may keep one connection a backend for each of a health check, a metric
+# poll and an abort that overlapped
+SESSION_PER_BACKEND = 3
 _FLAG_FAULTS = ("cut_mid:2,probability=0.005", "status:500,probability=0.005")  # spec, base
 
 
@@ -225,7 +229,9 @@ async def _soak(plan: SoakPlan, url: str, watch: _Watch, say: Callable[[str], No
         counts = await settle(probe, url)
         end = await watch.sample(probe, url, tally.count, None, tasks_at_most=start.tasks)
         say(_line(plan, start, end, f"after {plan.idle:g} s idle"))
-    in_use = plan.concurrency * len(watch.upstream)  # at most, each client at each backend
+    # at most each client's at each backend, until the pool's sweep closes them
+    in_use = 0 if plan.idle > KEEPALIVE else plan.concurrency * len(watch.upstream)
+    in_use += SESSION_PER_BACKEND * len(watch.upstream)
     checks = agreement(tally, counts) | _left(start.router, end.router, in_use)
     checks["no task left"] = None if end.tasks <= start.tasks else f"{start.tasks} -> {end.tasks}"
     return SoakResult(
@@ -245,8 +251,9 @@ def _left(start: ProcessStats, end: ProcessStats, in_use: int) -> dict[str, str 
     """What the router holds after the client left and the idle time passed, against what
     it held before the first request. The requests' connections are closed 4 s after their
     last answer (``upstream_pool.KEEPALIVE``), each backend's apart: within that time up to
-    ``in_use`` (every client's at every backend) may be kept. Those of health checks and
-    polls (aiohttp's session, every 2 s and 0.5 s) may stay open, a few a backend."""
+    ``in_use`` (every client's at every backend) may be kept, and none after it; ``in_use``
+    also counts those of health checks, polls and aborts (aiohttp's session), which may
+    stay open."""
     others = (start.fds - start.upstream, end.fds - end.upstream)
     return {
         "no client connection left": None
@@ -256,7 +263,7 @@ def _left(start: ProcessStats, end: ProcessStats, in_use: int) -> dict[str, str 
         if others[1] <= others[0]
         else f"{others[0]} -> {others[1]}",
         "pooled upstream connections no more than were in use": None
-        if end.upstream <= in_use + 4
+        if end.upstream <= in_use
         else f"{end.upstream} where at most {in_use} were in use",
         "no thread left": None
         if end.threads <= start.threads
