@@ -118,14 +118,15 @@ class Peers:
             return
         self._resolved_at = at
         answers = await asyncio.gather(*(self._lookup(name, seconds) for name in self.names))
-        known = {p.url: p for p in self.peers}
+        was = {p.url: p for p in self.peers}
+        known = dict(was)  # with those that came: a peer found under two names comes once
         for name, urls in zip(self.names, answers, strict=True):
             if urls is not None:
-                self.found[name] = [known.get(u) or self._came(u, name) for u in urls]
+                self.found[name] = [known.get(u) or self._came(u, name, known) for u in urls]
         named: dict[str, Peer] = {}
         for peer in (*self.given, *(p for found in self.found.values() for p in found)):
             named.setdefault(peer.url, peer)
-        for gone in known.keys() - named.keys():
+        for gone in was.keys() - named.keys():
             _log.info("Online peer %s is no longer found by name; it is not asked.", gone)
         self.peers = list(named.values())
 
@@ -149,10 +150,11 @@ class Peers:
             _log.info("The online peers %s resolve again.", name)
         return urls
 
-    def _came(self, url: str, name: str) -> Peer:
+    def _came(self, url: str, name: str, known: dict[str, Peer]) -> Peer:
         self.metrics.online_peer_samples.labels(peer=url)  # 0 from the start
         _log.info("Online peer %s found by %s; it is asked.", url, name)
-        return Peer(url, by=name)
+        known[url] = Peer(url, by=name)
+        return known[url]
 
     async def _pull(
         self, session: aiohttp.ClientSession, peer: Peer, limit: aiohttp.ClientTimeout

@@ -107,6 +107,28 @@ async def test_a_name_that_fails_keeps_its_peers_and_one_gone_is_dropped(
     assert value(TAKEN, {"peer": url}) == 3  # its series stays
 
 
+async def test_a_peer_found_under_two_names_is_one_peer_asked_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="specroute.router")
+    good = json.dumps({"epoch": "peer", "next": "peer:1", "samples": [_row()]})
+    async with answering(good) as url, aiohttp.ClientSession() as session:
+        port = url.rsplit(":", 1)[1]
+        names = [f"dns+http://{NAME}:{port}", f"dns+http://other.{NAME}:{port}"]
+
+        async def cluster_dns(host: str, at: int) -> list[str]:
+            return ["127.0.0.1"]
+
+        metrics = RouterMetrics(None)
+        peers = Peers(names, metrics, "mine", 600.0, 100, cluster_dns, every=0.0)
+        taken = [len(await peers.pull(session, 2.0)) for _ in range(2)]
+    found = [r.getMessage() for r in caplog.records if "found by" in r.getMessage()]
+    assert taken == [1, 1]  # asked once a pull, not once a name
+    assert [p["peer"] for p in peers.describe()] == [url]
+    assert len(found) == 1, found
+    assert metrics.exposed.get_sample_value(TAKEN, {"peer": url}) == 2
+
+
 async def test_this_router_is_an_error_given_as_a_url_and_quiet_found_by_name() -> None:
     itself = json.dumps({"epoch": "mine", "next": "mine:1", "samples": [_row()]})
     async with answering(itself) as url, aiohttp.ClientSession() as session:
