@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from specroute.emulator.predict import as_profile, predict
@@ -93,22 +94,25 @@ async def test_adopt_routes_by_the_live_crossover_the_fit_adopted(
         assert pools == ["spec", "base", "spec"]
 
 
-SCALE = 0.05
+# The emulators keep their time at this scale on two cores (at 0.05 their steps ran 60% to
+# 80% late there, and what the router learnt from them moved with the machine's load)
+SCALE = 0.2
+DROP = 5.0  # emulated seconds in (1 s at SCALE): before the router has a single sample
 KIMI = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
+LATE = 0.25  # the most the emulators' steps may run late, in all, for the run to count
 
 
 async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path: Path) -> None:
     """Profiled at accept length 3.0 (crossover near 5, in the servers' scaled time), four
-    clients speculate; 20 emulated seconds in, the speculative server's accept length falls
+    clients speculate; 5 emulated seconds in, the speculative server's accept length falls
     to 1.6 and speculation pays only below about 2: the router learns it from the requests
     it serves and sends those that join three or more in flight to the plain server.
 
-    The clients go on until each has had three requests answered that it sent with the
-    live crossover adopted, or for 20 s: on a loaded machine the fit comes later in wall
-    time (the emulators share the test's loop), and the clients are in flight together
-    less of the time. What is asserted is that the router learns within the deadline, and
-    where the decisions made from then on sent the requests that joined past the old
-    crossover's reach."""
+    The clients go on until each has had three requests answered that it sent with a live
+    crossover adopted after the drop, or for 30 s. What is asserted is that the router
+    learns within the deadline, and where the decisions made from then on sent the
+    requests that joined past the old crossover's reach. A run whose emulators did not keep
+    their time (a loaded machine) says so and is skipped: it would say nothing."""
     profiled = config_from_flags((*KIMI, "--accept-length", "3.0"), "spec")
     document: dict[str, Any] = as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)
     for row in document["levels"]:  # the servers run at SCALE: so do their TPOTs
@@ -117,53 +121,56 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(document))
     timing = ("--time-scale", str(SCALE), "--stream-interval", "4")
-    async with (
-        running_emulator(
-            "--mode", "spec", *KIMI, *timing, "--accept-schedule", "0:3,20:1.6"
-        ) as spec,
-        running_emulator("--mode", "base", *KIMI, *timing) as base,
-        running_router(
-            spec=[spec],
-            base=[base],
-            profile=profile,
-            online="adopt",
-            online_interval=0.2,
-            online_window_samples=24,
-            online_min_samples=12,
-            recent_decisions=1000,
-        ) as (url, state),
-    ):
-        served: list[tuple[float, str, bool]] = []  # answered at, by, sent with one adopted
-        left_out: set[int] = set()  # the samples each fit left out, read at each answer
-        since: list[float] = []  # when a request was first sent with one adopted (wall time)
-        started = time.monotonic()
+    schedule = ("--accept-schedule", f"0:3,{DROP:g}:1.6")
+    async with running_emulator("--mode", "spec", *KIMI, *timing, *schedule) as spec:
+        dropped = time.monotonic() + DROP * SCALE  # the emulator's clock started before this
+        async with (
+            running_emulator("--mode", "base", *KIMI, *timing) as base,
+            running_router(
+                spec=[spec],
+                base=[base],
+                profile=profile,
+                online="adopt",
+                online_interval=0.2,
+                online_window_samples=24,
+                online_min_samples=12,
+                recent_decisions=1000,
+            ) as (url, state),
+        ):
+            served: list[tuple[float, str, bool]] = []  # answered at, by, sent after learning
+            left_out: set[int] = set()  # the samples each fit left out, read at each answer
+            since: list[float] = []  # when a request was first sent after learning (wall time)
+            started = time.monotonic()
 
-        async def client_loop(k: int) -> None:
-            sent, learnt = 0, 0
-            while learnt < 3 and time.monotonic() - started < 20.0:
-                sent += 1
-                adopted = state.online.adopted is not None
-                if adopted and not since:
-                    since.append(time.time())
-                words = f"client {k} request {sent}: say something"  # lengths of its own
-                raw = await client(url).chat.completions.with_raw_response.create(
-                    model="m",
-                    messages=[{"role": "user", "content": words}],
-                    max_tokens=256,  # natural lengths: clients in lockstep join at 1, 2, 3, 4
-                    stream=True,
-                    stream_options={"include_usage": True},
-                )
-                async for _ in raw.parse():
-                    pass
-                answered = time.monotonic() - started
-                served.append((answered, raw.headers["x-specroute-backend"], adopted))
-                learnt += adopted
-                left_out.add(state.online.left_out)
+            async def client_loop(k: int) -> None:
+                sent, learnt = 0, 0
+                while learnt < 3 and time.monotonic() - started < 30.0:
+                    sent += 1
+                    adopted = state.online.adopted is not None and time.monotonic() > dropped
+                    if adopted and not since:
+                        since.append(time.time())
+                    words = f"client {k} request {sent}: say something"  # lengths of its own
+                    raw = await client(url).chat.completions.with_raw_response.create(
+                        model="m",
+                        messages=[{"role": "user", "content": words}],
+                        max_tokens=256,  # natural lengths: in lockstep they join at 1, 2, 3, 4
+                        stream=True,
+                        stream_options={"include_usage": True},
+                    )
+                    async for _ in raw.parse():
+                        pass
+                    answered = time.monotonic() - started
+                    served.append((answered, raw.headers["x-specroute-backend"], adopted))
+                    learnt += adopted
+                    left_out.add(state.online.left_out)
 
-        await asyncio.gather(*(client_loop(k) for k in range(4)))
-    before = [b for t, b, _ in served if t < 0.9]
+            await asyncio.gather(*(client_loop(k) for k in range(4)))
+            late = max([await _late(spec), await _late(base)])
+    if late >= LATE:  # the machine, not the model, set the pace: nothing to conclude from
+        pytest.skip(f"the emulators' steps ran {late:.0%} late (more than {LATE:.0%})")
+    before = [b for _, b, adopted in served if not adopted]  # routed by the profile
     assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.8, served
-    assert since and sum(adopted for *_, adopted in served) >= 12, served  # within 20 s
+    assert since and sum(adopted for *_, adopted in served) >= 12, served  # within 30 s
     # the decisions from then on that joined three in flight or more (two others or more
     # when decided): past any live crossover below 3, short of the profile's near 5
     decided = [d for d in state.decisions.recent if d["at"] >= since[0]]
@@ -177,3 +184,16 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     assert all(s.accept_length is None for s in kept if s.pool == "base")
     assert state.online.accept_length is not None and state.online.accept_length < 2.4
     assert max(left_out) > 0
+
+
+async def _late(url: str) -> float:
+    """How late an emulator's steps ran, in all: actual over intended wall time, less one."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as r:
+        said = await r.text()
+    seconds = {
+        line.split()[0]: float(line.split()[1])
+        for line in said.splitlines()
+        if line.startswith("specroute_emulator_step_")
+    }
+    intended = seconds["specroute_emulator_step_intended_seconds_total"]
+    return seconds["specroute_emulator_step_actual_seconds_total"] / intended - 1.0
