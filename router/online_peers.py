@@ -122,7 +122,9 @@ class Peers:
         known = dict(was)  # with those that came: a peer found under two names comes once
         for name, urls in zip(self.names, answers, strict=True):
             if urls is not None:
-                self.found[name] = [known.get(u) or self._came(u, name, known) for u in urls]
+                self.found[name] = [
+                    known.get(u) or known.setdefault(u, self._came(u, name)) for u in urls
+                ]
         named: dict[str, Peer] = {}
         for peer in (*self.given, *(p for found in self.found.values() for p in found)):
             named.setdefault(peer.url, peer)
@@ -150,11 +152,10 @@ class Peers:
             _log.info("The online peers %s resolve again.", name)
         return urls
 
-    def _came(self, url: str, name: str, known: dict[str, Peer]) -> Peer:
+    def _came(self, url: str, name: str) -> Peer:
         self.metrics.online_peer_samples.labels(peer=url)  # 0 from the start
         _log.info("Online peer %s found by %s; it is asked.", url, name)
-        known[url] = Peer(url, by=name)
-        return known[url]
+        return Peer(url, by=name)
 
     async def _pull(
         self, session: aiohttp.ClientSession, peer: Peer, limit: aiohttp.ClientTimeout
