@@ -15,6 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from specroute.emulator.predict import as_profile, predict
+from specroute.loadgen.lag import clock, lag
 from specroute.model_flags import config_from_flags
 from specroute.router.online_task import fit_now
 from tests.emulators import running_emulator
@@ -122,7 +123,10 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     profile.write_text(json.dumps(document))
     timing = ("--time-scale", str(SCALE), "--stream-interval", "4")
     schedule = ("--accept-schedule", f"0:3,{DROP:g}:1.6")
-    async with running_emulator("--mode", "spec", *KIMI, *timing, *schedule) as spec:
+    async with (
+        aiohttp.ClientSession() as session,
+        running_emulator("--mode", "spec", *KIMI, *timing, *schedule) as spec,
+    ):
         dropped = time.monotonic() + DROP * SCALE  # the emulator's clock started before this
         async with (
             running_emulator("--mode", "base", *KIMI, *timing) as base,
@@ -140,6 +144,8 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
             served: list[tuple[float, str, bool]] = []  # answered at, by, sent after learning
             left_out: set[int] = set()  # the samples each fit left out, read at each answer
             since: list[float] = []  # when a request was first sent after learning (wall time)
+            urls = (spec, base)
+            clocks = [await clock(session, u) for u in urls]  # how late their steps run
             started = time.monotonic()
 
             async def client_loop(k: int) -> None:
@@ -165,7 +171,9 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
                     left_out.add(state.online.left_out)
 
             await asyncio.gather(*(client_loop(k) for k in range(4)))
-            late = max([await _late(spec), await _late(base)])
+            ran = [lag(c, await clock(session, u)) for c, u in zip(clocks, urls, strict=True)]
+            assert None not in ran, ran  # both emulators stepped and counted their time
+            late = max(r for r in ran if r is not None)
     if late >= LATE:  # the machine, not the model, set the pace: nothing to conclude from
         pytest.skip(f"the emulators' steps ran {late:.0%} late (more than {LATE:.0%})")
     before = [b for _, b, adopted in served if not adopted]  # routed by the profile
@@ -184,16 +192,3 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     assert all(s.accept_length is None for s in kept if s.pool == "base")
     assert state.online.accept_length is not None and state.online.accept_length < 2.4
     assert max(left_out) > 0
-
-
-async def _late(url: str) -> float:
-    """How late an emulator's steps ran, in all: actual over intended wall time, less one."""
-    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as r:
-        said = await r.text()
-    seconds = {
-        line.split()[0]: float(line.split()[1])
-        for line in said.splitlines()
-        if line.startswith("specroute_emulator_step_")
-    }
-    intended = seconds["specroute_emulator_step_intended_seconds_total"]
-    return seconds["specroute_emulator_step_actual_seconds_total"] / intended - 1.0
