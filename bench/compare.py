@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from specroute.loadgen import lag
 from specroute.loadgen.client import PhaseBodies, served_model
 from specroute.loadgen.dataset import Dataset
 from specroute.loadgen.record import RequestRecord, tokens_between
@@ -255,13 +256,18 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
                 plan.trace, plan.dataset, model, plan.ignore_eos, plan.output_len, plan.seed
             )
             ticker = Ticker(policy, plan.trace)
+            backends = await backend_urls(session, proxy.url)
+            before = await lag.clocks(session, backends)
             start, records = await play(
                 session, proxy.url, bodies, plan.trace, policy, ticker, plan.seed
             )
+            behind = lag.worst(before, await lag.clocks(session, backends))
         end = start + plan.trace.seconds
         results["policies"][policy] = policy_summary(
             plan.trace, records, start, end, plan.slo, plan.settle
-        )
+        ) | {"emulator_lag": None if behind is None else round(behind, 4)}
+        if behind is not None and behind > lag.LIMIT:
+            print(f"{policy}: {late(behind)}", file=sys.stderr, flush=True)
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
             for record in records:
@@ -269,8 +275,38 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         print(render_row(policy, results["policies"][policy]["overall"]), file=sys.stderr)
         await asyncio.sleep(1.0)  # cancelled requests leave the backends
     results["timeline"] = timeline
+    results["kept_time"] = kept_time(results)
     (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
+
+
+async def backend_urls(session: aiohttp.ClientSession, router: str) -> list[str]:
+    """The backends as the router lists them in ``/router/status``, so that their clocks
+    can be read; none, said, where the status cannot be read."""
+    try:
+        async with session.get(f"{router}/router/status") as r:
+            status = await r.json() if r.status == 200 else {}
+        if urls := [str(b["url"]) for b in status.get("backends", [])]:
+            return urls
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        pass
+    print("router status unreadable: the emulators' lag is not known", file=sys.stderr)
+    return []
+
+
+def late(behind: float) -> str:
+    return (
+        f"the emulators ran {behind:.0%} behind their time scale (limit {lag.LIMIT:.0%}): "
+        "this run measured the machine, not the model; conclude nothing from it"
+    )
+
+
+def kept_time(results: dict[str, Any]) -> bool | None:
+    """Whether every policy's emulators kept their time scale; None where no server said
+    (real engines have no time scale to keep)."""
+    lags = [p["emulator_lag"] for p in results["policies"].values()]
+    known = [x for x in lags if x is not None]
+    return all(x <= lag.LIMIT for x in known) if known else None
 
 
 def render_row(policy: str, s: dict[str, Any]) -> str:
@@ -310,6 +346,9 @@ def render(results: dict[str, Any]) -> str:
     for length in results["policies"][policies[0]].get("prompts", {}):
         lines.append(f"requests with {length}-token prompts:")
         lines += [render_row(p, results["policies"][p]["prompts"][length]) for p in policies]
+    if results.get("kept_time") is False:
+        worst = max(p["emulator_lag"] or 0.0 for p in results["policies"].values())
+        lines.append(f"NOT KEPT TIME: {late(worst)}")
     if "gap" in results:
         choice = ", ".join(results["oracle"]["choice"])
         lines.append(f"oracle: each phase to the faster static choice, known in advance ({choice})")

@@ -5,6 +5,7 @@ A real engine exports neither, and has no time scale to keep."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import NamedTuple
 
 import aiohttp
@@ -45,3 +46,15 @@ def lag(before: Clock | None, after: Clock | None) -> float | None:
         return None
     intended = after.intended - before.intended
     return (after.actual - before.actual) / intended - 1.0 if intended > 0 else None
+
+
+async def clocks(session: aiohttp.ClientSession, urls: list[str]) -> list[Clock | None]:
+    """Each server's clock, in the order given."""
+    return list(await asyncio.gather(*(clock(session, url) for url in urls)))
+
+
+def worst(before: list[Clock | None], after: list[Clock | None]) -> float | None:
+    """The most any server lagged between two readings of all of them; None where none
+    could say (no emulator among them, or no step taken)."""
+    behind = [x for b, a in zip(before, after, strict=True) if (x := lag(b, a)) is not None]
+    return max(behind, default=None)

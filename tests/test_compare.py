@@ -103,6 +103,8 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
         assert data["overall"]["failed"] == 0 and data["overall"]["requests"] > 10
         assert all(row["tpot_ms_p50"] is not None for row in data["phases"])
         assert data["overall"]["goodput_rps"] > 0
+        assert isinstance(data["emulator_lag"], float)  # the backends' clocks were read
+    assert results["kept_time"] in (True, False)
     assert "overall:" in stdout and "crossover" in stdout
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -39,7 +39,7 @@ from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, prompt_label
 from specroute.policies.decision import PolicyError
-from tests.processes import emulator_pair
+from tests.processes import emulator_pair, kept_time
 from tests.test_bench import run
 from tests.test_head_to_head import phases, routed_as_the_faster, router_config
 
@@ -232,7 +232,9 @@ async def compared(
         str(tmp_path / name),
     )
     assert code == 0, stderr
-    return json.loads((tmp_path / name / "compare.json").read_text()), f"\n{stdout}"
+    results = json.loads((tmp_path / name / "compare.json").read_text())
+    kept_time(results)
+    return results, f"\n{stdout}"
 
 
 def unreachable(tmp_path: Path, profile: Path) -> Path:

@@ -27,7 +27,7 @@ import aiohttp
 import pytest
 
 from specroute.router.backend_stats import parse
-from tests.processes import emulator_pair
+from tests.processes import emulator_pair, kept_time
 from tests.test_bench import run
 
 _WORKLOAD = ("--input-len", "128", "--output-len", "128")
@@ -160,6 +160,7 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
         )
     assert code == 0, stderr
     live = json.loads((tmp_path / "live" / "compare.json").read_text())
+    kept_time(live)
     code, _, stderr = await run(
         "bench",
         "compare",
@@ -273,6 +274,7 @@ async def test_expected_latency_beats_crossover_when_partitioned_pools_overload(
         )
     assert code == 0, stderr
     results = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    kept_time(results)
     fixed, balanced = (
         results["policies"][p]["phases"][1] for p in ("crossover", "expected-latency")
     )
@@ -322,7 +324,9 @@ async def test_acceptance_crossover_follows_a_drop_in_acceptance(tmp_path: Path)
             await set_acceptance(session, spec, 2.1)
             code, _, stderr = await compare
             assert code == 0, stderr
-            results[policy] = json.loads((out / "compare.json").read_text())["policies"][policy]
+            ran = json.loads((out / "compare.json").read_text())
+            kept_time(ran)
+            results[policy] = ran["policies"][policy]
     fixed, aware = results["crossover"]["phases"], results["acceptance-crossover"]["phases"]
     assert fixed[0]["spec_share"] == 1 and aware[0]["spec_share"] > 0.8  # before: both speculate
     assert fixed[1]["spec_share"] == 1

@@ -89,3 +89,37 @@ async def test_a_sweep_whose_server_falls_behind_stops_saying_so(tmp_path: Path)
     assert "the run is left out and tried again" in stderr
     assert "twice; nothing is concluded from it" in stderr
     assert (tmp_path / "levels.jsonl").read_text() == ""  # no lagging run was kept
+
+
+async def test_a_comparison_whose_servers_fall_behind_says_so(tmp_path: Path) -> None:
+    """``bench compare`` reads the clocks of the backends its router lists around each
+    policy's run, records the worst lag, and flags the comparison as not keeping time."""
+    trace = tmp_path / "busy.json"
+    trace.write_text(json.dumps([{"seconds": 1.5, "concurrency": 32}]))
+    async with emulator_pair("--time-scale", "0.001", "--max-running-requests", "64") as (
+        spec,
+        base,
+    ):
+        config = tmp_path / "router.toml"
+        config.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\ncrossover = 4\n')
+        code, stdout, stderr = await run(
+            "bench",
+            "compare",
+            "--router-config",
+            str(config),
+            "--trace",
+            str(trace),
+            "--policies",
+            "always-spec,always-base",
+            "--input-len",
+            "64",
+            "--output-len",
+            "64",
+            "--out",
+            str(tmp_path / "cmp"),
+        )
+    assert code == 0, stderr
+    results = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    lags = [p["emulator_lag"] for p in results["policies"].values()]
+    assert results["kept_time"] is False and all(x > 0.05 for x in lags), lags
+    assert "NOT KEPT TIME" in stdout and "conclude nothing" in stderr
