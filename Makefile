@@ -119,8 +119,12 @@ docs: $(BIN)/.installed
 figures: $(BIN)/.installed
 	$(BIN)/python -m docsgen.figures
 
+# what is not timed side by side on every core, then the timed rehearsals one at a time
+# (tests/conftest.py names them); the second runs even if the first failed
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
-	$(BIN)/pytest -m "not vllm and not sglang"
+	$(BIN)/pytest -n auto -m "not vllm and not sglang and not alone"; side=$$?; \
+	$(BIN)/pytest -m "alone and not vllm and not sglang"; alone=$$?; \
+	exit $$((side || alone))
 
 # the whole loop on real engines, one stage each, the second run even if the first failed:
 # vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with

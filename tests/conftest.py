@@ -17,3 +17,35 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
         running_emulator("--mode", "base", *FAST) as base,
     ):
         yield spec, base
+
+
+# Rehearsals that drive emulators about as hard as two cores keep time for, or time the
+# router's own overhead: `make unit` runs them one at a time (``-m alone``), after the rest
+# has run side by side (pytest-xdist), so no test's load sets another's pace.
+ALONE = frozenset(
+    {
+        "test_affinity",
+        "test_aiperf",
+        "test_bands",
+        "test_calibrate",
+        "test_capacity",
+        "test_compare",
+        "test_context_calibration",
+        "test_context_head_to_head",
+        "test_coverage",
+        "test_demo",
+        "test_head_to_head",
+        "test_lag",
+        "test_online_live",
+        "test_online_workers",
+        "test_overhead",
+        "test_scale_out",
+        "test_soak",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in ALONE:
+            item.add_marker(pytest.mark.alone)
