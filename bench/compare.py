@@ -261,7 +261,7 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             start, records = await play(
                 session, proxy.url, bodies, plan.trace, policy, ticker, plan.seed
             )
-            behind = lag.worst(before, await lag.clocks(session, backends))
+            behind = lag.overall(before, await lag.clocks(session, backends))
         end = start + plan.trace.seconds
         results["policies"][policy] = policy_summary(
             plan.trace, records, start, end, plan.slo, plan.settle

@@ -53,8 +53,13 @@ async def clocks(session: aiohttp.ClientSession, urls: list[str]) -> list[Clock 
     return list(await asyncio.gather(*(clock(session, url) for url in urls)))
 
 
-def worst(before: list[Clock | None], after: list[Clock | None]) -> float | None:
-    """The most any server lagged between two readings of all of them; None where none
-    could say (no emulator among them, or no step taken)."""
-    behind = [x for b, a in zip(before, after, strict=True) if (x := lag(b, a)) is not None]
-    return max(behind, default=None)
+def overall(before: list[Clock | None], after: list[Clock | None]) -> float | None:
+    """How far the servers together lagged between two readings of all of them: their
+    actual over intended step time, summed, minus one. Each weighs by the steps it was meant
+    to take, so a server that stepped a few times (an idle one woken by a probe) cannot
+    stand for one that served the run; None where none could say."""
+    pairs = [(b, a) for b, a in zip(before, after, strict=True) if b is not None and a is not None]
+    total = Clock(0.0, 0.0), Clock(
+        sum(a.intended - b.intended for b, a in pairs), sum(a.actual - b.actual for b, a in pairs)
+    )
+    return lag(*total) if pairs else None
