@@ -48,8 +48,16 @@ SHORT, LONG = 512, 8192
 # (concurrency, prompt tokens): one load, the prompts alternating; the long phases first and
 # last, as their requests are fewer (each takes five times as long)
 TRACE = [(24, LONG), (24, SHORT), (24, LONG), (24, SHORT), (24, LONG)]
-PHASE_SECONDS, SETTLE = 3.0, 1.0  # a long request takes about 0.6 s at this time scale
-SERVER = (*MODEL, "--max-running-requests", "256", "--time-scale", "0.1", "--stream-interval", "16")
+PHASE_SECONDS, SETTLE = 2.1, 0.7  # a long request takes about 0.42 s at this time scale
+SERVER = (
+    *MODEL,
+    "--max-running-requests",
+    "256",
+    "--time-scale",
+    "0.07",
+    "--stream-interval",
+    "16",
+)
 # natural answers (up to 256 tokens): fixed lengths keep a closed loop's clients in step
 WORKLOAD = (
     "--output-len",

@@ -58,20 +58,20 @@ CASES = {
     # the case study's weak drafter: speculation pays only from about 54 requests up (a band)
     "kimi-k2.5-8x-pcie@2.1": Case(
         (*KIMI, "--accept-length", "2.1"),
-        "0.1",
+        "0.07",
         "8",
-        3.0,
-        1.5,
+        2.1,
+        1.05,
         "1,2,4,8,16,32,48,64,96,128",
         MOE_RAMP,
     ),
     # a good drafter: it pays at every load, least near 8
     "kimi-k2.5-8x-pcie@3.0": Case(
         (*KIMI, "--accept-length", "3.0"),
-        "0.1",
+        "0.07",
         "8",
-        3.0,
-        1.5,
+        2.1,
+        1.05,
         "1,2,4,8,16,32,48,64,96,128",
         (1, 8, 128),
         pays_everywhere=True,
@@ -80,10 +80,10 @@ CASES = {
     # within what one 2-core machine drives through a router
     "llama3.1-8b-h100": Case(
         ("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
-        "0.25",
+        "0.18",
         "16",
-        2.0,
-        0.75,
+        1.44,
+        0.54,
         "1,2,4,8,16,24,32,48,64",
         (1, 4, 16, 32, 64),
     ),
