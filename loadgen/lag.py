@@ -59,11 +59,6 @@ def overall(before: list[Clock | None], after: list[Clock | None]) -> float | No
     to take, so a server that stepped a few times (an idle one woken by a probe) cannot
     stand for one that served the run; None where none could say."""
     pairs = [(b, a) for b, a in zip(before, after, strict=True) if b is not None and a is not None]
-    total = (
-        Clock(0.0, 0.0),
-        Clock(
-            sum(a.intended - b.intended for b, a in pairs),
-            sum(a.actual - b.actual for b, a in pairs),
-        ),
-    )
-    return lag(*total) if pairs else None
+    intended = sum(a.intended - b.intended for b, a in pairs)
+    actual = sum(a.actual - b.actual for b, a in pairs)
+    return actual / intended - 1.0 if intended > 0 else None
