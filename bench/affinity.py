@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from specroute.loadgen import lag
 from specroute.loadgen.spawn import spawned
 
 PLACEMENTS = ("least-load", "prefix-affinity")
@@ -109,9 +110,12 @@ class Result:
     ttft_p50: float
     ttft_p90: float
     by_backend: dict[str, int]
+    emulator_lag: float | None = None  # the servers' together (``loadgen.lag.overall``)
 
     @classmethod
-    def of(cls, placement: str, samples: Sequence[Sample]) -> Result:
+    def of(
+        cls, placement: str, samples: Sequence[Sample], emulator_lag: float | None = None
+    ) -> Result:
         ttfts = sorted(s.ttft for s in samples)
         prompt = sum(s.prompt_tokens for s in samples)
         served = Counter(s.backend for s in samples)
@@ -125,6 +129,7 @@ class Result:
             ttfts[len(ttfts) // 2],
             ttfts[int(len(ttfts) * 0.9)],
             dict(sorted(served.items())),
+            None if emulator_lag is None else round(emulator_lag, 4),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -219,8 +224,14 @@ async def measure_affinity(plan: AffinityPlan, note: Callable[[str], None]) -> l
                     placement,
                 )
             )
-            samples = await play(router.url, bodies, plan.wall_rate, plan.seed)
-            results.append(Result.of(placement, samples))
+            urls = [s.url for pair in servers.values() for s in pair]
+            async with aiohttp.ClientSession() as session:
+                before = await lag.clocks(session, urls)
+                samples = await play(router.url, bodies, plan.wall_rate, plan.seed)
+                behind = lag.overall(before, await lag.clocks(session, urls))
+            if behind is not None and behind > lag.LIMIT:
+                note(f"{placement}: {lag.late(behind)}")
+            results.append(Result.of(placement, samples, behind))
     return results
 
 
@@ -234,4 +245,7 @@ def render(results: Sequence[Result]) -> str:
             f"| {r.placement} | {r.hit_rate:.1%} | {r.ttft_mean:.3f} | {r.ttft_p50:.3f} | "
             f"{r.ttft_p90:.3f} | {r.spec_share:.1%} |"
         )
+    behind = [r.emulator_lag for r in results if r.emulator_lag is not None]
+    if behind and max(behind) > lag.LIMIT:
+        lines.append(f"\nNOT KEPT TIME: {lag.late(max(behind))}")
     return "\n".join(lines)

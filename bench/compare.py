@@ -267,7 +267,7 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             plan.trace, records, start, end, plan.slo, plan.settle
         ) | {"emulator_lag": None if behind is None else round(behind, 4)}
         if behind is not None and behind > lag.LIMIT:
-            print(f"{policy}: {late(behind)}", file=sys.stderr, flush=True)
+            print(f"{policy}: {lag.late(behind)}", file=sys.stderr, flush=True)
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
             for record in records:
@@ -292,13 +292,6 @@ async def backend_urls(session: aiohttp.ClientSession, router: str) -> list[str]
         pass
     print("router status unreadable: the emulators' lag is not known", file=sys.stderr)
     return []
-
-
-def late(behind: float) -> str:
-    return (
-        f"the emulators ran {behind:.0%} behind their time scale (limit {lag.LIMIT:.0%}): "
-        "this run measured the machine, not the model; conclude nothing from it"
-    )
 
 
 def kept_time(results: dict[str, Any]) -> bool | None:
@@ -348,7 +341,7 @@ def render(results: dict[str, Any]) -> str:
         lines += [render_row(p, results["policies"][p]["prompts"][length]) for p in policies]
     if results.get("kept_time") is False:
         worst = max(p["emulator_lag"] or 0.0 for p in results["policies"].values())
-        lines.append(f"NOT KEPT TIME: {late(worst)}")
+        lines.append(f"NOT KEPT TIME: {lag.late(worst)}")
     if "gap" in results:
         choice = ", ".join(results["oracle"]["choice"])
         lines.append(f"oracle: each phase to the faster static choice, known in advance ({choice})")

@@ -62,3 +62,11 @@ def overall(before: list[Clock | None], after: list[Clock | None]) -> float | No
     intended = sum(a.intended - b.intended for b, a in pairs)
     actual = sum(a.actual - b.actual for b, a in pairs)
     return actual / intended - 1.0 if intended > 0 else None
+
+
+def late(behind: float) -> str:
+    """What a run that lagged ``behind`` says of itself."""
+    return (
+        f"the emulators ran {behind:.0%} behind their time scale (limit {LIMIT:.0%}): "
+        "this run measured the machine, not the model; conclude nothing from it"
+    )
