@@ -6,6 +6,7 @@ import json
 from http import HTTPStatus
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 
@@ -30,8 +31,8 @@ def error_response(error: BadRequest) -> web.Response:
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
-    """One server-sent event, compact as SGLang's orjson writes it."""
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+    """One server-sent event, as SGLang writes it: orjson's (compact, UTF-8 unescaped)."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 def stream_error_event(message: str, status: int) -> bytes:

@@ -51,6 +51,7 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
         self._lag: deque[tuple[float, float]] = deque(maxlen=_LAG_WINDOW)
+        self._lag_sums = [0.0, 0.0]  # the window's intended and actual seconds
         self._decodes_since_log = 0
         self._log_tokens = 0
         self._log_verifies = 0
@@ -84,7 +85,8 @@ class EngineLoop:
             return False
         self.engine.abort(seq)
         seq.finish = Finish("abort")
-        self.metrics.num_aborted_requests.labels(**self.metrics.tokenizer()).inc()
+        m = self.metrics
+        m.bound(m.num_aborted_requests, *m.tokenizer_values()).inc()
         if listener is not None:
             listener(Emission(seq, (), "", seq.finish))
         return True
@@ -164,13 +166,19 @@ class EngineLoop:
 
     def _account(self, step: Step, intended: float, actual: float) -> None:
         m = self.metrics
-        m.steps.labels(kind=step.kind).inc()
+        m.bound(m.steps, step.kind).inc()
         m.step_intended.inc(intended)
         m.step_actual.inc(actual)
+        if len(self._lag) == self._lag.maxlen:  # the oldest leaves the window's sums
+            gone_intended, gone_actual = self._lag[0]
+            self._lag_sums[0] -= gone_intended
+            self._lag_sums[1] -= gone_actual
         self._lag.append((intended, actual))
-        want = sum(i for i, _ in self._lag)
+        self._lag_sums[0] += intended
+        self._lag_sums[1] += actual
+        want, took = self._lag_sums
         if want > 0:
-            m.lag_ratio.set(sum(a for _, a in self._lag) / want - 1.0)
+            m.lag_ratio.set(took / want - 1.0)
         if step.kind == "prefill":
             self._prefilled(step)
             self._refresh_gauges()
@@ -181,12 +189,12 @@ class EngineLoop:
 
     def _prefilled(self, step: Step) -> None:
         """SGLang's prefill report: the batch's hit rate, the effective tokens, the log line."""
-        m, labels = self.metrics, self.metrics.scheduler_labels
+        m, labels = self.metrics, self.metrics.scheduler_values
         total = step.new_tokens + step.cached_tokens
-        m.cache_hit_rate.labels(**labels).set(step.cached_tokens / total if total else 0.0)
+        m.bound(m.cache_hit_rate, *labels).set(step.cached_tokens / total if total else 0.0)
         for mode, n in (("input", step.new_tokens), ("device_hit", step.cached_tokens)):
             if n:
-                m.prefill_effective_tokens.labels(**labels, mode=mode).inc(n)
+                m.bound(m.prefill_effective_tokens, *labels, mode).inc(n)
         _log.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, "
             "#running-req: %d, #queue-req: %d",
@@ -202,7 +210,7 @@ class EngineLoop:
         on idling and at decode-log intervals; throughput and accept length are computed
         only at a full interval (``log_decode_stats`` resets its accumulators there alone,
         so one interval may span idle time) and repeated in between."""
-        m, labels = self.metrics, self.metrics.scheduler_labels
+        m, labels = self.metrics, self.metrics.scheduler_values
         if self._decodes_since_log >= self.decode_log_interval:
             now = time.monotonic()
             elapsed = now - self._log_started
@@ -213,15 +221,15 @@ class EngineLoop:
             self._log_tokens = self._log_verifies = self._log_spec_tokens = 0
             self._decodes_since_log = 0
             self._log_started = now
-        m.gen_throughput.labels(**labels).set(self.last_gen_throughput)
+        m.bound(m.gen_throughput, *labels).set(self.last_gen_throughput)
         if self.engine.speculative:
             accepted = self.last_accept_length
-            m.spec_accept_length.labels(**labels).set(accepted)
-            m.spec_accept_rate.labels(**labels).set(max(0.0, accepted - 1) / self.engine.steps)
-        m.num_running_reqs.labels(**labels).set(len(self.engine.running))
-        m.num_queue_reqs.labels(**labels).set(len(self.engine.waiting))
+            m.bound(m.spec_accept_length, *labels).set(accepted)
+            m.bound(m.spec_accept_rate, *labels).set(max(0.0, accepted - 1) / self.engine.steps)
+        m.bound(m.num_running_reqs, *labels).set(len(self.engine.running))
+        m.bound(m.num_queue_reqs, *labels).set(len(self.engine.waiting))
         used = sum(s.context_tokens for s in self.engine.running)
-        m.token_usage.labels(**labels).set(used / max(1, self.max_total_tokens))
+        m.bound(m.token_usage, *labels).set(used / max(1, self.max_total_tokens))
 
     @property
     def max_total_tokens(self) -> int:

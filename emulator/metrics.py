@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS = (*TTFT_BUCKETS, 600, 1200, 1800, 2400)
@@ -46,7 +49,10 @@ class EngineMetrics:
             "tp_rank": "0",
             "pp_rank": "0",
         }
+        self.scheduler_values = tuple(self.scheduler_labels.values())
         self.model_name = model_name
+        self._bound: dict[tuple[object, tuple[str, ...]], object] = {}
+        self._values = {s: tuple(self.tokenizer(s).values()) for s in (None, True, False)}
         self._scheduler_gauges()
         self._tokenizer_metrics()
         self._emulator_metrics()
@@ -159,6 +165,20 @@ class EngineMetrics:
         self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
     ) -> Histogram:
         return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    def bound(self, metric: _Metric, *values: str) -> _Metric:
+        """``metric``'s child for the label ``values`` (in the order of its labels), made
+        at its first use, as ``labels()`` makes it, and kept: ``labels()`` itself takes a
+        lock and checks every name, and the emulator counts at every token."""
+        key = (metric, values)
+        child = self._bound.get(key)
+        if child is None:
+            child = self._bound[key] = metric.labels(*values)
+        return cast(_Metric, child)
+
+    def tokenizer_values(self, streaming: bool | None = None) -> tuple[str, ...]:
+        """``tokenizer``'s values, in the order of the labels."""
+        return self._values[streaming]
 
     def tokenizer(self, streaming: bool | None = None) -> dict[str, str]:
         labels = {"model_name": self.model_name, "engine_type": "unified"}

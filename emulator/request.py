@@ -68,25 +68,23 @@ class ActiveRequest:
 
     def _count(self, emission: Emission) -> None:
         m, now = self.loop.metrics, time.monotonic()
-        labels = m.tokenizer(self.streaming)
+        streamed, plain = m.tokenizer_values(self.streaming), m.tokenizer_values()
         if emission.ids:
             if self.first_token_at is None:
                 self.first_token_at = now
-                m.ttft.labels(**labels).observe(now - self.started)
+                m.bound(m.ttft, *streamed).observe(now - self.started)
             else:
-                m.itl.labels(**m.tokenizer()).observe((now - self._last_at) / len(emission.ids))
+                m.bound(m.itl, *plain).observe((now - self._last_at) / len(emission.ids))
             self._last_at = now
         if emission.finish is not None:
             self.finished_at = now
-            m.prompt_tokens.labels(**labels).inc(self.seq.prompt_tokens)
-            m.generation_tokens.labels(**labels).inc(len(self.output_ids))
-            m.num_requests.labels(**labels).inc()
+            m.bound(m.prompt_tokens, *streamed).inc(self.seq.prompt_tokens)
+            m.bound(m.generation_tokens, *streamed).inc(len(self.output_ids))
+            m.bound(m.num_requests, *streamed).inc()
             if self.seq.cached_tokens:
-                m.cached_tokens.labels(**m.tokenizer(), cache_source="device").inc(
-                    self.seq.cached_tokens
-                )
-            m.e2e.labels(**labels).observe(now - self.started)
-            m.spec_verify_calls.labels(**m.tokenizer()).inc(self.seq.verify_ct)
+                m.bound(m.cached_tokens, *plain, "device").inc(self.seq.cached_tokens)
+            m.bound(m.e2e, *streamed).observe(now - self.started)
+            m.bound(m.spec_verify_calls, *plain).inc(self.seq.verify_ct)
 
     def meta_info(self) -> dict[str, object]:
         """``/generate``'s ``meta_info`` as delivered so far, with SGLang's finish-only
