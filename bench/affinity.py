@@ -237,13 +237,14 @@ async def measure_affinity(plan: AffinityPlan, note: Callable[[str], None]) -> l
 
 def render(results: Sequence[Result]) -> str:
     lines = [
-        "| placement | cache hit rate | TTFT mean (s) | TTFT p50 | TTFT p90 | speculative share |",
-        "|---|---|---|---|---|---|",
+        "| placement | cache hit rate | TTFT mean (s) | TTFT p50 | TTFT p90 | speculative share "
+        "| emulator lag |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.placement} | {r.hit_rate:.1%} | {r.ttft_mean:.3f} | {r.ttft_p50:.3f} | "
-            f"{r.ttft_p90:.3f} | {r.spec_share:.1%} |"
+            f"{r.ttft_p90:.3f} | {r.spec_share:.1%} | {lag.shown(r.emulator_lag)} |"
         )
     behind = [r.emulator_lag for r in results if r.emulator_lag is not None]
     if behind and max(behind) > lag.LIMIT:

@@ -6,7 +6,8 @@ replicas speculate up to R times the crossover. The ``replicas`` source reads ea
 load from ``/v1/loads`` every poll and brings it up to date with the replica's own requests
 since; between polls the other replicas' requests go unseen. This measures how far the
 deployment's share of speculative requests then strays from one router's, per number of
-replicas and poll interval, level by level.
+replicas and poll interval, level by level. Each run reads the emulators' clocks before
+and after (``loadgen.lag``): a run they could not keep time in says so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from specroute.loadgen import lag
 from specroute.loadgen.spawn import spawned
 
 
@@ -49,6 +51,7 @@ class Row:
     ramp: Ramp
     share_off: float  # the deployment's share less one router's
     worst_level_off: float  # the largest difference at one level, either way
+    emulator_lag: float | None = None  # the servers' together (``loadgen.lag.overall``)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +99,7 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
     ):
         backends = ("--spec", spec.url, "--base", base.url)
 
-        async def run(replicas: int, source: str, poll: float) -> Ramp:
+        async def run(replicas: int, source: str, poll: float) -> tuple[Ramp, float | None]:
             note(f"{replicas} router(s), load source {source}, poll {poll:g} s")
             load = ("--concurrency-source", source, "--poll-interval", f"{poll:g}")
             flags = ("--policy-param", f"crossover={plan.crossover}", *load)
@@ -105,32 +108,40 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
                     await stack.enter_async_context(spawned("serve", *backends, *flags))
                     for _ in range(replicas)
                 ]
-                return await ramp(
-                    [r.url for r in routers], plan.levels, plan.seconds, plan.max_tokens
-                )
+                urls = [r.url for r in routers]
+                async with aiohttp.ClientSession() as session:
+                    before = await lag.clocks(session, [spec.url, base.url])
+                    got = await ramp(urls, plan.levels, plan.seconds, plan.max_tokens)
+                    behind = lag.overall(before, await lag.clocks(session, [spec.url, base.url]))
+            if behind is not None and behind > lag.LIMIT:
+                note(f"{replicas} router(s), {source}, poll {poll:g} s: {lag.late(behind)}")
+            return got, None if behind is None else round(behind, 4)
 
-        one = await run(1, "router", plan.polls[0])
-        rows = [Row(1, "router", plan.polls[0], one, 0.0, 0.0)]
+        one, behind = await run(1, "router", plan.polls[0])
+        rows = [Row(1, "router", plan.polls[0], one, 0.0, 0.0, behind)]
         configs = [(n, "router", plan.polls[0]) for n in plan.replicas[:1]]
         configs += [(n, "replicas", p) for n in plan.replicas for p in plan.polls]
         for replicas, source, poll in configs:
-            got = await run(replicas, source, poll)
+            got, behind = await run(replicas, source, poll)
             worst = max(abs(a - b) for a, b in zip(got.by_level, one.by_level, strict=True))
-            rows.append(Row(replicas, source, poll, got, got.share - one.share, worst))
+            rows.append(Row(replicas, source, poll, got, got.share - one.share, worst, behind))
     return rows
 
 
 def render(rows: Sequence[Row]) -> str:
     lines = [
         "| routers | load source | poll (s) | speculative share | off one router's | "
-        "worst level off |",
-        "|---|---|---|---|---|---|",
+        "worst level off | emulator lag |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.replicas} | {r.source} | {r.poll:g} | {r.ramp.share:.3f} | "
-            f"{r.share_off:+.3f} | {r.worst_level_off:.3f} |"
+            f"{r.share_off:+.3f} | {r.worst_level_off:.3f} | {lag.shown(r.emulator_lag)} |"
         )
     mean = rows[0].ramp.request_seconds
     lines.append(f"\none request took {mean:.3f} s on average (one router, end to end)")
+    late = [r.emulator_lag for r in rows if r.emulator_lag is not None]
+    if late and max(late) > lag.LIMIT:
+        lines.append(f"\nNOT KEPT TIME: {lag.late(max(late))}")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from docsgen.markdown import code, number, table
+from specroute.loadgen import lag
 
 # (key in a policy's overall figures, column heading)
 _FIGURES = (
@@ -14,6 +15,10 @@ _FIGURES = (
     ("tpot_ms_p99", "TPOT p99, ms"),
     ("output_tps", "output tok/s"),
     ("spec_share", "speculative share"),
+)
+_LATE = (
+    f"the emulated servers fell more than {lag.LIMIT:.0%} behind their time scale in this "
+    "run, so its figures are the machine's, not the model's."
 )
 
 
@@ -31,13 +36,17 @@ def _cell(key: str, value: float | None) -> str:
 
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """For each run (``label``, its results), one row per policy with its figures over the
-    trace, and where the run is offline, the gap to the oracle."""
+    trace; where the run is offline, the gap to the oracle; where it is live, how far the
+    emulated servers fell behind their time scale, and a warning if past the limit."""
     parts = []
     for label, results in runs:
         header = ["policy", *(heading for _, heading in _FIGURES)]
         offline = "gap" in results
+        timed = "kept_time" in results  # live, its servers' clocks read
         if offline:
             header.append("gap to the oracle: TPOT / tok/s")
+        if timed:
+            header.append("emulator lag")
         rows = []
         for policy, figures in results["policies"].items():
             overall = figures.get("overall", {})
@@ -47,10 +56,14 @@ def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                 row.append(
                     "" if gap is None else f"{_pct(gap['tpot'])} / {_pct(gap['output_tps'])}"
                 )
+            if timed:
+                row.append(lag.shown(figures.get("emulator_lag")))
             rows.append(row)
         if len(runs) > 1:
             parts.append(f"**{label.capitalize()}**\n")
         parts.append(table(header, rows, "l" + "r" * (len(header) - 1)))
+        if results.get("kept_time") is False:
+            parts.append(f"\n**Not kept time**: {_LATE}\n")
     return "\n".join(parts)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from docsgen.markdown import code, number, table
 from specroute.bench.overhead_targets import family
+from specroute.loadgen import lag
 
 Loader = Callable[[str], Any]
 
@@ -140,11 +141,12 @@ def replicas(document: dict[str, Any]) -> str:
             f"{r['ramp']['share']:.3f}",
             f"{r['share_off']:+.3f}",
             f"{r['worst_level_off']:.3f}",
+            lag.shown(r.get("emulator_lag")),
         ]
         for r in document["rows"]
     ]
     header = ["routers", "load source", "poll (s)", "speculative share", "off one router's"]
-    return table([*header, "worst level off"], rows, "rlrrrr")
+    return table([*header, "worst level off", "emulator lag"], rows, "rlrrrrr")
 
 
 def affinity(document: dict[str, Any]) -> str:
@@ -157,6 +159,7 @@ def affinity(document: dict[str, Any]) -> str:
             f"{r['ttft_p50'] * 1000:.1f}",
             f"{r['ttft_p90'] * 1000:.1f}",
             f"{r['spec_share']:.1%}",
+            lag.shown(r.get("emulator_lag")),
         ]
         for r in document["results"]
     ]
@@ -168,8 +171,8 @@ def affinity(document: dict[str, Any]) -> str:
         f"speculative server, time scale {plan['time_scale']:g} (times are wall "
         "milliseconds at that scale, router and HTTP included)\n"
     )
-    header = ["placement", "cache hit rate", "TTFT mean, ms", "p50", "p90"]
-    return "\n".join([about, table([*header, "speculative share"], rows, "lrrrrr")])
+    header = ["placement", "cache hit rate", "TTFT mean, ms", "p50", "p90", "speculative share"]
+    return "\n".join([about, table([*header, "emulator lag"], rows, "lrrrrrr")])
 
 
 def _counts(counts: dict[str, Any]) -> str:

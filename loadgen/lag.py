@@ -64,6 +64,15 @@ def overall(before: list[Clock | None], after: list[Clock | None]) -> float | No
     return actual / intended - 1.0 if intended > 0 else None
 
 
+def shown(behind: float | None) -> str:
+    """A lag as a table shows it: a signed percentage, 0.0% for a lag that rounds to none
+    either way, and - where none could be read."""
+    if behind is None:
+        return "-"
+    said = f"{behind:+.1%}"
+    return "0.0%" if said in ("+0.0%", "-0.0%") else said
+
+
 def late(behind: float) -> str:
     """What a run that lagged ``behind`` says of itself."""
     return (

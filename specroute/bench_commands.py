@@ -282,6 +282,7 @@ def _add_replicas(commands: Subcommands) -> None:
         help="poll intervals of the replicas load source",
     )
     _duration(replicas, "--seconds", 2.0, "at each level of the ramp")
+    _time_scale(replicas, 1.0, "the emulated servers'")
     replicas.add_argument("--out", metavar="FILE.json")
     replicas.set_defaults(handler=_replicas)
 
@@ -684,7 +685,10 @@ def _replicas(args: argparse.Namespace) -> int:
     from specroute.bench.replicas import ReplicasPlan, measure_replicas, render
 
     plan = ReplicasPlan(
-        replicas=tuple(args.replicas), polls=tuple(args.polls), seconds=args.seconds
+        replicas=tuple(args.replicas),
+        polls=tuple(args.polls),
+        seconds=args.seconds,
+        time_scale=args.time_scale,
     )
     rows = run_loop(measure_replicas(plan, _note))
     print(render(rows))

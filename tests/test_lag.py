@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specroute.loadgen.lag import Clock, lag, overall
+from specroute.loadgen.lag import Clock, lag, overall, shown
 from tests.processes import emulator_pair
 from tests.test_bench import run
 
@@ -40,6 +40,16 @@ def test_servers_lag_together_each_weighed_by_its_steps() -> None:
     assert together == pytest.approx(0.015 / 20.01)
     assert lag(*idle) == pytest.approx(1.5)
     assert overall([None], [None]) is None and overall([idle[1]], [idle[1]]) is None
+
+
+def test_a_lag_is_shown_signed_and_never_as_minus_zero() -> None:
+    assert [shown(x) for x in (0.0123, -0.00004, 0.00004, -0.02, None)] == [
+        "+1.2%",
+        "0.0%",
+        "0.0%",
+        "-2.0%",
+        "-",
+    ]
 
 
 async def test_a_sweep_that_keeps_time_records_its_lag(tmp_path: Path) -> None:
@@ -133,4 +143,28 @@ async def test_a_comparison_whose_servers_fall_behind_says_so(tmp_path: Path) ->
     results = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     lags = [p["emulator_lag"] for p in results["policies"].values()]
     assert results["kept_time"] is False and all(x > 0.05 for x in lags), lags
+    assert "NOT KEPT TIME" in stdout and "conclude nothing" in stderr
+
+
+async def test_replicas_whose_servers_fall_behind_say_so(tmp_path: Path) -> None:
+    """``bench replicas`` reads both servers' clocks around each run: each row has its
+    lag, and a ramp the emulators could not keep time in is flagged."""
+    out = tmp_path / "replicas.json"
+    code, stdout, stderr = await run(
+        "bench",
+        "replicas",
+        "--replicas",
+        "2",
+        "--polls",
+        "0.25",
+        "--seconds",
+        "0.3",
+        "--time-scale",
+        "0.0005",
+        "--out",
+        str(out),
+    )
+    assert code == 0, stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 3 and all(r["emulator_lag"] > 0.05 for r in rows), rows
     assert "NOT KEPT TIME" in stdout and "conclude nothing" in stderr
