@@ -90,7 +90,7 @@ RUNS: dict[str, Run] = {
     "context-alternating-live": Run(
         f"specroute bench compare --router-config router.toml {_ALTERNATING} "
         "--out alternating/ --plot context-head-to-head.png",
-        "2026-12-01",
+        "2026-12-04",
         "context-head-to-head.png",
         "compare",
         note=_SDPA_SERVERS,
@@ -103,7 +103,7 @@ RUNS: dict[str, Run] = {
     "context-within-live": Run(
         f"specroute bench compare --router-config router.toml {_WITHIN} "
         "--out within/ --plot context-separate-gpus.png",
-        "2026-12-01",
+        "2026-12-04",
         "context-separate-gpus.png",
         "compare",
         note=_SDPA_SERVERS,
@@ -123,7 +123,7 @@ RUNS: dict[str, Run] = {
                 else ""
             )
             + f" --out kimi-{a}-{mode}/",
-            "2026-12-01",
+            "2026-12-04" if mode == "live" else "2026-12-01",
             f"kimi-{a}-live.png" if mode == "live" else None,
             "compare" if mode == "live" else None,
             note=_KIMI_SERVERS.replace("A", a) if mode == "live" else "",
@@ -180,12 +180,12 @@ RUNS: dict[str, Run] = {
     ),
     "demo-live": Run(
         "specroute demo --out demo/",
-        "2026-12-01",
+        "2026-12-04",
         note="the demo writes it as demo/compare/compare.json",
     ),
     "demo-offline": Run(
         "specroute demo --out demo/",
-        "2026-12-01",
+        "2026-12-04",
         note="the demo writes it as demo/offline.json",
     ),
     "chaos": Run("specroute bench chaos --requests 5000 --seed 0 --out chaos.json", "2026-12-01"),
@@ -199,8 +199,8 @@ RUNS: dict[str, Run] = {
         "--seconds-per-level 10 --out capacity.json",
         "2026-12-01",
     ),
-    "replicas": Run("specroute bench replicas --out replicas.json", "2026-12-01"),
-    "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-01"),
+    "replicas": Run("specroute bench replicas --out replicas.json", "2026-12-04"),
+    "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-04"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
         "2026-12-02",
