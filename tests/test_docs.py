@@ -11,6 +11,7 @@ import pytest
 
 from docsgen.blocks import BLOCKS, render
 from docsgen.cli_reference import cli_reference
+from docsgen.compare_results import compare_table
 from docsgen.hooks import MARKER, fill
 from docsgen.metrics_reference import metrics_reference
 from docsgen.profile_reference import profile_reference
@@ -80,6 +81,22 @@ def test_the_overhead_reference_puts_every_target_side_by_side() -> None:
     assert len(text.split("added first-chunk p50, ms: ")) == 3  # streamed, whole
     row = next(line for line in text.splitlines() if "router CPU per request, ms" in line)
     assert row.count(" / ") == (len(compared) - 1) * (1 + len(document["plan"]["levels"]))
+
+
+def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> None:
+    """The committed live run kept time, its lag in a column of its own; the same run with
+    one policy's servers 8% late is said not to have, and an offline run has no column."""
+    live = json.loads((DOCS / "results" / "data" / "demo-live.json").read_text())
+    assert live["kept_time"] is True
+    text = compare_table([("live", live)])
+    assert "emulator lag" in text and "Not kept time" not in text
+    late = json.loads(json.dumps(live))
+    late["kept_time"] = False
+    next(iter(late["policies"].values()))["emulator_lag"] = 0.08
+    text = compare_table([("live", late)])
+    assert "+8.0%" in text and "Not kept time" in text
+    offline = json.loads((DOCS / "results" / "data" / "demo-offline.json").read_text())
+    assert "emulator lag" not in compare_table([("offline", offline)])
 
 
 def test_the_lean_floor_sits_with_the_pass_throughs_never_as_the_gateway() -> None:
