@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
-from contextvars import Token
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from specroute.policies.decision import Decision
+from specroute.router.asked import Asked
 from specroute.router.flight import Flight, usage
-from specroute.router.request_id import RIDS, enter, given_or_made, leave
+from specroute.router.request_id import enter, given_or_made, leave
 
 LOG = logging.getLogger("specroute.router.access")
 _PATH_SHOWN = 200  # characters of the path a line shows at most
@@ -35,7 +36,7 @@ class Trail:
     attempts: int = 0
     flight: Flight | None = None
     rid_sent: bool = False  # its id went to the backend as SGLang's rid
-    token: Token[str | None] | None = None  # what made its id the context's, for ``ended``
+    tokens: tuple[Token[str | None], Token[Trail | None]] | None = None  # undone by ``ended``
 
     def decided(self, decision: Decision, load: int, policy: str) -> None:
         self.decision, self.load, self.policy = decision, load, policy
@@ -44,7 +45,7 @@ class Trail:
         self.flight = flight
         self.attempts += 1
 
-    def fields(self, request: web.Request, status: int | None) -> dict[str, Any]:
+    def fields(self, request: Asked, status: int | None) -> dict[str, Any]:
         flight, decision = self.flight, self.decision
         fields: dict[str, Any] = {
             "request_id": self.request_id,
@@ -68,35 +69,41 @@ class Trail:
         return fields
 
 
-TRAIL = web.RequestKey("trail", Trail)
+_TRAIL: ContextVar[Trail | None] = ContextVar("specroute_trail", default=None)
 
 
-def trail_of(request: web.Request) -> Trail | None:
-    return request.get(TRAIL)
+def trail_of() -> Trail | None:
+    """The trail of the request handled in this context (each request has a task of its own)."""
+    return _TRAIL.get()
 
 
-def opened(request: web.Request, request_id_headers: list[str]) -> Trail:
-    """A request begins: its id made the context's, its trail kept on it. The one
-    middleware (``front``) calls this first and ``ended`` last, whatever answered it (a
-    refusal, a handler, a client gone)."""
+def opened(request: Asked, request_id_headers: list[str]) -> Trail:
+    """A request begins: its id and its trail made the context's. The front (aiohttp's
+    middleware, or the own front's connection) calls this first and ``ended`` last,
+    whatever answered it (a refusal, a handler, a client gone)."""
     rid, header = given_or_made(request, request_id_headers)
-    request[TRAIL] = trail = Trail(rid, header, token=enter(rid))
+    trail = Trail(rid, header)
+    trail.tokens = (enter(rid), _TRAIL.set(trail))
     return trail
 
 
-def ended(request: web.Request, trail: Trail, status: int | None, enabled: bool) -> None:
+def ended(request: Asked, trail: Trail, status: int | None, enabled: bool, rids: set[str]) -> None:
     """The request ended with ``status`` (None: the client went away first): its line
-    written, its id no longer the context's."""
+    written, its id no longer the context's, nor in ``rids`` (those sent as SGLang's)."""
     if trail.rid_sent:
-        request.app[RIDS].discard(trail.request_id)
+        rids.discard(trail.request_id)
     if enabled:
         _write(trail.fields(request, status))
-    if trail.token is not None:
-        leave(trail.token)
+    if trail.tokens is not None:
+        leave(trail.tokens[0])
+        _TRAIL.reset(trail.tokens[1])
+
+
+TRAIL = web.RequestKey("trail", Trail)  # on aiohttp's request too: its answer may go out later
 
 
 async def stamp(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: every answer names its request's id."""
+    """``on_response_prepare``: every answer aiohttp sends names its request's id."""
     trailed = request.get(TRAIL)
     if trailed is not None:
         response.headers[trailed.header] = trailed.request_id

@@ -53,7 +53,7 @@ from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
 from specroute.router.quota import quota_of
 from specroute.router.rate_limit import RateLimit
-from specroute.router.request_id import RIDS, Tagged
+from specroute.router.request_id import Tagged
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -177,13 +177,13 @@ def create_app(
                 settings.body_timeout,
                 settings.request_id_headers,
                 settings.access_log,
+                state.rids,
             )
         ],
         client_max_size=settings.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
-    app[RIDS] = set()
     if settings.access_log:
         ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
     app.on_response_prepare.append(stamp)

@@ -17,13 +17,14 @@ from urllib.parse import urlsplit, urlunsplit
 from aiohttp import web
 from pydantic import SecretStr
 
+from specroute.router.asked import Asked
 from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
 ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live", "/router/online/samples"})
 
 
-def _bearer(request: web.Request) -> str | None:
+def _bearer(request: Asked) -> str | None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
@@ -53,7 +54,7 @@ class Keys:
         self.clients = list(clients)
         self.admins = [admin] if admin is not None else []
 
-    def refusal(self, request: web.Request) -> web.Response | None:
+    def refusal(self, request: Asked) -> web.Response | None:
         if request.path in OPEN_PATHS:
             return None
         admin_path = request.path in ADMIN_PATHS
@@ -85,7 +86,7 @@ class Keys:
         clients = [f"key{i}" for i in range(len(self.clients))]
         return ["anonymous", *clients, *(["admin"] if self.admins else [])]
 
-    def holder(self, request: web.Request) -> int:
+    def holder(self, request: Asked) -> int:
         """The index in ``names`` of the key ``request`` came with."""
         token = _bearer(request)
         index = None if token is None else _index(token, [*self.clients, *self.admins])

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
-from specroute.router.access_log import ended, opened
+from specroute.router.access_log import TRAIL, ended, opened
 from specroute.router.auth import Keys
 from specroute.router.errors import error_response
 
@@ -21,14 +21,18 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def front(
-    keys: Keys, body_seconds: float, request_id_headers: list[str], access_log: bool
+    keys: Keys,
+    body_seconds: float,
+    request_id_headers: list[str],
+    access_log: bool,
+    rids: set[str],
 ) -> Middleware:
     """The app's one middleware: outermost, the request's id made the context's and its
     access line written when it ends (``opened``, ``ended``); within, the gate."""
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        trail = opened(request, request_id_headers)
+        request[TRAIL] = trail = opened(request, request_id_headers)
         status: int | None = None
         response: web.StreamResponse
         try:
@@ -61,7 +65,7 @@ def front(
             status = 500
             raise
         finally:
-            ended(request, trail, status, access_log)
+            ended(request, trail, status, access_log, rids)
 
     return gate
 

@@ -26,34 +26,56 @@ from aiohttp import web
 
 from specroute.policies.decision import Decision
 from specroute.policies.view import POOLS, Pool, RequestInfo
-from specroute.router.access_log import trail_of
+from specroute.router.access_log import Trail, trail_of
 from specroute.router.admission import Refusal, at_capacity, refused
+from specroute.router.asked import Proxied
 from specroute.router.backend import Backend
 from specroute.router.errors import error_response
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.relay import ClientGone, relay
+from specroute.router.reply import AiohttpProxied
 from specroute.router.request import request_info
-from specroute.router.request_id import RIDS, with_rid
+from specroute.router.request_id import with_rid
 from specroute.router.state import RouterState
 from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
 
 
 def proxy(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The handler of the proxied paths. Each coroutine between aiohttp and the relay is
-    stepped through again at every resumption (every chunk of a stream), so the request
-    is served in as few as it can be: one more only when it is traced."""
+    """The handler of the proxied paths on aiohttp's server."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        asked = AiohttpProxied(request)
+        refusal = await serve(asked, state)
+        if refusal is not None:
+            return refusal
+        assert asked.answer.response is not None  # the relay began its answer
+        return asked.answer.response
+
+    return handler
+
+
+async def serve(request: Proxied, state: RouterState) -> web.Response | None:
+    """A proxied request served: a refusal not yet sent, or None, answered through its
+    reply. Each coroutine between the server and the relay is stepped through again at
+    every resumption (every chunk of a stream), so the request is served in as few as it
+    can be: one more only when it is traced."""
     if (tracing := state.tracing) is None:
-        return functools.partial(_proxy, state=state)
+        return await _proxy(request, state)
+    span = tracing.start(request)
+    token = CURRENT.set(span)
+    status: int | None = None
+    try:
+        refusal = await _proxy(request, state)
+        status = request.reply().status if refusal is None else refusal.status
+        return refusal
+    finally:
+        span.end(status)
+        CURRENT.reset(token)
 
-    async def traced(request: web.Request) -> web.StreamResponse:
-        return await tracing.traced(request, functools.partial(_proxy, request, state))
 
-    return traced
-
-
-async def _proxy(request: web.Request, state: RouterState) -> web.StreamResponse:
+async def _proxy(request: Proxied, state: RouterState) -> web.Response | None:
     chosen = await _choose(request, state)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
@@ -69,7 +91,7 @@ async def _proxy(request: web.Request, state: RouterState) -> web.StreamResponse
                 decision = _retry_decision(state, decision.pool, tried)
                 if decision.backend is None:
                     return _gave_up(failure)
-                _record(request, state, decision, state.view().load(), CURRENT.get())
+                _record(state, decision, state.view().load(), CURRENT.get(), trail_of())
         return error_response(
             503,
             "No healthy backend can serve this request.",
@@ -93,7 +115,7 @@ def _gave_up(failure: Failure) -> web.Response:
 
 
 async def _choose(
-    request: web.Request, state: RouterState
+    request: Proxied, state: RouterState
 ) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
     """The body as it came and as read, the policy's decision, recorded, and the request's
     estimated context (KV tokens) for the backend's count; or a refusal. A decision holds
@@ -119,15 +141,15 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    info = request_info(request.path, body, state.placement.prefix_bytes)
-    admitted = await state.admission.admit(functools.partial(_decide, request, state, info, span))
+    info, trailed = request_info(request.path, body, state.placement.prefix_bytes), trail_of()
+    decide = functools.partial(_decide, state, info, span, trailed)
+    admitted = await state.admission.admit(decide)
     if isinstance(admitted, Refusal):
         if span is not None:
             span.refused(admitted)
         return refused(admitted)
-    trailed = trail_of(request)
     if trailed is not None and request.path == "/generate" and "rid" not in body:
-        rid, sent = trailed.request_id, request.app[RIDS]
+        rid, sent = trailed.request_id, state.rids
         if rid not in sent:  # SGLang refuses a rid already in flight: one client's id twice
             raw, body = with_rid(raw, rid), {**body, "rid": rid}
             sent.add(rid)
@@ -136,31 +158,30 @@ async def _choose(
 
 
 def _decide(
-    request: web.Request, state: RouterState, info: RequestInfo, span: RequestSpan | None
+    state: RouterState, info: RequestInfo, span: RequestSpan | None, trailed: Trail | None
 ) -> Decision | None:
     """The policy's decision at the load now, recorded; None, not recorded, when the request
     must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
-    request's task, as that one leaves: the request and span are this request's."""
+    request's task, as that one leaves: the span and trail are this request's."""
     view = state.view()
     decision = state.place(state.in_force.policy.choose(info, view), info, view)
     if state.settings.queue_at_capacity and at_capacity(view, decision):
         return None
-    _record(request, state, decision, view.load(), span)
+    _record(state, decision, view.load(), span, trailed)
     return decision
 
 
 def _record(
-    request: web.Request,
     state: RouterState,
     decision: Decision,
     load: int,
     span: RequestSpan | None,
+    trailed: Trail | None,
 ) -> None:
     """The decision counted and kept, and told to the request's access line and span."""
     state.decisions.record(decision, load)
     if span is not None:
         span.decided(decision, state.in_force.policy.name, load)
-    trailed = trail_of(request)
     if trailed is not None:
         trailed.decided(decision, load, state.in_force.policy.name)
 
@@ -193,24 +214,26 @@ def _retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decisi
 
 
 async def _forward(
-    request: web.Request,
+    request: Proxied,
     state: RouterState,
     backend: Backend,
     raw: bytes,
     body: dict[str, Any],
     context: int,
-) -> web.StreamResponse:
-    """Open the upstream and relay its answer; a retryable ``Failure`` propagates."""
+) -> web.Response | None:
+    """Open the upstream and relay its answer (None), or the refusal of a failure that
+    cannot be retried; a retryable ``Failure`` propagates."""
     joined = state.online.joined(state.roster.backends, backend)  # before it joins
     lived = state.online.lived(state.roster.backends, backend)
     flight = Flight(state.metrics, backend, body.get("stream") is True, context, lived)
-    trailed = trail_of(request)
+    trailed = trail_of()
     if trailed is not None:
         trailed.flew(flight)
     try:
         upstream, first = await open_upstream(request, state, flight, raw)
         try:
-            return await relay(request, state, flight, upstream, first)
+            await relay(request.reply(), state, flight, upstream, first)
+            return None
         finally:
             closed(state, upstream)
     except Failure as failure:
@@ -218,9 +241,9 @@ async def _forward(
             raise
         flight.outcome = failure.outcome
         return _refusal(failure)
-    except ClientGone as gone:
+    except ClientGone:
         _client_left(state, flight, body)
-        return gone.response
+        return None
     except asyncio.CancelledError:
         _client_left(state, flight, body)  # the client went away while the backend worked
         raise

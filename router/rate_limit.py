@@ -10,6 +10,7 @@ import math
 from aiohttp import web
 
 from specroute.router.admission import Refusal, refused
+from specroute.router.asked import Asked
 from specroute.router.auth import Keys
 from specroute.router.metrics import RouterMetrics
 from specroute.router.quota import Quota
@@ -25,7 +26,7 @@ class RateLimit:
         for name in self.names:
             metrics.child(metrics.rate_limited, name)  # 0 from the start
 
-    def refusal(self, request: web.Request) -> web.Response | None:
+    def refusal(self, request: Asked) -> web.Response | None:
         """None when the request's key may send it now (a token is taken)."""
         bucket = self.keys.holder(request)
         wait = self.quota.spend(bucket, self.rate, self.burst)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 import aiohttp
-from aiohttp import web
 
 from specroute.router.errors import sse_error
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
+from specroute.router.reply import Reply
 from specroute.router.state import RouterState
 from specroute.router.upstream import Failure, stopped
 from specroute.router.upstream_answer import Answer
@@ -24,25 +24,16 @@ _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the
 
 
 async def relay(
-    request: web.Request,
-    state: RouterState,
-    flight: Flight,
-    upstream: Answer,
-    first: bytes,
-) -> web.StreamResponse:
-    response = _Relayed(status=upstream.status)
-    for key in _RELAYED_HEADERS:
-        if (value := upstream.headers.get(key.lower())) is not None:
-            response.headers[key] = value
-    response.headers["x-specroute-backend"] = flight.backend.name
-    if upstream.content_length is not None:
-        response.content_length = upstream.content_length
+    reply: Reply, state: RouterState, flight: Flight, upstream: Answer, first: bytes
+) -> None:
+    headers = {k: v for k in _RELAYED_HEADERS if (v := upstream.headers.get(k.lower())) is not None}
+    headers["x-specroute-backend"] = flight.backend.name
     encoded = upstream.headers.get("content-encoding", "identity") != "identity"
     events = upstream.content_type == "text/event-stream" and not encoded
     chunk, held = first, b""  # held: the start of an event not yet whole
     flight.status, length, sent = upstream.status, upstream.content_length, 0
     try:
-        await _to_client(response, response.prepare(request))
+        await _to_client(reply.begin(upstream.status, headers, length))
         if chunk:
             flight.first_byte()
         while chunk:
@@ -52,9 +43,9 @@ async def relay(
                     chunk, held = chunk + held, b""
             if chunk:
                 try:  # inline, not through _to_client: this runs for every chunk
-                    await response.write(chunk)
+                    await reply.write(chunk)
                 except ConnectionError as exc:
-                    raise ClientGone(response) from exc
+                    raise ClientGone() from exc
                 sent += len(chunk)
                 flight.delivered = _whole(chunk, events, sent, length)
                 flight.tail = (flight.tail[1], chunk)  # a reference each: no copy per chunk
@@ -62,22 +53,15 @@ async def relay(
             chunk = await upstream.chunk()  # the backend's side
             flight.reading = False
         if held:
-            await _to_client(response, response.write(held))  # ended without a blank line
+            await _to_client(reply.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
         if not flight.delivered:  # else only the end of a body already whole was lost
             failure = stopped(state, flight.backend, exc)
-            return await _end_early(request, flight, upstream, response, failure)
-    await _to_client(response, response.write_eof())
+            await _end_early(reply, flight, upstream, failure)
+            return
+    await _to_client(reply.end())
     flight.outcome = Outcome.ANSWERED
     state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
-    return response
-
-
-class _Relayed(web.StreamResponse):
-    """Its head goes out with its first chunk, in one write (aiohttp's ``Response`` does
-    the same): a stream's first event reaches the client with one system call less."""
-
-    _send_headers_immediately = False
 
 
 def _whole(chunk: bytes, events: bool, sent: int, length: int | None) -> bool:
@@ -92,16 +76,15 @@ def _whole(chunk: bytes, events: bool, sent: int, length: int | None) -> bool:
 class ClientGone(Exception):
     """Writing to the client failed: it went away. Not the backend's failure."""
 
-    def __init__(self, response: web.StreamResponse) -> None:
+    def __init__(self) -> None:
         super().__init__("the client went away")
-        self.response = response
 
 
-async def _to_client(response: web.StreamResponse, writing: Awaitable[object]) -> None:
+async def _to_client(writing: Awaitable[object]) -> None:
     try:
         await writing
     except ConnectionError as exc:  # aiohttp's ClientConnectionResetError is one
-        raise ClientGone(response) from exc
+        raise ClientGone() from exc
 
 
 def _whole_events(data: bytes) -> tuple[bytes, bytes]:
@@ -112,20 +95,13 @@ def _whole_events(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
-async def _end_early(
-    request: web.Request,
-    flight: Flight,
-    upstream: Answer,
-    response: web.StreamResponse,
-    failure: Failure,
-) -> web.StreamResponse:
+async def _end_early(reply: Reply, flight: Flight, upstream: Answer, failure: Failure) -> None:
     """A stream ends with an error event saying why; a plain body, cut short, with a cut
     connection, so that a truncated JSON body cannot look complete."""
     if upstream.content_type != "text/event-stream":
         flight.outcome = Outcome.TRUNCATED
-        if request.transport is not None:
-            request.transport.close()
-        return response
+        reply.cut()
+        return
     if failure.outcome is Outcome.CUT_OFF:
         flight.outcome, message = Outcome.CUT_OFF, str(failure)
     else:
@@ -134,6 +110,5 @@ async def _end_early(
             f"The backend {flight.backend.name} failed mid-stream "
             f"({type(failure.cause).__name__}); the answer is incomplete."
         )
-    await _to_client(response, response.write(sse_error(message)))
-    await _to_client(response, response.write_eof())
-    return response
+    await _to_client(reply.write(sse_error(message)))
+    await _to_client(reply.end())

@@ -14,11 +14,10 @@ import os
 import re
 from contextvars import ContextVar, Token
 
-from aiohttp import web
+from specroute.router.asked import Asked
 
 HEADER = "x-request-id"  # what the router sends upstream, and answers with
 _CURRENT: ContextVar[str | None] = ContextVar("specroute_request_id", default=None)
-RIDS = web.AppKey("rids", set[str])  # the ids this worker sent as rid, of requests in flight
 _ACCEPTED = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")  # no spaces, quotes nor controls
 
 
@@ -27,7 +26,7 @@ def current() -> str | None:
     return _CURRENT.get()
 
 
-def given_or_made(request: web.Request, names: list[str]) -> tuple[str, str]:
+def given_or_made(request: Asked, names: list[str]) -> tuple[str, str]:
     """The request's id and the header it is answered in: the first of ``names`` the
     client sent with an id that can be logged as it is, or a new one. A value that could
     not (too long, spaces, controls) is replaced, not refused: an id is for following a

@@ -72,6 +72,7 @@ class RouterState:
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[Answer, Flight] = field(default_factory=dict)  # being relayed
+    rids: set[str] = field(default_factory=set)  # the ids sent as rid, of requests in flight
     silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
     timeouts: tuple[Limits, Limits] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)

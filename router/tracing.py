@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from aiohttp import web
 
 from specroute.policies.decision import Decision
+from specroute.router.asked import Asked
 from specroute.router.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ class Tracing:
         self._tracer: Tracer = self._provider.get_tracer("specroute.router")
         self._propagator = TraceContextTextMapPropagator()
 
-    def start(self, request: web.Request) -> RequestSpan:
+    def start(self, request: Asked) -> RequestSpan:
         from opentelemetry.trace import SpanKind
 
         parent = self._propagator.extract(request.headers)  # the client's traceparent, if any
@@ -110,21 +109,6 @@ class Tracing:
             attributes={"http.request.method": request.method, "url.path": request.path},
         )
         return RequestSpan(span, self._propagator)
-
-    async def traced(
-        self, request: web.Request, serve: Callable[[], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        """``serve()`` the request inside its span, which it reaches as ``CURRENT``."""
-        span = self.start(request)
-        token = CURRENT.set(span)
-        status: int | None = None
-        try:
-            response = await serve()
-            status = response.status
-            return response
-        finally:
-            span.end(status)
-            CURRENT.reset(token)
 
     def trace_config(self) -> aiohttp.TraceConfig:
         """For the client session (an abort of a request whose client left): the span of the

@@ -11,9 +11,9 @@ from __future__ import annotations
 from contextlib import suppress
 
 import aiohttp
-from aiohttp import web
 
 from specroute.router.access_log import trail_of
+from specroute.router.asked import Asked
 from specroute.router.backend import Backend
 from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome, out_of_fds
@@ -36,7 +36,7 @@ class Failure(Exception):
 
 
 async def open_upstream(
-    request: web.Request, state: RouterState, flight: Flight, raw: bytes
+    request: Asked, state: RouterState, flight: Flight, raw: bytes
 ) -> tuple[Answer, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
@@ -79,14 +79,14 @@ def closed(state: RouterState, upstream: Answer) -> None:
     upstream.release()
 
 
-def _forwarded(request: web.Request, stream: bool) -> dict[str, str]:
+def _forwarded(request: Asked, stream: bool) -> dict[str, str]:
     """The client's headers that the backend needs. A whole body is relayed as it comes, so
     the backend may compress only what the client can read: the client's
     ``Accept-Encoding``, or none (identity). A stream is never compressed: the relay passes
     it event by event and may have to end it with an error event of its own."""
     given = request.headers
     headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
-    trailed = trail_of(request)
+    trailed = trail_of()
     if trailed is not None:
         headers[HEADER] = trailed.request_id
     accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
