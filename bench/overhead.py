@@ -55,6 +55,7 @@ class OverheadPlan:
     workers: tuple[int, ...] = (1, 2)  # specroute serve --workers, one target each
     bare_workers: tuple[int, ...] = (1,)  # the bare pass-through's processes, one target each
     online_off: bool = False  # also specroute-w1-online-off: one worker, --online off
+    aiohttp_front: bool = False  # also specroute-w1-aiohttp: one worker, --front aiohttp
     lean: bool = False  # also lean: the pass-through without aiohttp (servers/lean_proxy)
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
@@ -240,6 +241,7 @@ async def measure_overhead(
             plan.bare_workers,
             plan.online_off,
             plan.lean,
+            plan.aiohttp_front,
         )
         if pinned is not None:  # again: threads started before the affinity was set
             for pid in backend_pids:

@@ -140,6 +140,8 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
         flags.append(f"--bare-workers {joined(plan.bare_workers)}")
     if plan.online_off:
         flags.append("--online-off")
+    if plan.aiohttp_front:
+        flags.append("--aiohttp-front")
     if plan.lean:
         flags.append("--lean")
     if plan.router_cores is not None:

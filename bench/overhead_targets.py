@@ -13,7 +13,8 @@ started by the project's one spawner as a process of its own on loopback:
   and no access log (the gateways run at log level ``warn``: no line for each request either);
   online calibration at its default, ``observe`` (a stream asks for its token counts, so
   each one is a sample); with ``--online-off``, also ``specroute-w1-online-off``, one worker
-  with ``--online off``: what learning from live traffic costs;
+  with ``--online off``: what learning from live traffic costs; with ``--aiohttp-front``,
+  also ``specroute-w1-aiohttp``, one worker with ``--front aiohttp``: what the own front saves;
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).
@@ -37,6 +38,7 @@ BARE = "specroute.bench.servers.bare_proxy"
 LEAN = "specroute.bench.servers.lean_proxy"
 _WORKER_TRIES = 500
 ONLINE_OFF = "-online-off"  # a specroute target's suffix: served with --online off
+AIOHTTP_FRONT = "-aiohttp"  # a specroute target's suffix: served with --front aiohttp
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ async def start_targets(
     bare_workers: Sequence[int] = (1,),
     online_off: bool = False,
     lean: bool = False,
+    aiohttp_front: bool = False,
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
@@ -144,6 +147,8 @@ async def start_targets(
     serves: list[tuple[str, int, tuple[str, ...]]] = [(f"specroute-w{n}", n, ()) for n in workers]
     if online_off:
         serves.append((f"specroute-w1{ONLINE_OFF}", 1, ("--online", "off")))
+    if aiohttp_front:
+        serves.append((f"specroute-w1{AIOHTTP_FRONT}", 1, ("--front", "aiohttp")))
     for name, n, more in serves:
         flags = (
             "serve",

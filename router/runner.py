@@ -22,13 +22,14 @@ class _Handler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         super().handle_error(request, status, exc, message)  # logs it (the line left out)
-        response = _answer(status, exc)
+        response = parse_refusal(status, exc)
         response.force_close()
         return response
 
 
-def _answer(status: int, exc: BaseException | None) -> web.Response:
-    """Named by the exception's kind and its limit, never by its message or the line."""
+def parse_refusal(status: int, exc: BaseException | None) -> web.Response:
+    """A request the server could not take, named by the exception's kind and its limit,
+    never by its message or the line."""
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else "its"
         said = f"A line of the request head is longer than {limit} bytes."

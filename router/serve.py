@@ -13,11 +13,10 @@ import resource
 import signal
 import time
 
-from aiohttp import web
-
 from specroute import logs
 from specroute.event_loop import run as run_loop
 from specroute.router.app import STATE, create_app
+from specroute.router.front_server import DRAIN, site
 from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
@@ -52,11 +51,10 @@ async def serve(settings: RouterSettings, workers: Workers | None = None) -> Non
     """One router, alone or as one of ``workers`` on the same port."""
     logs.configure(log_format=settings.log_format)  # in each worker's process too
     app = create_app(settings, workers)
-    runner = RouterRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1)
+    runner = RouterRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=DRAIN)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_port=workers is not None)
-        await site.start()
+        await site(runner, settings, settings.host, settings.port, workers is not None).start()
         # What start-up made (modules, settings, the app) lives as long as the process: out
         # of the collector's sight, a full collection no longer walks its ~50,000 objects,
         # a pause (16 ms, measured at start-up) in every stream at once.

@@ -171,6 +171,13 @@ class RouterSettings(BaseSettings):
         8190, ge=1024, description="longest target in a request line, longest header name or value"
     )
     max_headers: int = Field(128, ge=8, description="most headers in one request")
+    front: Literal["own", "aiohttp"] = Field(
+        "own",
+        description="what serves the proxied paths: the router's own HTTP/1.1 front (llhttp "
+        "on a bare protocol, a fraction of aiohttp's CPU a request; every other path, and "
+        "every request after one to another path on a connection, is aiohttp's on the same "
+        "port), or aiohttp's server for all of them",
+    )
     api_keys: list[SecretStr] = Field(
         default_factory=list,
         description="the keys clients must send as Bearer tokens; none: no key asked",

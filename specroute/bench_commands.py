@@ -205,6 +205,12 @@ def _add_overhead(commands: Subcommands) -> None:
         "default (observe), for what online calibration costs",
     )
     overhead.add_argument(
+        "--aiohttp-front",
+        action="store_true",
+        help="also specroute-w1-aiohttp: one worker with --front aiohttp, beside the default "
+        "(the router's own front), for what the own front saves",
+    )
+    overhead.add_argument(
         "--lean",
         action="store_true",
         help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
@@ -472,6 +478,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "workers": tuple(args.workers),
             "bare_workers": tuple(args.bare_workers),
             "online_off": args.online_off,
+            "aiohttp_front": args.aiohttp_front,
             "lean": args.lean,
             "modes": tuple(args.modes),
             "warmup": args.warmup,

@@ -163,6 +163,12 @@ def _add_serving_flags(group: argparse._ArgumentGroup) -> None:
         help="router processes sharing the port and one view of load (default 1)",
     )
     group.add_argument(
+        "--front",
+        choices=("own", "aiohttp"),
+        help="what serves the proxied paths: the router's own HTTP/1.1 front (default), a "
+        "fraction of aiohttp's CPU a request (other paths stay aiohttp's), or aiohttp's server",
+    )
+    group.add_argument(
         "--otlp-traces-endpoint",
         metavar="URL",
         help="export OpenTelemetry traces to this OTLP/HTTP URL (needs specroute[otel])",

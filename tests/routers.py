@@ -7,14 +7,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from specroute.router.app import STATE, create_app
+from specroute.router.front_server import site
 from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
-from tests.apps import serving
 
 
 @asynccontextmanager
-async def running_router(**settings: Any) -> AsyncIterator[tuple[str, RouterState]]:
-    app = create_app(RouterSettings(**settings))
-    async with serving(app, RouterRunner) as url:
-        yield url, app[STATE]
+async def running_router(**given: Any) -> AsyncIterator[tuple[str, RouterState]]:
+    """Served as ``specroute serve`` serves it: its front as the settings say (``front``,
+    or SPECROUTE_FRONT for every test's router)."""
+    settings = RouterSettings(**given)
+    app = create_app(settings)
+    runner = RouterRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await site(runner, settings, "127.0.0.1", 0, False).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", app[STATE]
+    finally:
+        await runner.cleanup()

@@ -387,14 +387,15 @@ def judge(request: Hostile, answer: Answer | None) -> None:
         error_of(answer)
 
 
+@pytest.mark.parametrize("front", ["own", "aiohttp"])
 async def test_fuzzed_requests_never_get_a_500_nor_leak_a_request(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, front: str
 ) -> None:
+    """Whichever serves the proxied paths: the router's own front, or aiohttp's server."""
     caplog.set_level(logging.DEBUG)
-    async with fronted(api_keys=[CLIENT], admin_key=ADMIN, max_body_bytes=BODY_LIMIT) as (
-        url,
-        state,
-    ):
+    async with fronted(
+        api_keys=[CLIENT], admin_key=ADMIN, max_body_bytes=BODY_LIMIT, front=front
+    ) as (url, state):
         port = urlsplit(url).port
         assert port is not None
         seen: dict[int, int] = {}
@@ -491,11 +492,12 @@ async def _closed(reader: asyncio.StreamReader) -> bytes:
     return data
 
 
-async def test_slow_heads_are_cut_off_and_crowd_no_one_out() -> None:
+@pytest.mark.parametrize("front", ["own", "aiohttp"])
+async def test_slow_heads_are_cut_off_and_crowd_no_one_out(front: str) -> None:
     """Slowloris: 200 clients each sending a head a byte at a time. aiohttp's keep-alive
     timer runs from a connection's start, and bytes trickling in do not reset it: each is
     closed ``client_idle_timeout`` after it opened, and meanwhile others are served."""
-    async with fronted(client_idle_timeout=1.0) as (url, state):
+    async with fronted(client_idle_timeout=1.0, front=front) as (url, state):
         port = urlsplit(url).port
         head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nX-Slow: " + b"z" * 1000
 

@@ -104,20 +104,29 @@ def test_the_bare_pass_through_forked_into_workers_is_a_target_of_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--bare-workers 1,2``: the pass-through once as one process and once as two on one
-    port, each measured, both processes reached; ``--online-off``: specroute once more with
-    online calibration off; and the command says how to run it again."""
+    port, each measured, both processes reached; ``--online-off`` and ``--aiohttp-front``:
+    specroute once more with online calibration off, and once more on aiohttp's server; and
+    the command says how to run it again."""
     document = _run(
         tmp_path,
         *("--levels", "16", "--modes", "whole", "--workers", "1", "--bare-workers", "1,2"),
         *("--gateways", "none", "--repeats", "1", "--warmup", "0.3", "--seconds", "0.3"),
         "--online-off",
+        "--aiohttp-front",
     )
-    targets = ["direct", "bare", "bare-w2", "specroute-w1", "specroute-w1-online-off"]
+    targets = [
+        "direct",
+        "bare",
+        "bare-w2",
+        "specroute-w1",
+        "specroute-w1-online-off",
+        "specroute-w1-aiohttp",
+    ]
     assert document["targets"] == targets
     assert "bare-w2" in capsys.readouterr().out
-    assert "--bare-workers 1,2 --online-off" in document["command"]
+    assert "--bare-workers 1,2 --online-off --aiohttp-front" in document["command"]
     rows = _rows(document)
-    for target in ("bare", "bare-w2", "specroute-w1-online-off"):
+    for target in ("bare", "bare-w2", "specroute-w1-online-off", "specroute-w1-aiohttp"):
         r = rows["whole", 16, target]
         assert r["errors"]["max"] == 0 and r["router_cpu_ms_per_request"]["min"] > 0
     assert "bare-w2 " in " ".join(document["notes"]) and "(3 processes)" in " ".join(
@@ -255,6 +264,7 @@ async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> N
         ("bare-w4", "bare"),
         ("specroute-w2", "specroute"),
         ("specroute-w1-online-off", None),  # served with other flags: not a process count
+        ("specroute-w1-aiohttp", None),
         ("direct", None),
         ("smg", None),
     ],

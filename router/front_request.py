@@ -1,0 +1,167 @@
+"""One request as the own front carries it (``front_connection``): what the request path
+reads of it (``asked.Proxied``), its body as it arrives, and its answer's bytes on the wire
+(``FrontReply``): the head held back to go out with the first chunk, a body of unknown
+length sent chunked, a write that waits while the client reads slower than the answer
+comes."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Mapping
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Protocol
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_CONTENT_TYPE = "content-type"
+
+
+class Wire(Protocol):
+    """The connection a request came on, as its answer sees it."""
+
+    def send(self, data: bytes) -> None:
+        """Raises ``ConnectionResetError`` once the client has gone."""
+
+    async def drained(self) -> None:
+        """Returns when the client has read enough of what was sent."""
+
+    def cut(self) -> None: ...
+
+
+class BodyRefused(Exception):
+    """The body cannot be read: past the size limit, or a head the front refuses."""
+
+
+class FrontRequest:
+    """``asked.Proxied``, for a request the own front parsed."""
+
+    def __init__(
+        self, method: str, path: str, headers: CIMultiDict[str], keep_alive: bool, wire: Wire
+    ) -> None:
+        self.method, self.path = method, path
+        self.headers = CIMultiDictProxy(headers)
+        self.keep_alive = keep_alive
+        self.readable = True  # every header's value is UTF-8
+        self.answer = FrontReply(self, wire)
+        self._wire = wire
+        self.received = 0  # the body's bytes so far
+        self._body: list[bytes] = []
+        self._whole: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.request_id: tuple[str, str] | None = None  # its header and id, once known
+
+    @property
+    def content_type(self) -> str:
+        """As aiohttp reads it: the media type, lower case, without parameters."""
+        given = self.headers.get(_CONTENT_TYPE, "application/octet-stream")
+        return given.partition(";")[0].strip().lower()
+
+    def reply(self) -> FrontReply:
+        return self.answer
+
+    def take(self, data: bytes) -> None:
+        self._body.append(data)
+        self.received += len(data)
+
+    def whole(self) -> None:
+        if not self._whole.done():
+            self._whole.set_result(b"".join(self._body))
+            self._body = []
+
+    def refuse(self, exc: BodyRefused) -> None:
+        if not self._whole.done():
+            self._whole.set_exception(exc)
+
+    def wait_for_body(self) -> None:
+        """Tells a client that waits for it (``Expect: 100-continue``) to send its body."""
+        if self.headers.get("expect", "").lower() == "100-continue":
+            self._wire.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    @property
+    def arrived(self) -> bool:
+        return self._whole.done()
+
+    async def read(self) -> bytes:
+        return await asyncio.shield(self._whole)  # a timeout on one read leaves it readable
+
+
+class FrontReply:
+    """``reply.Reply`` on the own front's connection."""
+
+    def __init__(self, request: FrontRequest, wire: Wire) -> None:
+        self._request, self._wire = request, wire
+        self.status: int | None = None
+        self._head = b""  # not yet sent: it goes with the first bytes of the body
+        self._chunked = False
+        self.ended = False
+
+    async def begin(self, status: int, headers: Mapping[str, str], length: int | None) -> None:
+        self.status, self._chunked = status, length is None
+        request = self._request
+        self._head = head(status, headers, length, request.request_id, request.keep_alive)
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        framed = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+        self._wire.send(self._head + framed if self._head else framed)
+        self._head = b""
+        await self._wire.drained()
+
+    async def end(self) -> None:
+        last = b"0\r\n\r\n" if self._chunked else b""
+        if self._head or last:
+            self._wire.send(self._head + last)
+            self._head = b""
+        self.ended = True
+
+    def cut(self) -> None:
+        self._wire.cut()
+
+    def whole(self, response: web.Response) -> None:
+        """A whole answer made by the router (a refusal, an error), sent at once."""
+        body = response.body if isinstance(response.body, bytes) else b""
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        self.status = response.status
+        request = self._request
+        said = head(response.status, headers, len(body), request.request_id, request.keep_alive)
+        self._wire.send(said + body)
+        self.ended = True
+
+
+def head(
+    status: int,
+    headers: Mapping[str, str],
+    length: int | None,
+    request_id: tuple[str, str] | None,
+    keep_alive: bool,
+) -> bytes:
+    """The answer's status line and headers: the request's id (its header, its value), its
+    length or chunked, and ``Connection: close`` when the connection ends with it."""
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
+    lines.extend(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
+    if request_id is not None:
+        lines.append(b"%s: %s\r\n" % (request_id[0].encode(), request_id[1].encode()))
+    if length is None:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    else:
+        lines.append(b"Content-Length: %d\r\n" % length)
+    lines.append(b"Date: %s\r\n" % _date())
+    if not keep_alive:
+        lines.append(b"Connection: close\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def _date() -> bytes:
+    return _date_at(int(time.time()))
+
+
+@functools.lru_cache(maxsize=2)
+def _date_at(second: int) -> bytes:
+    """The Date header's value, made once a second."""
+    return formatdate(second, usegmt=True).encode()
