@@ -203,7 +203,7 @@ RUNS: dict[str, Run] = {
     "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-04"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
-        "2026-12-02",
+        "2026-12-04",
         "overhead.png",
         "overhead",
     ),

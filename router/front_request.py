@@ -86,6 +86,8 @@ class FrontRequest:
         return self._whole.done()
 
     async def read(self) -> bytes:
+        if self._whole.done():  # as it mostly is: the body came with the head
+            return self._whole.result()
         return await asyncio.shield(self._whole)  # a timeout on one read leaves it readable
 
 
