@@ -15,6 +15,7 @@ from specroute.router.auth import Keys
 from specroute.router.errors import error_response
 from specroute.router.front_request import BodyRefused, FrontRequest
 from specroute.router.proxy import serve
+from specroute.router.runner import parse_refusal
 from specroute.router.state import RouterState
 
 LOG = logging.getLogger("specroute.router.http")
@@ -44,7 +45,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
         status = 500
         if reply.status is None:
             request.keep_alive = False
-            reply.whole(error_response(500, "The router failed on this request.", "internal_error"))
+            reply.whole(parse_refusal(500, None))
         else:
             reply.cut()
     finally:

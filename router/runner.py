@@ -28,8 +28,8 @@ class _Handler(RequestHandler):
 
 
 def parse_refusal(status: int, exc: BaseException | None) -> web.Response:
-    """A request the server could not take, named by the exception's kind and its limit,
-    never by its message or the line."""
+    """A request the server could not take, or failed on (500), named by the exception's
+    kind and its limit, never by its message or the line."""
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else "its"
         said = f"A line of the request head is longer than {limit} bytes."
