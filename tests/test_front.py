@@ -59,7 +59,7 @@ class Answer:
 async def answer(reader: asyncio.StreamReader) -> Answer:
     """One answer off the connection: its head, then its body by its length or its chunks."""
     line = await asyncio.wait_for(reader.readline(), 10)
-    assert line.startswith(b"HTTP/1.1 "), line
+    assert line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), line
     status = int(line.split()[1])
     headers: dict[str, str] = {}
     while (field := await reader.readline()) not in (b"\r\n", b""):
@@ -227,3 +227,33 @@ async def test_the_router_stops_with_its_connections_open() -> None:
         start = time.monotonic()
     assert time.monotonic() - start < 3
     assert await closed_within(idle_reader, 3) < 3
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        post(CHAT, "/v1/chat/completions?trace=1"),  # a query string
+        post(CHAT).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+    ],
+    ids=["query", "http1.0"],
+)
+async def test_what_the_front_does_not_serve_is_aiohttps(request_bytes: bytes) -> None:
+    async with fronted() as (url, _):
+        reader, writer = await connect(url)
+        writer.write(request_bytes)
+        done = await answer(reader)
+        assert done.status == 200 and done.aiohttps
+        writer.close()
+
+
+async def test_a_head_that_does_not_parse_is_a_400_that_quotes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with fronted() as (url, _):
+        reader, writer = await connect(url)
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nBad Header sk-s3cret\r\n\r\n")
+        refused = await answer(reader)
+        assert refused.status == 400 and b"s3cret" not in refused.body
+        assert json.loads(refused.body)["error"]["code"] == 400
+        assert await closed_within(reader, 3) < 3
+    assert "Error handling request" in caplog.text and "s3cret" not in caplog.text
