@@ -1,6 +1,7 @@
 """Where the relay writes an answer, whichever server carries the request: aiohttp's
-``StreamResponse`` (``AiohttpReply``) or the own front's connection (``front_server``).
-Each write raises ``ConnectionError`` once the client has gone."""
+``StreamResponse`` (``AiohttpReply``) or the own front's connection
+(``front_request.FrontReply``). Each write raises ``ConnectionError`` once the client has
+gone."""
 
 from __future__ import annotations
 
