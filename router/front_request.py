@@ -34,7 +34,7 @@ class Wire(Protocol):
 
 
 class BodyRefused(Exception):
-    """The body cannot be read: past the size limit, or a head the front refuses."""
+    """The body is past the size limit: it is not read."""
 
 
 class FrontRequest:
@@ -49,7 +49,6 @@ class FrontRequest:
         self.readable = True  # every header's value is UTF-8
         self.answer = FrontReply(self, wire)
         self._wire = wire
-        self.received = 0  # the body's bytes so far
         self._body: list[bytes] = []
         self._whole: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.request_id: tuple[str, str] | None = None  # its header and id, once known
@@ -65,7 +64,6 @@ class FrontRequest:
 
     def take(self, data: bytes) -> None:
         self._body.append(data)
-        self.received += len(data)
 
     def whole(self) -> None:
         if not self._whole.done():
@@ -75,6 +73,7 @@ class FrontRequest:
     def refuse(self, exc: BodyRefused) -> None:
         if not self._whole.done():
             self._whole.set_exception(exc)
+            self._whole.exception()  # said by ``read``, if the request is served at all
 
     def wait_for_body(self) -> None:
         """Tells a client that waits for it (``Expect: 100-continue``) to send its body."""
