@@ -309,6 +309,7 @@ async def _status(request: web.Request) -> web.Response:
         {
             "policy": {"name": policy.name, "parameters": policy.describe()},
             "worker": {"index": state.board.worker, "of": state.board.workers},
+            "front": state.settings.front,  # what serves the proxied paths
             "concurrency_source": str(view.source),
             "live_concurrency": {
                 "total": view.load(),

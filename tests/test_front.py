@@ -106,6 +106,8 @@ async def test_a_connection_is_the_fronts_until_it_asks_for_what_is_aiohttps() -
         again = await answer(reader)
         assert again.status == 200 and again.aiohttps
         assert json.loads(again.body)["object"] == "chat.completion"
+        writer.write(b"GET /router/status HTTP/1.1\r\nHost: r\r\n\r\n")
+        assert json.loads((await answer(reader)).body)["front"] == "own"
         writer.close()
         assert state.inflight() == 0
 
