@@ -285,6 +285,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-reference": overhead_reference,
     "overhead-profiled": overhead_reference,
     "overhead-lean": overhead_reference,
+    "overhead-512": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

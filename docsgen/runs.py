@@ -224,6 +224,11 @@ RUNS: dict[str, Run] = {
         "--out overhead-lean.json",
         "2026-12-03",
     ),
+    "overhead-512": Run(
+        "specroute bench overhead --levels 256,512 --workers 1,2 --modes stream --out "
+        "overhead-512.json",
+        "2026-12-04",
+    ),
     "online-drift": Run(
         "specroute bench compare --offline --router-config router.toml --profile "
         "online-profile.json --hardware kimi-k2.5-8x-pcie-fitted --max-running-requests 256 "
