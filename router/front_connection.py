@@ -31,7 +31,7 @@ from multidict import CIMultiDict
 
 from specroute.router.errors import error_response
 from specroute.router.front_context import Front
-from specroute.router.front_request import BodyRefused, FrontRequest, head
+from specroute.router.front_request import BodyRefused, FrontRequest, whole_answer
 from specroute.router.runner import parse_refusal
 
 LOG = logging.getLogger("specroute.router.http")
@@ -333,10 +333,8 @@ class FrontConnection(asyncio.Protocol):
         self.closing = True
         if self._task is not None or self._transport is None:
             return
-        body = answer.body if isinstance(answer.body, bytes) else b""
-        headers = {k: v for k, v in answer.headers.items() if k.lower() != "content-length"}
         try:
-            self.send(head(answer.status, headers, len(body), None, False) + body)
+            self.send(whole_answer(answer, None, False))
         except ConnectionError:
             return
         self._transport.close()

@@ -108,8 +108,8 @@ class FrontReply:
     async def write(self, data: bytes) -> None:
         if not data:
             return
-        framed = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
-        self._wire.send(self._head + framed if self._head else framed)
+        sent = framed(data) if self._chunked else data
+        self._wire.send(self._head + sent if self._head else sent)
         self._head = b""
         await self._wire.drained()
 
@@ -125,13 +125,24 @@ class FrontReply:
 
     def whole(self, response: web.Response) -> None:
         """A whole answer made by the router (a refusal, an error), sent at once."""
-        body = response.body if isinstance(response.body, bytes) else b""
-        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
         self.status = response.status
         request = self._request
-        said = head(response.status, headers, len(body), request.request_id, request.keep_alive)
-        self._wire.send(said + body)
+        self._wire.send(whole_answer(response, request.request_id, request.keep_alive))
         self.ended = True
+
+
+def whole_answer(
+    response: web.Response, request_id: tuple[str, str] | None, keep_alive: bool
+) -> bytes:
+    """A response the router made, as bytes on the wire: its head, then its body."""
+    body = response.body if isinstance(response.body, bytes) else b""
+    headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+    return head(response.status, headers, len(body), request_id, keep_alive) + body
+
+
+def framed(chunk: bytes) -> bytes:
+    """One chunk of a chunked body; none for no bytes (a chunk of none ends the body)."""
+    return b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b""
 
 
 def head(

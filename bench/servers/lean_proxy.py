@@ -22,6 +22,7 @@ import httptools
 import orjson
 
 from specroute.event_loop import new_event_loop
+from specroute.router.front_request import framed
 from specroute.router.upstream_pool import Limits, UpstreamPool
 
 _LIMITS = Limits(connect=5.0, silence=None, total=None)
@@ -93,18 +94,13 @@ class _Connection(asyncio.Protocol):
                 while chunk := await answer.chunk():
                     out.write(chunk)
             else:
-                out.write(b"%stransfer-encoding: chunked\r\n\r\n%s" % (head, _framed(first)))
+                out.write(b"%stransfer-encoding: chunked\r\n\r\n%s" % (head, framed(first)))
                 while chunk := await answer.chunk():
-                    out.write(_framed(chunk))
+                    out.write(framed(chunk))
                 out.write(b"0\r\n\r\n")
         finally:
             answer.release()
             self._relaying = None
-
-
-def _framed(chunk: bytes) -> bytes:
-    """One chunk of a chunked body; none for no bytes (a chunk of none ends the body)."""
-    return b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b""
 
 
 async def _serve(upstreams: list[str], host: str, port: int) -> None:
