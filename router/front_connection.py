@@ -153,6 +153,10 @@ class FrontConnection(asyncio.Protocol):
         if self._paused is not None:
             await asyncio.shield(self._paused)
 
+    def writable(self) -> bool:
+        transport = self._transport
+        return self._paused is None and transport is not None and not transport.is_closing()
+
     def cut(self) -> None:
         self.closing = True
         if self._transport is not None:

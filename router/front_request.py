@@ -30,6 +30,10 @@ class Wire(Protocol):
     async def drained(self) -> None:
         """Returns when the client has read enough of what was sent."""
 
+    def writable(self) -> bool:
+        """Whether ``send`` may be called now without waiting: the client is there and has
+        read enough of what was sent."""
+
     def cut(self) -> None: ...
 
 
@@ -112,6 +116,12 @@ class FrontReply:
         self._wire.send(self._head + sent if self._head else sent)
         self._head = b""
         await self._wire.drained()
+
+    def push(self, data: bytes) -> bool:
+        if self._head or not self._wire.writable():
+            return False
+        self._wire.send(framed(data) if self._chunked else data)
+        return True
 
     async def end(self) -> None:
         last = b"0\r\n\r\n" if self._chunked else b""

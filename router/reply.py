@@ -19,6 +19,10 @@ class Reply(Protocol):
 
     async def write(self, data: bytes) -> None: ...
 
+    def push(self, data: bytes) -> bool:
+        """Writes ``data`` now if it can go without waiting (after ``begin``'s head went out
+        with a first write, while the client keeps up); False if not, and nothing written."""
+
     async def end(self) -> None: ...
 
     def cut(self) -> None:
@@ -43,6 +47,9 @@ class AiohttpReply:
     async def write(self, data: bytes) -> None:
         assert self.response is not None
         await self.response.write(data)
+
+    def push(self, data: bytes) -> bool:
+        return False  # aiohttp's writes are awaited, each
 
     async def end(self) -> None:
         assert self.response is not None

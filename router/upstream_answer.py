@@ -30,6 +30,7 @@ class Answer:
     __slots__ = (
         "_body",
         "_connection",
+        "_direct",
         "_error",
         "_head_done",
         "_last",
@@ -54,6 +55,7 @@ class Answer:
         self._connection: UpstreamConnection | None = connection
         self._body: list[bytes] = []
         self._unread = 0
+        self._direct: Callable[[bytes], bool] | None = None
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._head_done = False
@@ -90,15 +92,21 @@ class Answer:
                 raise self._error
             await self._wait()
 
-    async def chunk(self) -> bytes:
+    async def chunk(self, direct: Callable[[bytes], bool] | None = None) -> bytes:
         """All of the body that has come and not been read, waiting for some if none has;
-        ``b""`` at its end."""
+        ``b""`` at its end. While it waits, what comes in one read of the socket is offered
+        to ``direct`` first, in that read's callback: what ``direct`` takes (True) is passed
+        on with no task woken, and not returned."""
         while not self._body:
             if self._error is not None:
                 raise self._error
             if self.complete:
                 return b""
+            self._direct = direct
             await self._wait()
+        return self._taken()
+
+    def _taken(self) -> bytes:
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body.clear()
         self._unread = 0
@@ -147,8 +155,24 @@ class Answer:
         self._body.append(data)
         self.received += len(data)
         self._unread += len(data)
-        self._arrived()
+        if self._direct is None:
+            self._arrived()
+        elif self._silence is not None:
+            self._last = self._loop.time()
         return self._unread >= _PAUSE_AT
+
+    def _read(self) -> None:
+        """One read of the socket parsed: its body, if ``chunk`` waits with a ``direct``,
+        is offered to it, and the reader woken only if it was not taken."""
+        direct = self._direct
+        if direct is not None and self._body:
+            if direct(self._body[0] if len(self._body) == 1 else b"".join(self._body)):
+                self._body.clear()
+                self._unread = 0
+                if self._connection is not None:
+                    self._connection.resume()
+            else:
+                self._wake()
 
     def _ended(self) -> None:
         self.complete = True
@@ -183,9 +207,10 @@ class Answer:
         try:
             await self._waiter
         finally:
-            self._waiter = None
+            self._waiter, self._direct = None, None
 
     def _wake(self) -> None:
+        self._direct = None  # from here the reader takes what comes, in order
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -220,6 +245,9 @@ class UpstreamConnection(asyncio.Protocol):
             self._broken(aiohttp.ClientPayloadError("the backend switched protocols"))
         except httptools.HttpParserError as exc:
             self._broken(aiohttp.ClientPayloadError(f"a malformed answer: {exc}"))
+        else:
+            if self.answer is not None:
+                self.answer._read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

@@ -246,6 +246,100 @@ async def test_a_reader_that_stops_stops_the_socket_being_read() -> None:
     pool.close()
 
 
+async def test_a_direct_reader_is_given_each_read_and_what_it_refuses_comes_in_order() -> None:
+    """A stream's events a few milliseconds apart, read with a ``direct`` taker that
+    refuses the second offer: every other offer is taken in the socket's callback and not
+    returned, the refused bytes come back from ``chunk`` before any later ones, and the
+    end of the answer still wakes the reader."""
+    events = [_EVENT.replace(b"hi", b"e%d" % i) for i in range(6)]
+
+    async def paced(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        for event in events:
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    seen: list[tuple[str, bytes]] = []
+    offers = [0]
+
+    def direct(data: bytes) -> bool:
+        offers[0] += 1
+        if offers[0] == 2:
+            return False
+        seen.append(("taken", data))
+        return True
+
+    pool = UpstreamPool({})
+    async with listening(paced) as url:
+        answer = await pool.send(url, "/v1/completions", b"{}", {}, _LIMITS)
+        await answer.head()
+        while chunk := await answer.chunk(direct):
+            seen.append(("read", chunk))
+        answer.release()
+        assert answer.complete and pool.idle() == 1  # read to its end: the connection kept
+    pool.close()
+    assert b"".join(data for _, data in seen) == b"".join(events)
+    hows = [how for how, _ in seen]
+    refused = hows.index("taken") + 1  # the offer after the first taken
+    assert hows[refused] == "read" and hows.count("taken") >= 3
+
+
+async def test_a_client_that_reads_nothing_holds_the_backend_back_through_the_router() -> None:
+    """A stream whose backend sends an event a write as fast as it can, to a client that
+    reads nothing for a second: the router stops reading the backend once its client is
+    behind (it does not buffer the stream), and the stream flows again once the client
+    reads."""
+    sent = [0]
+    event = _EVENT.replace(b"hi", b"x" * 4000)
+
+    async def firehose(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"POST"):  # health checks and polls
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            writer.close()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        try:
+            while sent[0] < 512 * 2**20:  # an event a write, as an engine sends them
+                writer.write(event)
+                sent[0] += len(event)
+                await writer.drain()
+                await asyncio.sleep(0)  # the router's turn: each read an event or two, whole
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async with (
+        listening(firehose) as url,
+        running_router(spec=[url], base=[url], policy="always-spec") as (router, _),
+    ):
+        host, port = router.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        body = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}'
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json"
+            b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        await asyncio.sleep(1.0)
+        held = sent[0]
+        assert held < 64 * 2**20  # the sockets' buffers on both sides, then the backend waits
+        await reader.readuntil(b"\r\n\r\n")
+        read = 0
+        while read < held + 8 * 2**20:  # past what was sent while the client read nothing
+            data = await reader.read(2**20)
+            assert data
+            read += len(data)
+        assert sent[0] > held
+        writer.close()
+
+
 async def test_no_header_line_is_smuggled_into_a_request() -> None:
     """A header value holding a line break is left out of the request: it cannot end the
     head early and start another request on the same connection."""
