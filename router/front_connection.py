@@ -276,7 +276,7 @@ class FrontConnection(asyncio.Protocol):
             return
         if (
             self.closing
-            or not request.keep_alive
+            or not request.answer.keep_alive
             or not request.answer.ended
             or not request.arrived
         ):

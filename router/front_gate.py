@@ -25,8 +25,8 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
     """The request answered, or its task cancelled when its client goes away."""
     settings = state.settings
     trail = opened(request, settings.request_id_headers)
-    request.request_id = (trail.header, trail.request_id)
     reply, status = request.answer, None
+    reply.request_id = (trail.header, trail.request_id)
     try:
         refusal = _gate(request, keys)
         if refusal is None:
@@ -35,7 +35,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
             refusal = await serve(request, state)
         if refusal is not None:
             if not request.arrived or refusal.keep_alive is False:
-                request.keep_alive = False  # its body is not read: the connection ends
+                reply.keep_alive = False  # its body is not read: the connection ends
             reply.whole(refusal)
         status = reply.status
     except ConnectionError:
@@ -44,7 +44,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
         LOG.exception("Error handling request")
         status = 500
         if reply.status is None:
-            request.keep_alive = False
+            reply.keep_alive = False
             reply.whole(parse_refusal(500, None))
         else:
             reply.cut()
