@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from specroute.router.serve import quiet_collector
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
@@ -137,6 +138,37 @@ async def test_a_request_leaves_nothing_of_the_routers_for_the_cyclic_collector(
             gc.garbage.clear()
         writer.close()
     assert not left, Counter(type(o).__qualname__ for o in left)
+
+
+async def test_streams_on_many_connections_wake_no_collector_once_it_is_quieted() -> None:
+    """A hundred streams on eight connections at once, with the collector as ``serve``
+    leaves it: none of them waits for a collection (at the default threshold several
+    would, each walking every object in flight)."""
+    started: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    async with fronted() as (url, _):
+        quiet_collector()
+        gc.callbacks.append(seen)
+        try:
+
+            async def streams() -> None:
+                reader, writer = await connect(url)
+                for _ in range(12):
+                    writer.write(post(STREAM))
+                    assert (await answer(reader)).status == 200
+                writer.close()
+
+            await asyncio.gather(*(streams() for _ in range(8)))
+        finally:
+            gc.callbacks.remove(seen)
+            gc.unfreeze()
+            gc.set_threshold(*thresholds)
+    assert started == []
 
 
 async def test_a_connection_that_starts_elsewhere_is_aiohttps_from_its_first_byte() -> None:
