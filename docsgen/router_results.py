@@ -286,6 +286,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-profiled": overhead_reference,
     "overhead-lean": overhead_reference,
     "overhead-512": overhead_reference,
+    "overhead-front": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

@@ -224,6 +224,11 @@ RUNS: dict[str, Run] = {
         "--out overhead-lean.json",
         "2026-12-03",
     ),
+    "overhead-front": Run(
+        "specroute bench overhead --workers 1,2 --aiohttp-front --repeats 2 "
+        "--out overhead-front.json",
+        "2026-12-04",
+    ),
     "overhead-512": Run(
         "specroute bench overhead --levels 256,512 --workers 1,2 --modes stream --out "
         "overhead-512.json",
