@@ -107,6 +107,7 @@ class Answer:
         return self._taken()
 
     def _taken(self) -> bytes:
+        """What came and was not read, now read: the socket read again if it was paused."""
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body.clear()
         self._unread = 0
@@ -155,24 +156,23 @@ class Answer:
         self._body.append(data)
         self.received += len(data)
         self._unread += len(data)
-        if self._direct is None:
-            self._arrived()
-        elif self._silence is not None:
+        if self._silence is not None:
             self._last = self._loop.time()
+        if self._direct is None:
+            self._wake()  # else it is offered to ``direct`` once the read is parsed
         return self._unread >= _PAUSE_AT
 
     def _read(self) -> None:
         """One read of the socket parsed: its body, if ``chunk`` waits with a ``direct``,
         is offered to it, and the reader woken only if it was not taken."""
         direct = self._direct
-        if direct is not None and self._body:
-            if direct(self._body[0] if len(self._body) == 1 else b"".join(self._body)):
-                self._body.clear()
-                self._unread = 0
-                if self._connection is not None:
-                    self._connection.resume()
-            else:
-                self._wake()
+        if direct is None or not self._body:
+            return
+        data = self._taken()
+        if not direct(data):
+            self._body.append(data)
+            self._unread = len(data)
+            self._wake()
 
     def _ended(self) -> None:
         self.complete = True
