@@ -14,13 +14,21 @@ What aiohttp's server enforced for the router, this does too: the head's limits 
 the idle limit from the connection's start and each answer, the body's size and time (413,
 408, in ``front_gate``), requests on one connection answered in the order they came, the
 request's task cancelled when its client goes away, and a write that waits while the
-client reads slower than the answer comes."""
+client reads slower than the answer comes.
+
+A request's task starts once the read that brought its head is parsed, its body with it
+if it came in that read. From Python 3.12 it starts eagerly, as aiohttp's server starts its
+handlers: it runs at once, up to its first wait, so that a request is on its way to the
+backend in the turn of the event loop it arrived in, not behind every callback of the
+next."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -73,7 +81,8 @@ class FrontConnection(asyncio.Protocol):
         self._giving = False  # a request for aiohttp came: every later one is its too
         self._paused: asyncio.Future[None] | None = None  # writing, while the client reads slow
         self._idle: asyncio.TimerHandle | None = None
-        self.closing = False  # no more requests: the connection ends with the current answer
+        self._starting = False  # in ``_next``: a request answered at once does not recurse
+        self.closing = False  # no more requests read: it ends with the answers to those read
 
     # the transport's side
 
@@ -111,6 +120,7 @@ class FrontConnection(asyncio.Protocol):
                 self._refuse(context.refusal)
         except httptools.HttpParserError as exc:
             self._refuse(BadHttpMessage(type(exc).__name__))
+        self._next()
         self._take_over()
 
     def eof_received(self) -> bool | None:
@@ -225,8 +235,7 @@ class FrontConnection(asyncio.Protocol):
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self._front.max_body:
             request.refuse(BodyRefused(self._front.too_large(int(length))))
-        self._pending.append(request)
-        self._next()
+        self._pending.append(request)  # started once this read is parsed
 
     def on_body(self, body: bytes) -> None:
         message = self._message
@@ -252,17 +261,27 @@ class FrontConnection(asyncio.Protocol):
             message.request.whole()
             return
         self._pending.append(_as_sent(parser, message))
-        self._next()
 
     # serving, in order
 
     def _next(self) -> None:
-        while self._task is None and self._pending and not self.closing:
-            item = self._pending.popleft()
-            if isinstance(item, bytes):
-                self._give(item)
-            else:
-                self._task = asyncio.get_running_loop().create_task(self._serve(item))
+        if self._starting:
+            return  # a request answered at once, in the loop below: it takes the next
+        self._starting = True
+        try:
+            while self._task is None and self._pending and self._open():
+                item = self._pending.popleft()
+                if isinstance(item, bytes):
+                    self._give(item)
+                    continue
+                task = _started(self._serve(item))
+                if not task.done():
+                    self._task = task
+        finally:
+            self._starting = False
+
+    def _open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
 
     async def _serve(self, request: FrontRequest) -> None:
         try:
@@ -335,6 +354,7 @@ class FrontConnection(asyncio.Protocol):
     def _fail(self, answer: web.Response) -> None:
         """The connection ends: with ``answer`` if nothing else is being answered on it."""
         self.closing = True
+        self._next()  # the requests before this one first: it is answered only if none is
         if self._task is not None or self._transport is None:
             return
         try:
@@ -362,6 +382,13 @@ class FrontConnection(asyncio.Protocol):
             else:
                 paused.set_exception(exc)
                 paused.exception()  # retrieved: none may be waiting
+
+
+def _started(serving: Coroutine[None, None, None]) -> asyncio.Task[None]:
+    loop = asyncio.get_running_loop()
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(serving, loop=loop, eager_start=True)
+    return loop.create_task(serving)
 
 
 def _aiohttps(name: bytes, value: bytes) -> bool:

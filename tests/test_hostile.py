@@ -375,6 +375,10 @@ def judge(request: Hostile, answer: Answer | None) -> None:
         assert request.parser != "takes", answer  # aiohttp's parser refused it
         error_of(answer)
         return
+    if answer.status == 413 and len(request.body) > BODY_LIMIT:  # its size first, whatever
+        if request.method != b"HEAD":  # else is wrong with it
+            assert "larger than the limit" in error_of(answer)["message"], answer
+        return
     assert request.parser != "refuses", answer
     if "x-specroute-backend" in answer.headers:  # the backend's own answer, relayed
         said = answer.body.decode(errors="replace")

@@ -263,6 +263,8 @@ async def test_a_direct_reader_is_given_each_read_and_what_it_refuses_comes_in_o
             await asyncio.sleep(0.02)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+        await reader.read()  # until the pool closes the connection
+        writer.close()
 
     seen: list[tuple[str, bytes]] = []
     offers = [0]
@@ -282,7 +284,7 @@ async def test_a_direct_reader_is_given_each_read_and_what_it_refuses_comes_in_o
             seen.append(("read", chunk))
         answer.release()
         assert answer.complete and pool.idle() == 1  # read to its end: the connection kept
-    pool.close()
+        pool.close()
     assert b"".join(data for _, data in seen) == b"".join(events)
     hows = [how for how, _ in seen]
     refused = hows.index("taken") + 1  # the offer after the first taken
