@@ -164,8 +164,7 @@ class FrontConnection(asyncio.Protocol):
             await asyncio.shield(self._paused)
 
     def writable(self) -> bool:
-        transport = self._transport
-        return self._paused is None and transport is not None and not transport.is_closing()
+        return self._paused is None and self._open()
 
     def cut(self) -> None:
         self.closing = True
