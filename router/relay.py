@@ -39,7 +39,7 @@ async def relay(
         if chunk:
             flight.first_byte()
         while chunk:
-            if events and (held or not chunk.endswith(b"\n\n")):  # else whole as it came
+            if held or not passing.as_came(chunk):
                 chunk, held = _whole_events(held + chunk)
                 if len(held) > _MAX_HELD:  # no blank line for long: not events after all
                     chunk, held = chunk + held, b""
@@ -81,13 +81,15 @@ class _Passing:
         flight.delivered = _whole(chunk, self._events, self._sent, self._length)
         flight.tail = (flight.tail[1], chunk)  # a reference each: no copy per chunk
 
+    def as_came(self, chunk: bytes) -> bool:
+        """Whether ``chunk`` may go as it came: not events, or events that are whole."""
+        return not self._events or chunk.endswith(b"\n\n")
+
     def direct(self, chunk: bytes) -> bool:
-        """Sends ``chunk`` now if it can go as it came: whole events (or not events), and a
-        client keeping up. Else False, and the relay's task takes it (held back, or
-        written once the client has read enough)."""
-        if self._events and not chunk.endswith(b"\n\n"):
-            return False
-        if not self._reply.push(chunk):
+        """Sends ``chunk`` now if it can go as it came and the client keeps up. Else False,
+        and the relay's task takes it (held back, or written once the client has read
+        enough)."""
+        if not self.as_came(chunk) or not self._reply.push(chunk):
             return False
         self.passed(chunk)
         return True

@@ -150,14 +150,14 @@ class Answer:
         if length is not None and length.isdigit():
             self.content_length = int(length)
         self._arrived()
+        self._wake()
 
     def _data(self, data: bytes) -> bool:
         """Keeps ``data``; whether the connection should stop reading for now."""
         self._body.append(data)
         self.received += len(data)
         self._unread += len(data)
-        if self._silence is not None:
-            self._last = self._loop.time()
+        self._arrived()
         if self._direct is None:
             self._wake()  # else it is offered to ``direct`` once the read is parsed
         return self._unread >= _PAUSE_AT
@@ -168,10 +168,11 @@ class Answer:
         direct = self._direct
         if direct is None or not self._body:
             return
-        data = self._taken()
-        if not direct(data):
-            self._body.append(data)
-            self._unread = len(data)
+        if len(self._body) > 1:
+            self._body[:] = [b"".join(self._body)]
+        if direct(self._body[0]):
+            self._taken()
+        else:
             self._wake()
 
     def _ended(self) -> None:
@@ -182,9 +183,9 @@ class Answer:
         self._wake()
 
     def _arrived(self) -> None:
+        """Bytes came: the silence limit counts from now."""
         if self._silence is not None:
             self._last = self._loop.time()
-        self._wake()
 
     def _quiet(self) -> None:
         """The silence timer fired: re-armed from the last bytes if some came since."""
