@@ -151,6 +151,54 @@ class Seat(Protocol):
     def others_lived(self, now: float) -> float: ...
 
 
+@dataclass(frozen=True)
+class FitJob:
+    """One fit's inputs, taken on the event loop (``Online.prepare``); ``run`` makes its
+    fits from them alone (the window is a copy), so that it may run in a thread of its
+    own; ``Online.settle`` puts what it made in force."""
+
+    now: float
+    window: list[Sample]
+    profile: Profile | None
+    accept_length: float | None
+    tolerance: float
+    min_samples: int
+    per_level: int | None
+    made_from: tuple[object, ...]
+
+    def run(self) -> tuple[tuple[LiveFit, ...], int]:
+        """The fits, per context bucket of the profile (one when it has none), and how
+        many samples of the window were left out as taught by another drafter."""
+        counted = [
+            s for s in self.window if not taught_elsewhere(s, self.accept_length, self.tolerance)
+        ]
+        profile, least, per = self.profile, self.min_samples, self.per_level
+        axis = None if profile is None else profile.context
+        if axis is None:
+            only = fit(
+                counted, _levels(profile), None, _known(profile), least, per, shape=_shape(profile)
+            )
+            return (only,), len(self.window) - len(counted)
+        assert profile is not None
+        contexts = [b.context for b in axis.buckets]
+        split: list[list[Sample]] = [[] for _ in contexts]
+        for s in counted:
+            split[nearest(contexts, s.context)].append(s)
+        fits = tuple(
+            fit(
+                part,
+                _levels(profile),
+                c,
+                _at_context(profile, c),
+                least,
+                per,
+                shape=_shape_at_context(profile, c),
+            )
+            for part, c in zip(split, contexts, strict=True)
+        )
+        return fits, len(self.window) - len(counted)
+
+
 class Online:
     def __init__(
         self,
@@ -293,64 +341,69 @@ class Online:
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
         routed by; ``taken``: the peer replicas' samples since the last fit;
         ``accept_length``: the speculative pool's now (None: unknown, every sample counts),
-        the samples taught by another drafter left out."""
+        the samples taught by another drafter left out. All here, at once: the router's
+        task does the same in its three steps, the heavy ones off the event loop
+        (``online_task.fit_now``)."""
+        job = self.prepare(now, profile, shared, [*taken, *self.fresh()], accept_length)
+        if job is not None:
+            self.settle(job, job.run())
+
+    def fresh(self) -> list[Sample]:
+        """The other workers' samples since the last call (the leader of several; alone,
+        its own are in its buffer already). Safe beside the request path in a thread of
+        its own: each ring has one writer, and its count moves after the slot."""
+        return self.rings.fresh() if self.rings is not None and not self.alone else []
+
+    def prepare(
+        self,
+        now: float,
+        profile: Profile | None,
+        shared: bool,
+        fresh: Sequence[Sample],
+        accept_length: float | None,
+    ) -> FitJob | None:
+        """``fresh`` taken in, and the fit to make now: None when it would be the last one
+        again (the same window, accept length, profile, settings and crossover routed by:
+        its replicates are seeded; a router serving whole answers makes no samples)."""
         self.shared = shared
-        fresh = list(taken)
-        if self.rings is not None and not self.alone:
-            fresh.extend(self.rings.fresh())  # every worker's, since the last fit
         self.samples.merge(fresh)
         window = self.samples.window(now)
-        # the same window (the buffer only gains at its end and loses at its start), accept
-        # length, profile, settings and crossover routed by as the last fit left: the same
-        # fit (its replicates are seeded), not drawn again (a router serving whole answers
-        # makes no samples)
-        ends = (window[0], window[-1]) if window else ()
+        ends = (
+            (window[0], window[-1]) if window else ()
+        )  # it only gains at its end, loses at its start
         settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
         made_from = (len(window), *ends, accept_length, profile, shared, *settings)
         if self._fitted_on is not None and _same((*made_from, self.adopted), self._fitted_on):
             self.fitted_at = now
-            return
-        tolerance = self.accept_tolerance
-        counted = [s for s in window if not taught_elsewhere(s, accept_length, tolerance)]
-        self.accept_length, self.left_out = accept_length, len(window) - len(counted)
-        window = counted
-        axis = None if profile is None else profile.context
-        fits: tuple[LiveFit, ...]
-        crossovers: tuple[Crossover, ...] | None
-        if axis is None:
-            known, shape = _known(profile), _shape(profile)
-            fits = (
-                fit(
-                    window, _levels(profile), None, known, self._min(), self.per_level, shape=shape
-                ),
-            )
-            crossovers = None if profile is None else (profile.crossover,)
-        else:
-            contexts = [b.context for b in axis.buckets]
-            split: list[list[Sample]] = [[] for _ in contexts]
-            for s in window:
-                split[nearest(contexts, s.context)].append(s)
-            assert profile is not None
-            fits = tuple(
-                fit(
-                    part,
-                    _levels(profile),
-                    c,
-                    _at_context(profile, c),
-                    self._min(),
-                    self.per_level,
-                    shape=_shape_at_context(profile, c),
-                )
-                for part, c in zip(split, contexts, strict=True)
-            )
-            crossovers = tuple(b.crossover for b in axis.buckets)
-        self.fits, self.fitted_at = fits, now
+            return None
+        return FitJob(
+            now,
+            window,
+            profile,
+            accept_length,
+            self.accept_tolerance,
+            self._min(),
+            self.per_level,
+            made_from,
+        )
+
+    def settle(self, job: FitJob, made: tuple[tuple[LiveFit, ...], int]) -> None:
+        """What ``job`` made, in force: the fits, their drift from the profile and, in
+        ``adopt``, the crossover routed by."""
+        fits, self.left_out = made
+        profile, self.accept_length = job.profile, job.accept_length
+        crossovers: tuple[Crossover, ...] | None = None
+        if profile is not None:
+            axis = profile.context
+            buckets = (profile.crossover,) if axis is None else (b.crossover for b in axis.buckets)
+            crossovers = tuple(buckets)
+        self.fits, self.fitted_at = fits, job.now
         self.drift = tuple(
             crossovers is not None and self._drifted(f.crossing, c)
             for f, c in zip(fits, crossovers or [None] * len(fits), strict=True)
         )
         self._adopt(fits, profile)
-        self._fitted_on = (*made_from, self.adopted)
+        self._fitted_on = (*job.made_from, self.adopted)
 
     def _min(self) -> int:
         """The live samples a pool's level enters the fit with (fewer: the profile's value

@@ -45,7 +45,7 @@ async def keep_fitting(state: RouterState) -> None:
                     _log.exception("Taking the peers' online samples failed; it goes on.")
                 state.online.peers = state.peers.describe()
             try:
-                fit_now(state, taken)
+                await fit_now(state, taken)
             except Exception:
                 state.online.adopted = None
                 state.publish_online(fitted=False)  # a store on the board: it does not fail
@@ -53,15 +53,25 @@ async def keep_fitting(state: RouterState) -> None:
                 _log.exception("The online fit failed; the profile's crossover until one works.")
 
 
-def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
+async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     """One fit, with the profile and the topology in force, ``taken``, the peers' samples
     since the last, and the speculative pool's accept length now (its healthy servers'
     readings within the online window, as the live profile records it), published for the
-    other workers."""
-    in_force = state.in_force
+    other workers. Its heavy steps run in a thread, off the event loop: reading the other
+    workers' rings and fitting are tens of milliseconds of Python at thousands of samples,
+    which on the loop held back every request of this worker for as long, every
+    ``online_interval``. A fit made while another profile was posted is not put in force:
+    the next one is made with it."""
+    online, in_force = state.online, state.in_force
     shared = shares_gpus(in_force.policy)
     accept = state.view().accept_length(state.settings.online_window_seconds)
-    state.online.refit(time.monotonic(), in_force.profile, shared, taken, accept)
+    fresh = await asyncio.to_thread(online.fresh)
+    job = online.prepare(time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept)
+    if job is not None:
+        made = await asyncio.to_thread(job.run)
+        if state.in_force.profile is not job.profile:
+            return
+        online.settle(job, made)
     state.publish_online()
 
 

@@ -17,6 +17,7 @@ from specroute.crossing import crossing, log_margin
 from specroute.policies.profile import parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
+from specroute.router import online as online_module
 from specroute.router.app import build_state
 from specroute.router.board import Board
 from specroute.router.online import Online, OnlineMode, Sureness
@@ -309,17 +310,17 @@ def gauge(state: RouterState, name: str) -> float:
     )
 
 
-async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile() -> None:
+async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
     state = build_state(RouterSettings(**given, online=OnlineMode.ADOPT, online_interval=0.01))
     state.online.adopted = 3.0
 
-    def broken(
-        now: float, profile: Any, shared: bool, taken: Any = (), accept_length: Any = None
-    ) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise ArithmeticError("a fit that fails")
 
-    state.online.refit = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(online_module, "fit", broken)  # in the fit's thread
     fitting = asyncio.create_task(keep_fitting(state))
     await asyncio.sleep(0.05)
     await cancel_and_wait([fitting])

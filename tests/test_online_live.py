@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,10 @@ from openai.types.chat import ChatCompletionMessageParam
 from specroute.emulator.predict import as_profile, predict
 from specroute.loadgen.lag import clock, lag
 from specroute.model_flags import config_from_flags
+from specroute.policies.view import Pool
+from specroute.router.online_samples import Sample
 from specroute.router.online_task import fit_now
+from specroute.router.serve import short_turns
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
@@ -54,7 +59,7 @@ async def test_streams_that_say_their_usage_become_samples_of_the_load_they_deco
         # the mean load each decoded under, the others of the six among it
         assert max(s.load for s in samples) >= 3 and all(1 <= s.load <= 6 for s in samples)
         assert all(0 < s.tpot < 1 for s in samples)
-        fit_now(state)
+        await fit_now(state)
         async with aiohttp.ClientSession() as s:
             async with s.get(f"{url}/router/status") as r:
                 online = (await r.json())["online"]
@@ -192,3 +197,52 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     assert all(s.accept_length is None for s in kept if s.pool == "base")
     assert state.online.accept_length is not None and state.online.accept_length < 2.4
     assert max(left_out) > 0
+
+
+async def test_a_fit_leaves_the_event_loop_free(backends: tuple[str, str]) -> None:
+    """The same fit, once on the loop as it ran before and once as the router's task makes
+    it: the loop's longest wait while it runs is a fraction of the fit, not all of it."""
+    spec, base = backends
+    async with running_router(
+        spec=[spec], base=[base], online_window_samples=2048, crossover=64
+    ) as (
+        _,
+        state,
+    ):
+        rng, now = random.Random(7), time.monotonic()
+        for i in range(100_000):
+            pool: Pool = "spec" if i % 2 else "base"
+            load = 2 ** rng.uniform(0, 9)
+            tpot = 0.01 * (1 + load / (50 if pool == "spec" else 200)) * rng.uniform(0.9, 1.1)
+            state.online.record(Sample(now - 100 + i * 1e-3, pool, load, tpot, 1000))
+        began = time.perf_counter()
+        state.online.refit(time.monotonic(), state.in_force.profile, shared=True)
+        held = time.perf_counter() - began  # the loop's wait: this test's own code ran
+        state.online.record(Sample(time.monotonic(), "base", 4.0, 0.01, 1000))  # a new window
+        fitted_before = state.online.fitted_at
+        previous = sys.getswitchinterval()
+        short_turns()
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.001)
+                gaps.append(time.perf_counter() - last)
+                last = time.perf_counter()
+
+        ticking = asyncio.create_task(tick())
+        try:
+            await asyncio.sleep(0.02)
+            await fit_now(state)
+            done.set()
+            await ticking
+        finally:
+            sys.setswitchinterval(previous)
+    assert state.online.fitted_at is not None and state.online.fitted_at != fitted_before
+    assert state.online.fits[0].samples > 10_000
+    assert held > 0.03, f"a fit of {held * 1e3:.0f} ms is too light to tell"
+    assert max(gaps) < held / 2, (
+        f"the loop waited {max(gaps) * 1e3:.0f} ms; the fit holds it {held * 1e3:.0f}"
+    )

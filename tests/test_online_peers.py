@@ -227,7 +227,7 @@ async def test_two_replicas_as_each_other_s_peers_fit_from_both_s_samples(
         states = state_a, state_b
         await until(lambda: all(len(s.online.samples) == 10 for s in states))
         for state in (*states, state_c):
-            fit_now(state)
+            await fit_now(state)
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{a}/router/status") as r:
                 peers = (await r.json())["online"]["peers"]
