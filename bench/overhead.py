@@ -42,6 +42,7 @@ from specroute.bench.overhead_targets import (
     start_targets,
 )
 from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
+from specroute.bench.wake_cost import measure as wake_cost
 from specroute.loadgen.progress import Progress
 
 MODES = ("stream", "whole")
@@ -250,6 +251,8 @@ async def measure_overhead(
                 if target.pid is not None:
                     pin_tree(target.pid, pinned["router"])
             os.sched_setaffinity(0, pinned["load"])
+        wake = wake_cost(None if pinned is None else min(pinned["router"]))  # before any load
+        note(wake.note())
         idle = await _idle_cores(targets, plan.idle)
         processes = {t.name: len(descendants(t.pid)) for t in targets if t.pid is not None}
         note(
@@ -291,6 +294,7 @@ async def measure_overhead(
         "machine": machine_note(cores, pinned),
         "idle_router_cores": idle,
         "router_processes": processes,
+        "wake": wake.as_json(),
     }
 
 

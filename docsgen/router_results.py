@@ -279,8 +279,22 @@ def overhead_workers(document: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def overhead_wake(document: dict[str, Any]) -> str:
+    """What waking cost on a router core of the run, before any load: the unit's CPU
+    time back to back and after each sleep, and its ratio to back to back."""
+    wake = document.get("wake")
+    if wake is None:
+        return "Not measured in this run."
+    busy, woken = wake["busy_us"], wake["woken_us"]
+    header = ["core", "back to back, µs", *(f"after each {s} ms sleep, µs" for s in woken)]
+    where = "-" if wake["core"] is None else str(wake["core"])
+    cells = [where, number(busy, 0), *(f"{number(v, 0)} ({v / busy:.2f}x)" for v in woken.values())]
+    return table(header, [cells], "r" * len(header))
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
+    "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
     "overhead-reference": overhead_reference,
     "overhead-profiled": overhead_reference,
@@ -295,7 +309,10 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-RUN_OF = {"overhead-reference": "overhead"}  # a table of a run named otherwise
+RUN_OF = {
+    "overhead-reference": "overhead",
+    "overhead-wake": "overhead",
+}  # a table of a run named otherwise
 
 
 def blocks(load: Loader) -> dict[str, Callable[[], str]]:

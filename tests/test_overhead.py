@@ -60,6 +60,10 @@ def test_a_quick_run_measures_every_target_at_every_level(
                     assert r["added_ttfc_p50"] is not None
             if mode == "stream":  # chunks arrive paced by the backend, proxied or not
                 assert rows[mode, level, "direct"]["gap_p50"]["median"] == pytest.approx(20, abs=5)
+    wake = document["wake"]  # measured once, before any load, and said
+    assert wake["busy_us"] > 0 and set(wake["woken_us"]) == {"0.1", "1", "20"}
+    assert all(us > 0 for us in wake["woken_us"].values())
+    assert "what waking costs" in said.out
 
 
 def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
