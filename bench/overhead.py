@@ -41,7 +41,13 @@ from specroute.bench.overhead_targets import (
     start_backends,
     start_targets,
 )
-from specroute.bench.process_cpu import cpu_seconds, descendants, pin_tree, tree_cpu_seconds
+from specroute.bench.process_cpu import (
+    cpu_seconds,
+    descendants,
+    pin_tree,
+    tree_cpu_seconds,
+    tree_run_periods,
+)
 from specroute.bench.wake_cost import measure as wake_cost
 from specroute.loadgen.progress import Progress
 
@@ -111,6 +117,7 @@ class Window:
     requests_per_s: float
     chunks_per_s: float | None  # None for whole answers
     router_cpu_ms_per_request: float | None  # None for direct
+    router_wakes_per_request: float | None  # times its processes were put on a core
     router_cores: float | None
     backend_cores: tuple[float, ...]  # spec, base
     client_cores: float
@@ -118,21 +125,27 @@ class Window:
 
 @dataclass
 class _Readings:
-    """CPU seconds as a window opens and as it closes."""
+    """CPU seconds as a window opens and as it closes, and the router's wake-ups."""
 
     router: int | None  # None for direct
     backends: tuple[int, ...]
     at: list[tuple[float, ...]] = field(default_factory=list)  # router, backends, this one
+    woken: list[int] = field(default_factory=list)  # the router's run periods
 
     def take(self) -> None:
         routed = tree_cpu_seconds(self.router) if self.router is not None else 0.0
         self.at.append(
             (routed or 0.0, *(cpu_seconds(p) or 0.0 for p in self.backends), time.process_time())
         )
+        self.woken.append((tree_run_periods(self.router) or 0) if self.router is not None else 0)
 
     def used(self) -> tuple[float, ...]:
         before, after = self.at
         return tuple(b - a for a, b in zip(before, after, strict=True))
+
+    def wakes(self) -> int:
+        before, after = self.woken
+        return after - before
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -143,7 +156,13 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def figures(
-    target: Target, mode: str, level: int, repeat: int, sampled: Sampled, cpu: tuple[float, ...]
+    target: Target,
+    mode: str,
+    level: int,
+    repeat: int,
+    sampled: Sampled,
+    cpu: tuple[float, ...],
+    wakes: int,
 ) -> Window:
     t0, t1, wall = sampled.t0, sampled.t1, sampled.t1 - sampled.t0
     ok = [r for r in sampled.replies if r.ok and r.first is not None and r.end is not None]
@@ -154,6 +173,7 @@ def figures(
     gaps = [1000 * (b - a) for e in chunks for a, b in itertools.pairwise(e)]
     router, *backends, client = cpu
     counted = len(ended)
+    per_request = target.pid is not None and counted > 0
     return Window(
         target=target.name,
         mode=mode,
@@ -169,9 +189,8 @@ def figures(
         chunks_per_s=(
             sum(1 for e in chunks for t in e if t0 <= t <= t1) / wall if mode == "stream" else None
         ),
-        router_cpu_ms_per_request=(
-            None if target.pid is None else 1000 * router / counted if counted else None
-        ),
+        router_cpu_ms_per_request=1000 * router / counted if per_request else None,
+        router_wakes_per_request=wakes / counted if per_request else None,
         router_cores=None if target.pid is None else router / wall,
         backend_cores=tuple(b / wall for b in backends),
         client_cores=client / wall,
@@ -275,7 +294,9 @@ async def measure_overhead(
             progress.begin(f"{name} {mode}", level, repeat)
             began = time.monotonic()
             sampled = await _window(plan, target, level, mode, readings.take)
-            window = figures(target, mode, level, repeat, sampled, readings.used())
+            window = figures(
+                target, mode, level, repeat, sampled, readings.used(), readings.wakes()
+            )
             on_window(window)
             progress.finish(_line(window), time.monotonic() - began)
         profiled = []

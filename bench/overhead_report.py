@@ -22,6 +22,7 @@ FIGURES: dict[str, Getter] = {
     "requests_per_s": lambda w: w.requests_per_s,
     "chunks_per_s": lambda w: w.chunks_per_s,
     "router_cpu_ms_per_request": lambda w: w.router_cpu_ms_per_request,
+    "router_wakes_per_request": lambda w: w.router_wakes_per_request,
     "router_cores": lambda w: w.router_cores,
     "backend_cores": lambda w: max(w.backend_cores),  # the busier backend
     "client_cores": lambda w: w.client_cores,
@@ -110,15 +111,16 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
         out.append("")
         out.append(
             f"{'level':>5} {'target':<14} {'req/s':>7} {'chunks/s':>8} "
-            f"{'router CPU ms/request':>22} {'router':>6} {'backend':>7} "
-            f"{'load':>5} {'errors':>6}   (CPU: cores busy)"
+            f"{'router CPU ms/request':>22} {'wakes':>5} {'router':>6} {'backend':>7} "
+            f"{'load':>5} {'errors':>6}   (CPU: cores busy; wakes: the router's a request)"
         )
         for r in mine:
             out.append(
                 f"{r['level']:>5} {r['target']:<14} {_med(r['requests_per_s'], 0):>7} "
                 f"{_med(r['chunks_per_s'], 0):>8} "
                 f"{_range(r['router_cpu_ms_per_request'], 3):>22} "
-                f"{_med(r['router_cores'], 2):>6} {_med(r['backend_cores'], 2):>7} "
+                f"{_med(r['router_wakes_per_request'], 1):>5} {_med(r['router_cores'], 2):>6} "
+                f"{_med(r['backend_cores'], 2):>7} "
                 f"{_med(r['client_cores'], 2):>5} {_med(r['errors'], 0):>6}"
             )
     return "\n".join(out)

@@ -31,6 +31,20 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def run_periods(pid: int) -> int | None:
+    """How many times the scheduler put a process on a core, all its threads (the third
+    field of each thread's ``schedstat``): for a process that sleeps when it has nothing
+    to do, its wake-ups; None where unavailable."""
+    counts: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):  # a thread just gone
+                counts.append(
+                    int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[2])
+                )
+    return sum(counts) if counts else None
+
+
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process below it, read from each thread's ``children`` list."""
     found, todo = [], [pid]
@@ -49,6 +63,14 @@ def tree_cpu_seconds(pid: int) -> float | None:
     """CPU time of ``pid`` and its living descendants (a worker that exited is not
     counted: compare two readings only while the tree is unchanged)."""
     readings = [cpu_seconds(p) for p in descendants(pid)]
+    if readings[0] is None:
+        return None
+    return sum(r for r in readings if r is not None)
+
+
+def tree_run_periods(pid: int) -> int | None:
+    """``run_periods`` of ``pid`` and its living descendants."""
+    readings = [run_periods(p) for p in descendants(pid)]
     if readings[0] is None:
         return None
     return sum(r for r in readings if r is not None)

@@ -292,8 +292,34 @@ def overhead_wake(document: dict[str, Any]) -> str:
     return table(header, [cells], "r" * len(header))
 
 
+def overhead_wakes(document: dict[str, Any]) -> str:
+    """Per mode and level, each Python router's wake-ups a request and CPU per wake-up,
+    every process count of each side by side."""
+    rows = document["summary"]
+    if not any("router_wakes_per_request" in r for r in rows):
+        return "Not measured in this run."
+    rows_of = {(r["mode"], r["level"], r["target"]): r for r in rows}
+    targets = [t for t in document["targets"] if family(t) in ("bare", "specroute")]
+    parts = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        body = []
+        for level in sorted({r["level"] for r in rows if r["mode"] == mode}):
+            cells = [str(level)]
+            for t in targets:
+                row = rows_of.get((mode, level, t))
+                wakes = _figure(row, "router_wakes_per_request")
+                cpu = _figure(row, "router_cpu_ms_per_request")
+                each = None if not wakes or cpu is None else 1000 * cpu / wakes
+                cells.append(f"{number(wakes, 1)} / {number(each, 0)}")
+            body.append(cells)
+        header = [f"{_MODE_NAMES.get(mode, mode)}: level", *targets]
+        parts.append(table(header, body, "r" * len(header)))
+    return "\n".join(parts)
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
+    "overhead-wakes": overhead_wakes,
     "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
     "overhead-reference": overhead_reference,

@@ -55,8 +55,10 @@ def test_a_quick_run_measures_every_target_at_every_level(
                 assert r["backend_cores"]["max"] < 0.9  # the stub is never the bottleneck
                 if target == "direct":
                     assert r["router_cpu_ms_per_request"] is None
+                    assert r["router_wakes_per_request"] is None
                 else:
                     assert r["router_cpu_ms_per_request"]["min"] > 0
+                    assert r["router_wakes_per_request"]["min"] > 0  # woken for every request
                     assert r["added_ttfc_p50"] is not None
             if mode == "stream":  # chunks arrive paced by the backend, proxied or not
                 assert rows[mode, level, "direct"]["gap_p50"]["median"] == pytest.approx(20, abs=5)
