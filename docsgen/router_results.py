@@ -93,6 +93,53 @@ def overhead_reference(document: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+_TARGET_ROWS: tuple[tuple[str, str, str, str, str, str, tuple[int, ...]], ...] = (
+    # what, mode, figure, ours, theirs, how (ratio, less, or the pair), levels
+    ("router CPU per stream, one worker over smg's", "stream", "router_cpu_ms_per_request",
+     "specroute-w1", "smg", "ratio", (16, 64, 256, 512)),
+    ("router CPU per whole answer, one worker over smg's", "whole", "router_cpu_ms_per_request",
+     "specroute-w1", "smg", "ratio", (16, 64, 256, 512)),
+    ("added first-chunk p50, one worker less smg's, ms", "stream", "ttfc_p50",
+     "specroute-w1", "smg", "less", (1, 16, 64)),
+    ("first-chunk p99 over smg's, two workers, streams", "stream", "ttfc_p99",
+     "specroute-w2", "smg", "ratio", (1, 16, 64, 256, 512)),
+    ("first-chunk p99 over smg's, two workers, whole answers", "whole", "ttfc_p99",
+     "specroute-w2", "smg", "ratio", (1, 16, 64, 256, 512)),
+    ("streams/s, one worker / smg", "stream", "requests_per_s",
+     "specroute-w1", "smg", "pair", (256, 512)),
+    ("router CPU per stream, two workers over one", "stream", "router_cpu_ms_per_request",
+     "specroute-w2", "specroute-w1", "ratio", (16, 64, 256, 512)),
+    ("router CPU per whole answer, two workers over one", "whole", "router_cpu_ms_per_request",
+     "specroute-w2", "specroute-w1", "ratio", (16, 64, 256, 512)),
+    ("the same for the bare pass-through, per stream", "stream", "router_cpu_ms_per_request",
+     "bare-w2", "bare", "ratio", (16, 64, 256, 512)),
+)  # fmt: skip
+
+
+def overhead_targets(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """Issue 30's figures in each of ``runs`` (its name and document), a column each:
+    each cell the figure at each level its row names, ``a / b / c``."""
+    header = ["figure (levels)", *(code(name) for name, _ in runs)]
+    body = []
+    for what, mode, figure, ours, theirs, how, levels in _TARGET_ROWS:
+        cells = [f"{what} ({', '.join(str(n) for n in levels)})"]
+        for _, document in runs:
+            rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+            got = []
+            for level in levels:
+                a = _figure(rows_of.get((mode, level, ours)), figure)
+                b = _figure(rows_of.get((mode, level, theirs)), figure)
+                if a is None or b is None or (how == "ratio" and not b):
+                    got.append("-")
+                elif how == "pair":
+                    got.append(f"{number(a, 0)} / {number(b, 0)}")
+                else:
+                    got.append(f"{a / b:.2f}x" if how == "ratio" else f"{a - b:+.2f}")
+            cells.append(" / ".join(got))
+        body.append(cells)
+    return table(header, body, "l" + "r" * len(runs))
+
+
 def overhead(document: dict[str, Any]) -> str:
     """Per mode and level, each target's added first-chunk time and router CPU."""
     parts = []
@@ -293,8 +340,8 @@ def overhead_wake(document: dict[str, Any]) -> str:
 
 
 def overhead_wakes(document: dict[str, Any]) -> str:
-    """Per mode and level, each Python router's wake-ups a request and CPU per wake-up,
-    every process count of each side by side."""
+    """Per mode and level, each Python router's wake-ups a request (how many times the
+    scheduler put its processes on a core), every process count of each side by side."""
     rows = document["summary"]
     if not any("router_wakes_per_request" in r for r in rows):
         return "Not measured in this run."
@@ -302,16 +349,16 @@ def overhead_wakes(document: dict[str, Any]) -> str:
     targets = [t for t in document["targets"] if family(t) in ("bare", "specroute")]
     parts = []
     for mode in dict.fromkeys(r["mode"] for r in rows):
-        body = []
-        for level in sorted({r["level"] for r in rows if r["mode"] == mode}):
-            cells = [str(level)]
-            for t in targets:
-                row = rows_of.get((mode, level, t))
-                wakes = _figure(row, "router_wakes_per_request")
-                cpu = _figure(row, "router_cpu_ms_per_request")
-                each = None if not wakes or cpu is None else 1000 * cpu / wakes
-                cells.append(f"{number(wakes, 1)} / {number(each, 0)}")
-            body.append(cells)
+        body = [
+            [
+                str(level),
+                *(
+                    number(_figure(rows_of.get((mode, level, t)), "router_wakes_per_request"), 1)
+                    for t in targets
+                ),
+            ]
+            for level in sorted({r["level"] for r in rows if r["mode"] == mode})
+        ]
         header = [f"{_MODE_NAMES.get(mode, mode)}: level", *targets]
         parts.append(table(header, body, "r" * len(header)))
     return "\n".join(parts)
@@ -338,6 +385,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 RUN_OF = {
     "overhead-reference": "overhead",
     "overhead-wake": "overhead",
+    "overhead-wakes": "overhead",
 }  # a table of a run named otherwise
 
 

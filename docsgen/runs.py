@@ -224,6 +224,17 @@ RUNS: dict[str, Run] = {
         "--out overhead-lean.json",
         "2026-12-03",
     ),
+    "overhead-repeat": Run(
+        "specroute bench overhead --out overhead-repeat.json",
+        "2026-12-04",
+        note="the reference's command and router, run once before it on another machine of "
+        "the same kind",
+    ),
+    "overhead-cuts": Run(
+        "specroute bench overhead --out overhead-cuts.json",
+        "2026-12-04",
+        note="the reference before the online fit left the event loop",
+    ),
     "overhead-front": Run(
         "specroute bench overhead --workers 1,2 --aiohttp-front --repeats 2 "
         "--out overhead-front.json",
