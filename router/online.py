@@ -172,29 +172,23 @@ class FitJob:
         counted = [
             s for s in self.window if not taught_elsewhere(s, self.accept_length, self.tolerance)
         ]
-        profile, least, per = self.profile, self.min_samples, self.per_level
+        profile = self.profile
         axis = None if profile is None else profile.context
-        if axis is None:
-            only = fit(
-                counted, _levels(profile), None, _known(profile), least, per, shape=_shape(profile)
-            )
-            return (only,), len(self.window) - len(counted)
-        assert profile is not None
-        contexts = [b.context for b in axis.buckets]
-        split: list[list[Sample]] = [[] for _ in contexts]
-        for s in counted:
-            split[nearest(contexts, s.context)].append(s)
+        parts: list[tuple[float | None, list[Sample], Known | None, Shape | None]]
+        if profile is None or axis is None:
+            parts = [(None, counted, _known(profile), _shape(profile))]
+        else:
+            contexts = [b.context for b in axis.buckets]
+            split: list[list[Sample]] = [[] for _ in contexts]
+            for s in counted:
+                split[nearest(contexts, s.context)].append(s)
+            parts = [
+                (c, part, _at_context(profile, c), _shape_at_context(profile, c))
+                for part, c in zip(split, contexts, strict=True)
+            ]
+        levels, least, per = _levels(profile), self.min_samples, self.per_level
         fits = tuple(
-            fit(
-                part,
-                _levels(profile),
-                c,
-                _at_context(profile, c),
-                least,
-                per,
-                shape=_shape_at_context(profile, c),
-            )
-            for part, c in zip(split, contexts, strict=True)
+            fit(part, levels, c, known, least, per, shape=shape) for c, part, known, shape in parts
         )
         return fits, len(self.window) - len(counted)
 
@@ -368,9 +362,8 @@ class Online:
         self.shared = shared
         self.samples.merge(fresh)
         window = self.samples.window(now)
-        ends = (
-            (window[0], window[-1]) if window else ()
-        )  # it only gains at its end, loses at its start
+        # the window only gains at its end and loses at its start: its ends and length say it
+        ends = (window[0], window[-1]) if window else ()
         settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
         made_from = (len(window), *ends, accept_length, profile, shared, *settings)
         if self._fitted_on is not None and _same((*made_from, self.adopted), self._fitted_on):
