@@ -374,6 +374,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-lean": overhead_reference,
     "overhead-512": overhead_reference,
     "overhead-front": overhead_reference,
+    "overhead-tail": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

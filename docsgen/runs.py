@@ -235,6 +235,10 @@ RUNS: dict[str, Run] = {
         "2026-12-04",
         note="the reference before the online fit left the event loop",
     ),
+    "overhead-tail": Run(
+        "specroute bench overhead --levels 256,512 --workers 1,2,4 --out overhead-tail.json",
+        "2026-12-04",
+    ),
     "overhead-front": Run(
         "specroute bench overhead --workers 1,2 --aiohttp-front --repeats 2 "
         "--out overhead-front.json",
