@@ -47,7 +47,7 @@ from specroute.router.online_peers import Peers
 from specroute.router.online_rings import Rings
 from specroute.router.online_samples import Samples
 from specroute.router.online_samples_endpoint import online_samples_endpoint
-from specroute.router.online_task import keep_fitting, shares_gpus
+from specroute.router.online_task import fitter, keep_fitting, shares_gpus
 from specroute.router.openapi import document
 from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
@@ -234,6 +234,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if settings.profile is not None:
         tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
     if state.online.fitting:  # alone, or the leader: from every worker's samples
+        state.fitter = fitter()
         tasks.append(asyncio.create_task(keep_fitting(state)))
     if not state.sync.alone:  # one of several workers: what the others publish
         tasks.append(asyncio.create_task(follow(state)))
@@ -243,6 +244,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if state.silence is not None:
         tasks.append(state.silence)
     await cancel_and_wait(tasks)
+    if state.fitter is not None:
+        state.fitter.shutdown(wait=False, cancel_futures=True)  # a fit under way ends alone
     await state.admission.stop()
     await state.session.close()
     state.pool.close()

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 
@@ -53,22 +54,31 @@ async def keep_fitting(state: RouterState) -> None:
                 _log.exception("The online fit failed; the profile's crossover until one works.")
 
 
+def fitter() -> ThreadPoolExecutor:
+    """The thread the fits run in (``fit_now``), started now: one for the router's life,
+    so that it has the threads while it serves that it had when it started."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="specroute-fit")
+    pool.submit(int).result()  # its thread starts with its first job
+    return pool
+
+
 async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     """One fit, with the profile and the topology in force, ``taken``, the peers' samples
     since the last, and the speculative pool's accept length now (its healthy servers'
     readings within the online window, as the live profile records it), published for the
-    other workers. Its heavy steps run in a thread, off the event loop: reading the other
+    other workers. Its heavy steps run in the router's fitter thread (``state.fitter``;
+    without one, the event loop's default pool), off the event loop: reading the other
     workers' rings and fitting are tens of milliseconds of Python at thousands of samples,
     which on the loop held back every request of this worker for as long, every
     ``online_interval``. A fit made while another profile was posted is not put in force:
     the next one is made with it."""
-    online, in_force = state.online, state.in_force
+    online, in_force, loop = state.online, state.in_force, asyncio.get_running_loop()
     shared = shares_gpus(in_force.policy)
     accept = state.view().accept_length(state.settings.online_window_seconds)
-    fresh = await asyncio.to_thread(online.fresh)
+    fresh = await loop.run_in_executor(state.fitter, online.fresh)
     job = online.prepare(time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept)
     if job is not None:
-        made = await asyncio.to_thread(job.run)
+        made = await loop.run_in_executor(state.fitter, job.run)
         if state.in_force.profile is not job.profile:
             return
         online.settle(job, made)

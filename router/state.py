@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,7 @@ class RouterState:
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
     session: ClientSession | None = None  # health checks, polls, aborts, the model card
     pool: UpstreamPool | None = None  # the requests' connections to the backends
+    fitter: Executor | None = None  # the online fit's thread, where the router fits
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
