@@ -3,7 +3,8 @@ measured on loopback in one run, side by side with no router, a bare Python pass
 and SGLang's gateways in Rust.
 
 Two stub backends (``bench/servers/stub_backend.py``: SGLang's endpoints, paced SSE, nearly free
-in CPU) stand behind every target (``bench/overhead_targets.py``). For each repeat, level
+in CPU) stand behind every target (``bench/overhead_targets.py``), each target's requests
+spread over both. For each repeat, level
 and mode (streamed or whole answers) every target gets one window of closed-loop load
 (``bench/overhead_load.py``), the targets' order rotated from one level to the next so
 that none always runs first or last; before each window, a warm-up at the same
@@ -63,6 +64,7 @@ class OverheadPlan:
     bare_workers: tuple[int, ...] = (1,)  # the bare pass-through's processes, one target each
     online_off: bool = False  # also specroute-w1-online-off: one worker, --online off
     aiohttp_front: bool = False  # also specroute-w1-aiohttp: one worker, --front aiohttp
+    one_backend: bool = False  # also specroute-wN-one-backend: every request on one stub
     lean: bool = False  # also lean: the pass-through without aiohttp (servers/lean_proxy)
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
@@ -119,7 +121,7 @@ class Window:
     router_cpu_ms_per_request: float | None  # None for direct
     router_wakes_per_request: float | None  # times its processes were put on a core
     router_cores: float | None
-    backend_cores: tuple[float, ...]  # spec, base
+    backend_cores: tuple[float, ...]  # the two stubs'
     client_cores: float
 
 
@@ -250,11 +252,11 @@ async def measure_overhead(
         stack.callback(os.sched_setaffinity, 0, cores)  # this process's, as it was
         run_on("backends")
         backends = await start_backends(stack, plan.chunks, plan.gap_ms)
-        urls, backend_pids = [u for u, _ in backends], tuple(p for _, p in backends)
+        backend_pids = backends.pids
         run_on("router")
         targets = await start_targets(
             stack,
-            urls,
+            backends,
             plan.workers,
             plan.gateways,
             note,
@@ -262,9 +264,10 @@ async def measure_overhead(
             plan.online_off,
             plan.lean,
             plan.aiohttp_front,
+            plan.one_backend,
         )
         if pinned is not None:  # again: threads started before the affinity was set
-            for pid in backend_pids:
+            for pid in (*backend_pids, backends.idle_pid):
                 pin_tree(pid, pinned["backends"])
             for target in targets:
                 if target.pid is not None:

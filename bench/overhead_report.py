@@ -144,6 +144,8 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
         flags.append("--online-off")
     if plan.aiohttp_front:
         flags.append("--aiohttp-front")
+    if plan.one_backend:
+        flags.append("--one-backend")
     if plan.lean:
         flags.append("--lean")
     if plan.router_cores is not None:

@@ -8,13 +8,18 @@ started by the project's one spawner as a process of its own on loopback:
 - ``lean`` (``--lean``): ``specroute.bench.servers.lean_proxy``, the same pass-through on a
   bare asyncio protocol and the router's own upstream client: bare less lean is what
   aiohttp's server side costs a request;
-- ``specroute-wN``: ``specroute serve`` with ``--policy-param crossover=1e9`` (every request
-  goes to the speculative backend, through the whole routing path), with N worker processes
-  and no access log (the gateways run at log level ``warn``: no line for each request either);
+- ``specroute-wN``: ``specroute serve`` with both stub backends in its speculative pool and
+  ``--policy-param crossover=1e9`` (every request goes there, through the whole routing path,
+  and to the less loaded of the two: spread over them as direct's and the gateways' are; a
+  third stub, which nothing reaches, is its plain pool), with N worker processes and no
+  access log (the gateways run at log level ``warn``: no line for each request either);
   online calibration at its default, ``observe`` (a stream asks for its token counts, so
   each one is a sample); with ``--online-off``, also ``specroute-w1-online-off``, one worker
   with ``--online off``: what learning from live traffic costs; with ``--aiohttp-front``,
   also ``specroute-w1-aiohttp``, one worker with ``--front aiohttp``: what the own front saves;
+  with ``--one-backend``, also ``specroute-wN-one-backend`` for each N, every request on the
+  first stub, the second its plain pool: the arrangement of the references made before
+  2026-12-04, whose first chunks waited in the one busier backend as well as in the router;
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).
@@ -107,21 +112,32 @@ def installed(gateway: str) -> bool:
     return importlib.util.find_spec(GATEWAYS[gateway].package) is not None
 
 
-async def start_backends(
-    stack: AsyncExitStack, chunks: int, gap_ms: float
-) -> list[tuple[str, int]]:
-    """The speculative and the plain stub backends: their URLs and process ids."""
+@dataclass(frozen=True)
+class Backends:
+    """The stub backends: the two that every target's requests go to, and a third that none
+    goes to (``idle``), specroute's plain pool."""
+
+    urls: tuple[str, str]
+    pids: tuple[int, int]
+    idle: str
+    idle_pid: int
+
+
+ONE_BACKEND = "-one-backend"  # a specroute target's suffix: every request on the first stub
+
+
+async def start_backends(stack: AsyncExitStack, chunks: int, gap_ms: float) -> Backends:
     flags = ("--chunks", str(chunks), "--gap-ms", f"{gap_ms:g}")
-    started = []
-    for _ in ("spec", "base"):
-        stub = await stack.enter_async_context(spawned(*flags, module=STUB))
-        started.append((stub.url, stub.process.pid))
-    return started
+    stubs = [await stack.enter_async_context(spawned(*flags, module=STUB)) for _ in range(3)]
+    first, second, idle = stubs
+    return Backends(
+        (first.url, second.url), (first.process.pid, second.process.pid), idle.url, idle.process.pid
+    )
 
 
 async def start_targets(
     stack: AsyncExitStack,
-    backends: Sequence[str],
+    backends: Backends,
     workers: Sequence[int],
     gateways: Sequence[str],
     note: Callable[[str], None],
@@ -129,33 +145,38 @@ async def start_targets(
     online_off: bool = False,
     lean: bool = False,
     aiohttp_front: bool = False,
+    one_backend: bool = False,
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
-    spec, base = backends
-    targets = [Target("direct", (spec, base), None)]
+    first, second = backends.urls
+    spread = ("--spec", first, "--spec", second, "--base", backends.idle)
+    targets = [Target("direct", backends.urls, None)]
     floors: list[tuple[str, str, int, tuple[str, ...]]] = [
         (bare_name(n), BARE, n, ("--workers", str(n))) for n in bare_workers
     ]
     if lean:
         floors.append(("lean", LEAN, 1, ()))
     for name, module, n, more in floors:
-        upstreams = ("--upstream", spec, "--upstream", base, *more)
+        upstreams = ("--upstream", first, "--upstream", second, *more)
         floor = await stack.enter_async_context(spawned(*upstreams, module=module))
         await _every_worker_listening(floor.url, n, bare=True)
         targets.append(Target(name, (floor.url,), floor.process.pid))
-    serves: list[tuple[str, int, tuple[str, ...]]] = [(f"specroute-w{n}", n, ()) for n in workers]
+    serves: list[tuple[str, int, tuple[str, ...]]] = [
+        (f"specroute-w{n}", n, spread) for n in workers
+    ]
     if online_off:
-        serves.append((f"specroute-w1{ONLINE_OFF}", 1, ("--online", "off")))
+        serves.append((f"specroute-w1{ONLINE_OFF}", 1, (*spread, "--online", "off")))
     if aiohttp_front:
-        serves.append((f"specroute-w1{AIOHTTP_FRONT}", 1, ("--front", "aiohttp")))
+        serves.append((f"specroute-w1{AIOHTTP_FRONT}", 1, (*spread, "--front", "aiohttp")))
+    if one_backend:
+        serves += [
+            (f"specroute-w{n}{ONE_BACKEND}", n, ("--spec", first, "--base", second))
+            for n in workers
+        ]
     for name, n, more in serves:
         flags = (
             "serve",
-            "--spec",
-            spec,
-            "--base",
-            base,
             "--policy-param",
             "crossover=1e9",
             "--drain-grace",
@@ -176,8 +197,7 @@ async def start_targets(
             continue
         options = (
             "--worker-urls",
-            spec,
-            base,
+            *backends.urls,
             "--policy",
             "round_robin",
             "--host",

@@ -375,6 +375,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-512": overhead_reference,
     "overhead-front": overhead_reference,
     "overhead-tail": overhead_reference,
+    "overhead-backends": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

@@ -239,6 +239,15 @@ RUNS: dict[str, Run] = {
         "specroute bench overhead --levels 256,512 --workers 1,2,4 --out overhead-tail.json",
         "2026-12-04",
     ),
+    "overhead-backends": Run(
+        "specroute bench overhead --levels 256,512 --workers 1,2 --repeats 2 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--one-backend --router-cores 4 --out overhead-backends.json",
+        "2026-12-04",
+        note="run while the spread over both backends was a trial (its targets then named "
+        "specroute-wN-split, the one-backend ones specroute-wN), relabelled to the names this "
+        "command gives",
+    ),
     "overhead-front": Run(
         "specroute bench overhead --workers 1,2 --aiohttp-front --repeats 2 "
         "--out overhead-front.json",

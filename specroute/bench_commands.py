@@ -211,6 +211,13 @@ def _add_overhead(commands: Subcommands) -> None:
         "(the router's own front), for what the own front saves",
     )
     overhead.add_argument(
+        "--one-backend",
+        action="store_true",
+        help="also specroute-wN-one-backend for each worker count: every request on one of "
+        "the two stub backends (the arrangement of the references made before 2026-12-04), "
+        "beside specroute-wN, which spreads them over both as direct and the gateways do",
+    )
+    overhead.add_argument(
         "--lean",
         action="store_true",
         help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
@@ -479,6 +486,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "bare_workers": tuple(args.bare_workers),
             "online_off": args.online_off,
             "aiohttp_front": args.aiohttp_front,
+            "one_backend": args.one_backend,
             "lean": args.lean,
             "modes": tuple(args.modes),
             "warmup": args.warmup,

@@ -5,6 +5,7 @@ holds on any machine; and the order in which windows interleave."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from specroute.bench.overhead_targets import GATEWAYS, installed
 from specroute.cli import main, parser
 from specroute.loadgen.spawn import spawned
 from tests.routers import running_router
+from tests.test_emulator_api import metric
 
 PROXIES = ("bare", "specroute-w1")
 
@@ -216,21 +218,55 @@ def test_the_command_line_a_run_records_runs_the_same_plan_again() -> None:
         router_cores=4,
         profile_dir="/tmp/somewhere/profiles",
         profile_seconds=3,
+        one_backend=True,
     )
     line = command_line(plan, "/out/overhead.json")
     assert line.endswith("--profile-format speedscope --out overhead.json")
     args = parser().parse_args(line.split()[1:])
     assert (args.levels, args.workers, args.repeats) == ([1, 256], [1, 4], 2)
-    assert (args.gateways, args.router_cores, args.profile_dir) == (
+    assert (args.gateways, args.router_cores, args.profile_dir, args.one_backend) == (
         ["smg", "sglang-router"],
         4,
         "profiles",
+        True,
     )
     assert (args.profile_levels, args.profile_seconds, args.modes) == (
         [256],
         3,
         ["stream", "whole"],
     )
+
+
+async def test_specroute_spreads_its_requests_over_both_backends_as_the_others_do() -> None:
+    """``specroute-wN`` routes over the same two stubs as direct and the gateways, so that
+    no backend is busier behind it (the third stub, its plain pool, gets nothing);
+    ``--one-backend``'s ``specroute-wN-one-backend`` sends every request to the first."""
+    async with contextlib.AsyncExitStack() as stack:
+        backends = await overhead_targets.start_backends(stack, 4, 5)
+        targets = await overhead_targets.start_targets(
+            stack, backends, [1], [], print, one_backend=True
+        )
+        by_name = {t.name: t.urls[0] for t in targets}
+        assert list(by_name) == ["direct", "bare", "specroute-w1", "specroute-w1-one-backend"]
+        stubs = [*backends.urls, backends.idle]
+        for name, expected in (
+            ("specroute-w1", (True, True, False)),
+            ("specroute-w1-one-backend", (True, False, False)),
+        ):
+            before = [await metric(u, "sglang:generation_tokens_total") for u in stubs]
+            client = AsyncOpenAI(base_url=by_name[name] + "/v1", api_key="unused")
+            await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model="stub", messages=[{"role": "user", "content": "Hi."}]
+                    )
+                    for _ in range(16)
+                )
+            )
+            after = [await metric(u, "sglang:generation_tokens_total") for u in stubs]
+            grew = tuple(b > a for a, b in zip(before, after, strict=True))
+            assert grew == expected, (name, before, after)
+            assert sum(after) - sum(before) == 16 * 4  # every answer, four tokens each
 
 
 async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> None:
@@ -273,6 +309,7 @@ async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> N
         ("specroute-w2", "specroute"),
         ("specroute-w1-online-off", None),  # served with other flags: not a process count
         ("specroute-w1-aiohttp", None),
+        ("specroute-w2-one-backend", None),
         ("direct", None),
         ("smg", None),
     ],
