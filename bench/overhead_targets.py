@@ -18,8 +18,8 @@ started by the project's one spawner as a process of its own on loopback:
   with ``--online off``: what learning from live traffic costs; with ``--aiohttp-front``,
   also ``specroute-w1-aiohttp``, one worker with ``--front aiohttp``: what the own front saves;
   with ``--one-backend``, also ``specroute-wN-one-backend`` for each N, every request on the
-  first stub, the second its plain pool: the arrangement of the references made before
-  2026-12-04, whose first chunks waited in the one busier backend as well as in the router;
+  first stub, the second its plain pool: the bench's former arrangement, whose first
+  chunks waited in the one busier backend as well as in the router;
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).

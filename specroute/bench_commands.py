@@ -214,8 +214,8 @@ def _add_overhead(commands: Subcommands) -> None:
         "--one-backend",
         action="store_true",
         help="also specroute-wN-one-backend for each worker count: every request on one of "
-        "the two stub backends (the arrangement of the references made before 2026-12-04), "
-        "beside specroute-wN, which spreads them over both as direct and the gateways do",
+        "the two stub backends, as the bench sent them before specroute-wN spread them over "
+        "both as direct and the gateways do",
     )
     overhead.add_argument(
         "--lean",
