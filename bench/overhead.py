@@ -252,7 +252,6 @@ async def measure_overhead(
         stack.callback(os.sched_setaffinity, 0, cores)  # this process's, as it was
         run_on("backends")
         backends = await start_backends(stack, plan.chunks, plan.gap_ms)
-        backend_pids = backends.pids
         run_on("router")
         targets = await start_targets(
             stack,
@@ -267,7 +266,7 @@ async def measure_overhead(
             plan.one_backend,
         )
         if pinned is not None:  # again: threads started before the affinity was set
-            for pid in (*backend_pids, backends.idle_pid):
+            for pid in (*backends.pids, backends.idle_pid):
                 pin_tree(pid, pinned["backends"])
             for target in targets:
                 if target.pid is not None:
@@ -293,7 +292,7 @@ async def measure_overhead(
         )
         for repeat, level, mode, name in windows:
             target = by_name[name]
-            readings = _Readings(target.pid, backend_pids)
+            readings = _Readings(target.pid, backends.pids)
             progress.begin(f"{name} {mode}", level, repeat)
             began = time.monotonic()
             sampled = await _window(plan, target, level, mode, readings.take)
