@@ -99,7 +99,22 @@ class EmulatorConfig:
             "speculative_num_draft_tokens": steps + 1 if spec else None,
             "disable_radix_cache": self.radix_cache_tokens == 0,
             "enable_cache_report": self.enable_cache_report,
+            # SGLang 0.5.23 lists every argument, its keys and the command line as given
+            "api_key": self.api_key,
+            "admin_api_key": None,
+            "launch_command": self.launch_command(),
         }
+
+    def launch_command(self) -> str:
+        """The command line SGLang would have been started with, as its ``/server_info``
+        shows it (keys included: SGLang does not hide them)."""
+        words = ["python3 -m sglang.launch_server", f"--model-path {self.model_path}"]
+        words += [f"--host {self.host}", f"--port {self.port}"]
+        if self.speculative:
+            words.append("--speculative-algorithm EAGLE3")
+        if self.api_key is not None:
+            words.append(f"--api-key {self.api_key}")
+        return " ".join(words)
 
     def engine(self) -> Engine:
         return Engine(

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.emulator.accept_schedule import AcceptChange, apply, retake
 from specroute.emulator.acceptance import AcceptanceError
+from specroute.emulator.cache_flush import CacheFlush, timeout_of
 from specroute.emulator.config import VERSION, EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence
 from specroute.emulator.errors import BadRequest, error_body, error_response, read_json
@@ -35,6 +36,7 @@ LOOP = web.AppKey("loop", EngineLoop)
 CONFIG = web.AppKey("config", EmulatorConfig)
 STARTED = web.AppKey("started", float)
 FAULTS = web.AppKey("faults", FaultInjector)
+FLUSH = web.AppKey("flush", CacheFlush)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -118,6 +120,9 @@ def create_app(config: EmulatorConfig) -> web.Application:
     for path in ("/model_info", "/get_model_info"):
         app.router.add_get(path, _model_info)
     app.router.add_get("/v1/loads", _loads)
+    app[FLUSH] = CacheFlush(loop)
+    for method in ("GET", "POST"):
+        app.router.add_route(method, "/flush_cache", _flush_cache)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/emulator/acceptance", _get_acceptance)
     app.router.add_post("/emulator/acceptance", _set_acceptance)
@@ -240,6 +245,11 @@ async def _model_info(request: web.Request) -> web.Response:
             "model_type": str(config.hardware.raw.get("model_type", "")),
         }
     )
+
+
+async def _flush_cache(request: web.Request) -> web.Response:
+    flushed, said = await request.app[FLUSH].flush(timeout_of(request.query.get("timeout")))
+    return web.Response(text=said, status=200 if flushed else 400)
 
 
 async def _loads(request: web.Request) -> web.Response:

@@ -22,6 +22,8 @@ from specroute.router.access_log import stamp
 from specroute.router.admission import Admission
 from specroute.router.auth import Keys, without_credentials
 from specroute.router.board import Board
+from specroute.router.cache_flush import PATH as FLUSH_PATH
+from specroute.router.cache_flush import flush_cache
 from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.errors import error_response
@@ -55,6 +57,7 @@ from specroute.router.quota import quota_of
 from specroute.router.rate_limit import RateLimit
 from specroute.router.request_id import Tagged
 from specroute.router.roster import Roster
+from specroute.router.server_info import MODEL_INFO, SERVER_INFO, relay_info
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from specroute.router.tracing import Tracing
@@ -192,6 +195,11 @@ def create_app(
         app.router.add_post(path, proxy(state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
+    for names in (SERVER_INFO, MODEL_INFO):
+        for name in names:
+            app.router.add_get(name, functools.partial(relay_info, state=state, names=names))
+    for method in ("GET", "POST"):
+        app.router.add_route(method, FLUSH_PATH, functools.partial(flush_cache, state=state))
     app.router.add_get("/health", _health)
     app.router.add_get("/ready", _ready)
     app.router.add_get("/metrics", _metrics)

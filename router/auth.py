@@ -1,6 +1,8 @@
 """Bearer keys: optional client keys for serving, and the admin key that changing the
 router's routing, reading the profile of its live fit, or reading its online samples (a
 peer replica's pull) needs: without one configured, those endpoints refuse (fail closed).
+Flushing the servers' caches (``/flush_cache``) changes the servers, not routing: as on
+SGLang, it needs the admin key where one is configured, and otherwise what serving needs.
 
 Probes and scrapers (``/health``, ``/ready``, ``/metrics``) and the router's own API
 description (``/openapi.json``) stay open. Keys are compared in
@@ -22,6 +24,9 @@ from specroute.router.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
 ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live", "/router/online/samples"})
+# what changes the servers but not routing (SGLang's ADMIN_OPTIONAL): the admin key where
+# one is configured, else as the serving paths
+OPERATOR_PATHS = frozenset({"/flush_cache"})
 
 
 def _bearer(request: Asked) -> str | None:
@@ -66,6 +71,7 @@ class Keys:
                 "permission_error",
             )
         clients, admins = self.clients, self.admins
+        admin_path = admin_path or (request.path in OPERATOR_PATHS and bool(admins))
         needed = admins if admin_path else [*clients, *admins] if clients else []
         if not needed:
             return None

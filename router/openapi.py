@@ -128,6 +128,54 @@ def _model() -> dict[str, Any]:
     return operation
 
 
+def _server_info(summary: str) -> dict[str, Any]:
+    """A server's own answer, relayed (SGLang's older name answers the same)."""
+    return _get(
+        f"{summary}: a healthy speculative server's (else a plain one's), named by "
+        "`x-specroute-backend`, with every key in it hidden",
+        {_JSON: {"schema": {"type": "object"}}},
+        401,
+        502,
+        503,
+    )
+
+
+def _flush() -> dict[str, Any]:
+    flushed = _object({"flushed": {"type": "boolean"}, "servers": {"type": "array"}})
+    operation: dict[str, Any] = {
+        "summary": "Every server's radix cache flushed (SGLang's `/flush_cache` on each). The "
+        "admin key where one is configured, else what serving needs.",
+        "security": _CLIENT,
+        "parameters": [
+            {
+                "name": "timeout",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "number", "minimum": 0},
+                "description": "Seconds each server may wait for its requests to end.",
+            }
+        ],
+        "responses": {
+            "200": {
+                "description": "Every server flushed.",
+                "content": {_JSON: {"schema": flushed}},
+            },
+            "400": {
+                "description": "A bad `timeout`, or a server busy: the message names it, "
+                "`servers` says what each answered.",
+                "content": {_JSON: {"schema": _ERROR}},
+            },
+            "502": {
+                "description": "A server could not be asked or failed; `servers` says which.",
+                "content": {_JSON: {"schema": _ERROR}},
+            },
+            **_errors(401, 403),
+            "503": {"description": "No backend to flush.", "content": {_JSON: {"schema": _ERROR}}},
+        },
+    }
+    return {"get": operation, "post": operation}
+
+
 def _schemas() -> dict[str, Any]:
     message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
     return {
@@ -341,6 +389,11 @@ def document() -> dict[str, Any]:
                 401,
             ),
             "/v1/models/{model}": _model(),
+            "/server_info": _server_info("The server's arguments and live state"),
+            "/get_server_info": _server_info("The server's arguments and live state"),
+            "/model_info": _server_info("The model's description"),
+            "/get_model_info": _server_info("The model's description"),
+            "/flush_cache": _flush(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
             "/ready": _get(
                 "Ready: a backend is healthy and no shutdown began",

@@ -463,6 +463,11 @@ class RouterSettings(BaseSettings):
         """Whether the set of backends may change while the router runs."""
         return self.backends_file is not None or bool(self.names())
 
+    def secrets(self) -> list[str]:
+        """Every key the router holds, as what an answer must never carry."""
+        held = [*self.api_keys, self.admin_key, self.backend_api_key]
+        return [k.get_secret_value() for k in held if k is not None and k.get_secret_value()]
+
     def columns(self) -> int:
         """Backends the workers' board has room for: the servers given, or as many as may
         be known at once when servers are discovered."""

@@ -225,6 +225,26 @@ async def test_a_client_that_leaves_mid_stream_aborts_the_request_on_the_server(
     print(f"freed {freed:.2f} s after the client left")
 
 
+async def test_server_info_and_a_cache_flush_through_the_router_are_the_servers(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """SGLang's own endpoints, as its bench_serving asks for them: the speculative server's
+    arguments and model, and both servers' radix caches flushed while they are idle."""
+    spec, _ = servers
+    direct = await _get(spec.url + "/server_info")
+    info = await _get(router + "/server_info")
+    assert info["speculative_algorithm"] == direct["speculative_algorithm"] is not None
+    assert info["launch_command"] == direct["launch_command"]  # nothing in it to hide here
+    assert (await _get(router + "/model_info"))["model_path"] == direct["model_path"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(router + "/flush_cache", params={"timeout": "30"}) as r,
+    ):
+        answer = await r.json()
+        assert r.status == 200, answer
+    assert {s["pool"]: s["status"] for s in answer["servers"]} == {"spec": 200, "base": 200}
+
+
 async def test_the_routers_accept_length_is_the_servers_own(
     servers: tuple[Engine, Engine], router: str
 ) -> None:

@@ -129,3 +129,37 @@ async def test_the_router_chooses_the_pool_smg_the_server_and_smg_tells_the_load
         model=model, messages=[{"role": "user", "content": "Hi."}], max_tokens=2
     )
     assert raw.headers["x-specroute-backend"].startswith("base:")
+
+
+async def test_server_info_and_a_flush_reach_the_servers_behind_smg(
+    pool: tuple[str, RouterState, list[str]],
+) -> None:
+    """SMG answers SGLang's older names (/get_server_info, /get_model_info), 404 to the
+    newer, and fans a flush out to its servers."""
+    url, _, workers = pool
+    router = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    model = (await router.models.list()).data[0].id
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Define a batch."},
+    ]
+
+    async def cached(client: openai.AsyncOpenAI) -> int:
+        answer = await client.chat.completions.create(model=model, messages=messages, max_tokens=2)
+        assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+        return answer.usage.prompt_tokens_details.cached_tokens or 0
+
+    await cached(router)
+    assert await cached(router) > 1000  # on one of the servers behind SMG
+    async with aiohttp.ClientSession() as s:
+        for path in ("/server_info", "/model_info"):
+            async with s.get(f"{url}{path}") as r:
+                assert r.status == 200, await r.text()
+                assert r.headers["x-specroute-backend"].startswith("spec:")  # the SMG
+                assert (await r.json())["model_path"] == model
+        async with s.post(f"{url}/flush_cache") as r:
+            answer = await r.json()
+            assert r.status == 200, answer
+    for worker in workers:  # the one that held the prompt too: asked directly
+        direct = openai.AsyncOpenAI(base_url=f"{worker}/v1", api_key="unused", max_retries=0)
+        assert await cached(direct) == 0

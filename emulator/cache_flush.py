@@ -1,0 +1,67 @@
+"""``/flush_cache``: the radix cache dropped while the server is idle, as SGLang 0.5.23 does.
+
+With no ``timeout`` (or 0) the flush happens only if nothing runs or waits, and fails
+(400) otherwise; with ``timeout`` seconds it waits up to that long for the server to fall
+idle; one flush at a time. A server without a radix cache flushes nothing and succeeds,
+as SGLang does (it clears its pools either way).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from specroute.emulator.errors import BadRequest
+from specroute.emulator.loop import EngineLoop
+
+FLUSHED = "Cache flushed.\n"
+BUSY = "Flush cache failed.\n"  # SGLang's answer when requests run and no timeout is given
+TIMED_OUT = "Timed out waiting for idle state."
+PENDING = "Another flush_cache is already in progress."
+
+
+def timeout_of(raw: str | None) -> float:
+    """The ``timeout`` query parameter: seconds, at least 0 (FastAPI's check; its 422 is
+    SGLang's 400)."""
+    if raw is None:
+        return 0.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise BadRequest(f"timeout: not a number: {raw!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise BadRequest(f"timeout: must be a finite number of seconds >= 0, not {raw!r}")
+    return seconds
+
+
+class CacheFlush:
+    def __init__(self, loop: EngineLoop) -> None:
+        self._loop = loop
+        self._pending = False
+
+    async def flush(self, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        """Whether the cache was dropped, and what the server answers."""
+        if self._pending:
+            return False, PENDING
+        engine = self._loop.engine
+        if engine.idle:
+            self._drop()
+            return True, FLUSHED
+        if timeout <= 0:
+            return False, BUSY
+        self._pending = True
+        try:
+            deadline = time.monotonic() + timeout
+            while not engine.idle:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False, TIMED_OUT
+                await self._loop.wait_progress(left)
+            self._drop()
+            return True, FLUSHED
+        finally:
+            self._pending = False
+
+    def _drop(self) -> None:
+        if self._loop.engine.cache is not None:
+            self._loop.engine.cache.clear()
