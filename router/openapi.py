@@ -130,7 +130,7 @@ def _model() -> dict[str, Any]:
 
 def _server_info(summary: str) -> dict[str, Any]:
     """A server's own answer, relayed (SGLang's older name answers the same)."""
-    return _get(
+    operation: dict[str, Any] = _get(
         f"{summary}: a healthy speculative server's (else a plain one's), named by "
         "`x-specroute-backend`, with every key in it hidden",
         {_JSON: {"schema": {"type": "object"}}},
@@ -138,6 +138,7 @@ def _server_info(summary: str) -> dict[str, Any]:
         502,
         503,
     )
+    return operation
 
 
 def _flush() -> dict[str, Any]:
