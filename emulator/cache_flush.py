@@ -8,11 +8,11 @@ as SGLang does (it clears its pools either way).
 
 from __future__ import annotations
 
-import math
 import time
 
 from specroute.emulator.errors import BadRequest
 from specroute.emulator.loop import EngineLoop
+from specroute.seconds import seconds
 
 FLUSHED = "Cache flushed.\n"
 BUSY = "Flush cache failed.\n"  # SGLang's answer when requests run and no timeout is given
@@ -21,17 +21,11 @@ PENDING = "Another flush_cache is already in progress."
 
 
 def timeout_of(raw: str | None) -> float:
-    """The ``timeout`` query parameter: seconds, at least 0 (FastAPI's check; its 422 is
-    SGLang's 400)."""
-    if raw is None:
-        return 0.0
+    """The ``timeout`` query parameter (FastAPI's check; its 422 is SGLang's 400)."""
     try:
-        seconds = float(raw)
-    except ValueError:
-        raise BadRequest(f"timeout: not a number: {raw!r}") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise BadRequest(f"timeout: must be a finite number of seconds >= 0, not {raw!r}")
-    return seconds
+        return seconds(raw)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 class CacheFlush:

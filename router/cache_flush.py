@@ -12,7 +12,6 @@ flushed either way, and the answer lists it.
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import aiohttp
@@ -22,38 +21,26 @@ from specroute.router.backend import Backend
 from specroute.router.errors import error_json, error_response
 from specroute.router.server_info import redacted
 from specroute.router.state import RouterState
+from specroute.seconds import seconds
 
 PATH = "/flush_cache"
 _ANSWER_SECONDS = 30.0  # beyond the server's own wait for idle
 
 
-def _timeout(raw: str | None) -> float | str:
-    """The seconds each server may wait to fall idle, or what is wrong with them."""
-    if raw is None:
-        return 0.0
-    try:
-        seconds = float(raw)
-    except ValueError:
-        return f"timeout must be a number of seconds, not {raw!r}"
-    if not math.isfinite(seconds) or seconds < 0:
-        return f"timeout must be a finite number of seconds >= 0, not {raw!r}"
-    return seconds
-
-
 async def flush_cache(request: web.Request, state: RouterState) -> web.Response:
     assert state.session is not None  # set at startup, before any request is served
-    seconds = _timeout(request.query.get("timeout"))
-    if isinstance(seconds, str):
-        return error_response(400, seconds, param="timeout")
+    try:
+        wait = seconds(request.query.get("timeout"))
+    except ValueError as exc:
+        return error_response(400, str(exc), param="timeout")
     backends = state.roster.backends
     if not backends:
         return error_response(503, "No backend to flush.", "service_unavailable", retry_after=1)
     session, secrets = state.session, state.settings.secrets()
-    results = await asyncio.gather(*(_flushed(session, b, seconds, secrets) for b in backends))
-    for backend, result in zip(backends, results, strict=True):
-        if result["status"] != 200:
-            state.metrics.upstream_errors.labels(backend=backend.name, kind="flush").inc()
+    results = await asyncio.gather(*(_flushed(session, b, wait, secrets) for b in backends))
     failed = [r for r in results if r["status"] != 200]
+    for r in failed:
+        state.metrics.upstream_errors.labels(backend=r["backend"], kind="flush").inc()
     if not failed:
         return web.json_response({"flushed": True, "servers": results})
     busy = all(r["status"] == 400 for r in failed)
@@ -66,14 +53,14 @@ async def flush_cache(request: web.Request, state: RouterState) -> web.Response:
 
 
 async def _flushed(
-    session: aiohttp.ClientSession, backend: Backend, seconds: float, secrets: list[str]
+    session: aiohttp.ClientSession, backend: Backend, wait: float, secrets: list[str]
 ) -> dict[str, Any]:
     """One server's flush: its status (0: not asked to the end) and what it said."""
-    limit = aiohttp.ClientTimeout(total=seconds + _ANSWER_SECONDS)
+    limit = aiohttp.ClientTimeout(total=wait + _ANSWER_SECONDS)
     status, said = 0, ""
     try:
         async with session.post(
-            f"{backend.url}{PATH}", params={"timeout": f"{seconds:g}"}, timeout=limit
+            f"{backend.url}{PATH}", params={"timeout": f"{wait:g}"}, timeout=limit
         ) as r:
             status, said = r.status, (await r.text()).strip()
     except (aiohttp.ClientError, TimeoutError) as exc:
