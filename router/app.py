@@ -201,7 +201,8 @@ def create_app(
     for method in ("GET", "POST"):
         app.router.add_route(method, FLUSH_PATH, functools.partial(flush_cache, state=state))
     app.router.add_get("/health", _health)
-    app.router.add_get("/ready", _ready)
+    for path in ("/ready", "/health_generate"):  # SGLang's probe that a generation works
+        app.router.add_get(path, _ready)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/router/status", _status)
     app.router.add_post("/router/profile", _swap_profile)
@@ -299,6 +300,7 @@ async def _openapi(request: web.Request) -> web.Response:
 
 
 async def _ready(request: web.Request) -> web.Response:
+    """A backend whose health check passes (a generation, on SGLang) and no drain begun."""
     state = request.app[STATE]
     if state.stopping:
         return error_response(503, "draining", "service_unavailable")

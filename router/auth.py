@@ -4,7 +4,8 @@ peer replica's pull) needs: without one configured, those endpoints refuse (fail
 Flushing the servers' caches (``/flush_cache``) changes the servers, not routing: as on
 SGLang, it needs the admin key where one is configured, and otherwise what serving needs.
 
-Probes and scrapers (``/health``, ``/ready``, ``/metrics``) and the router's own API
+Probes and scrapers (``/health``, ``/ready`` and SGLang's name for it ``/health_generate``,
+``/metrics``) and the router's own API
 description (``/openapi.json``) stay open. Keys are compared in
 constant time and never logged or echoed; the client's ``Authorization`` header is never
 forwarded to a backend (the router sends its own backend key, if any).
@@ -22,7 +23,7 @@ from pydantic import SecretStr
 from specroute.router.asked import Asked
 from specroute.router.errors import error_response
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/openapi.json"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/health_generate", "/metrics", "/openapi.json"})
 ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live", "/router/online/samples"})
 # what changes the servers but not routing (SGLang's ADMIN_OPTIONAL): the admin key where
 # one is configured, else as the serving paths

@@ -402,6 +402,12 @@ def document() -> dict[str, Any]:
                 503,
                 open_=True,
             ),
+            "/health_generate": _get(
+                "SGLang's probe name: the same answer as `/ready`",
+                {_JSON: {"schema": {"type": "object"}}},
+                503,
+                open_=True,
+            ),
             "/metrics": _get(
                 "Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}, open_=True
             ),

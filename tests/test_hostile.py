@@ -460,7 +460,7 @@ def test_the_description_names_every_route_and_what_the_router_reads() -> None:
         in schemas["GenerateRequest"]["properties"]["sampling_params"]["properties"]
     )
     assert doc["paths"]["/router/profile"]["post"]["security"] == [{"adminKey": []}]
-    for path in ("/health", "/ready", "/metrics", "/openapi.json"):
+    for path in ("/health", "/ready", "/health_generate", "/metrics", "/openapi.json"):
         assert doc["paths"][path]["get"]["security"] == []
     json.dumps(doc)  # plain JSON all through
 

@@ -200,14 +200,16 @@ async def test_models_and_readiness(backends: tuple[str, str]) -> None:
         models = await client(url).models.list()
         assert [m.id for m in models.data] == ["moonshotai/Kimi-K2.5"]
         async with aiohttp.ClientSession() as s:
-            for path in ("/health", "/ready", "/metrics"):
+            for path in ("/health", "/ready", "/health_generate", "/metrics"):
                 async with s.get(url + path) as r:
                     assert r.status == 200
     async with running_router(
         spec=["http://127.0.0.1:9"], base=["http://127.0.0.1:9"], crossover=4
     ) as (url, _):
-        async with aiohttp.ClientSession() as s, s.get(f"{url}/ready") as r:
-            assert r.status == 503
+        async with aiohttp.ClientSession() as s:
+            for path in ("/ready", "/health_generate"):  # SGLang's probe: no server can
+                async with s.get(url + path) as r:
+                    assert r.status == 503
         with pytest.raises(openai.APIStatusError) as refused:
             await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=3)
         assert refused.value.status_code == 503

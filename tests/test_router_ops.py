@@ -69,7 +69,7 @@ async def test_client_and_admin_keys(caplog: pytest.LogCaptureFixture) -> None:
             assert raw.http_response.status_code == 200  # so the backend got its own key
             assert secrets[2] not in str(raw.headers) + raw.http_response.text
             assert (await keyed(url, key).models.list()).data  # backend key on /v1/models
-        for path in ("/health", "/ready", "/metrics"):
+        for path in ("/health", "/ready", "/health_generate", "/metrics"):
             async with s.get(url + path) as r:
                 assert r.status == 200  # probes and scrapers need no key
         post = f"{url}/router/profile"

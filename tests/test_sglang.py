@@ -39,8 +39,10 @@ from specroute.engines.sglang_cpu import (
     EngineSettings,
     engine,
     engine_pair,
+    environment,
     missing,
 )
+from specroute.engines.sglang_cpu import python as sglang_python
 from specroute.loadgen.client import request_body
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
@@ -243,6 +245,38 @@ async def test_server_info_and_a_cache_flush_through_the_router_are_the_servers(
         answer = await r.json()
         assert r.status == 200, answer
     assert {s["pool"]: s["status"] for s in answer["servers"]} == {"spec": 200, "base": 200}
+
+
+async def test_sglangs_own_benchmark_runs_through_the_router_and_flushes_both_caches(
+    servers: tuple[Engine, Engine], router: str, tmp_path: Path
+) -> None:
+    """``sglang.bench_serving`` as a team runs it against SGLang or SMG: its tokenizer from
+    ``/model_info`` (no ``--tokenizer``), a flush of every server's cache after its warm-up
+    (it stops unless the answer is a success, which the router gives only when both
+    servers flushed), and the speculative server's accept length from ``/server_info``."""
+    decisions = "specroute_route_decisions_total"
+    before = prometheus.sums(await _metrics_text(router), {decisions}).get(decisions, 0.0)
+    out = tmp_path / "bench.jsonl"
+    run = await asyncio.create_subprocess_exec(
+        str(sglang_python()),
+        "-m",
+        "sglang.benchmark.serving",
+        *("--backend", "sglang", "--base-url", router, "--model", SERVED_NAME),
+        *("--dataset-name", "random-ids", "--num-prompts", "8", "--max-concurrency", "2"),
+        *("--random-input-len", "24", "--random-output-len", "8", "--random-range-ratio", "1"),
+        *("--flush-cache", "--warmup-requests", "1", "--disable-tqdm"),
+        *("--output-file", str(out)),
+        stdout=PIPE,
+        stderr=STDOUT,
+        env=environment(None, EngineSettings()),
+    )
+    printed = (await asyncio.wait_for(run.communicate(), 300))[0].decode()
+    assert run.returncode == 0, printed[-4000:]
+    result = json.loads(out.read_text().splitlines()[-1])
+    assert result["completed"] == 8, printed[-4000:]
+    assert result["accept_length"] is not None and result["accept_length"] >= 1, printed[-4000:]
+    after = prometheus.sums(await _metrics_text(router), {decisions}).get(decisions, 0.0)
+    assert after - before == 9  # its warm-up and the eight it measured, each decided once
 
 
 async def test_the_routers_accept_length_is_the_servers_own(
