@@ -7,9 +7,11 @@ from contextlib import AsyncExitStack
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from specroute.loadgen.spawn import free_port
 from specroute.router.server_info import HIDDEN, redacted
+from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router
 
@@ -94,6 +96,36 @@ async def test_servers_that_refuse_are_a_502_that_names_each_and_none_healthy_a_
     async with alone as (url, _), aiohttp.ClientSession() as s:
         r = await s.get(f"{url}/model_info")
         assert r.status == 503 and "Retry-After" in r.headers
+
+
+async def test_an_answer_the_server_compressed_is_read_and_its_key_hidden() -> None:
+    """SGLang compresses an answer for a client that accepts gzip; the router's session
+    leaves bodies as sent (its proxy relays them so), so the relay decodes them itself."""
+
+    async def info(request: web.Request) -> web.Response:
+        answer = web.json_response({"model_path": "m", "api_key": BACKEND_KEY})
+        answer.enable_compression(web.ContentCoding.gzip)
+        return answer
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/server_info", info)
+    async with AsyncExitStack() as stack:
+        zipped = await stack.enter_async_context(serving(app))
+        base = await stack.enter_async_context(running_emulator("--mode", "base", *FAST))
+        url, _ = await stack.enter_async_context(
+            running_router(spec=[zipped], base=[base], given_params={"crossover": 8})
+        )
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{zipped}/server_info") as direct:
+                assert direct.headers["Content-Encoding"] == "gzip"  # what the router meets
+            r = await s.get(f"{url}/server_info")
+            assert r.status == 200, await r.text()
+            assert r.headers["x-specroute-backend"].startswith("spec:")
+            assert await r.json() == {"model_path": "m", "api_key": HIDDEN}
 
 
 def test_what_looks_like_a_secret_is_hidden_and_nothing_else() -> None:
