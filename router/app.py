@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +25,7 @@ from specroute.router.auth import Keys, without_credentials
 from specroute.router.board import Board
 from specroute.router.cache_flush import PATH as FLUSH_PATH
 from specroute.router.cache_flush import flush_cache
+from specroute.router.content_coding import read_decoded
 from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.errors import error_response
@@ -284,7 +286,7 @@ async def _models(request: web.Request) -> web.Response:
             continue
         try:
             async with state.session.get(f"{backend.url}/v1/models") as r:
-                for card in (await r.json()).get("data", []):
+                for card in json.loads(await read_decoded(r)).get("data", []):
                     cards.setdefault(card.get("id"), card)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             state.metrics.upstream_errors.labels(backend=backend.name, kind="models").inc()

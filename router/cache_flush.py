@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from specroute.router.backend import Backend
-from specroute.router.content_coding import decoded
+from specroute.router.content_coding import read_decoded
 from specroute.router.errors import error_json, error_response
 from specroute.router.server_info import redacted
 from specroute.router.state import RouterState
@@ -63,8 +63,7 @@ async def _flushed(
         async with session.post(
             f"{backend.url}{PATH}", params={"timeout": f"{wait:g}"}, timeout=limit
         ) as r:
-            status, coding, raw = r.status, r.headers.get("Content-Encoding", ""), await r.read()
-        said = decoded(raw, coding).decode(errors="replace").strip()
+            status, said = r.status, (await read_decoded(r)).decode(errors="replace").strip()
     except (aiohttp.ClientError, TimeoutError) as exc:
         said = f"unreachable ({type(exc).__name__})"
     except ValueError as exc:  # a coding not read here: the status still says it

@@ -4,11 +4,13 @@ serves."""
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
 
+from specroute.router.content_coding import read_decoded
 from specroute.router.errors import error_response
 from specroute.router.state import RouterState
 
@@ -23,7 +25,7 @@ async def model_card(request: web.Request, state: RouterState) -> web.Response:
         try:
             async with state.session.get(f"{backend.url}/v1/models/{quote(name)}") as r:
                 if r.status == 200:
-                    card = await r.json()
+                    card = json.loads(await read_decoded(r))
                     if isinstance(card, dict) and card.get("id") == name:
                         return web.json_response(card)
                 asked += 1  # it answered: not its model

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from specroute.router.backend import Backend
-from specroute.router.content_coding import decoded
+from specroute.router.content_coding import read_decoded
 from specroute.router.errors import error_response
 from specroute.router.state import RouterState
 
@@ -75,11 +75,9 @@ async def _asked(
                     continue
                 if status != 200:
                     return f"{name} answered {status}"
-                coding, raw = r.headers.get("Content-Encoding", "identity"), await r.read()
+                body = json.loads(await read_decoded(r))
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"{name} unreachable ({type(exc).__name__})"
-        try:  # the session leaves a body as sent, compressed if the server chose to
-            body = json.loads(decoded(raw, coding))
         except ValueError:  # a coding not read here, or not JSON
             return f"{name} answered 200 with a body that is not JSON"
         return body if isinstance(body, dict) else f"{name} answered JSON that is not an object"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 import aiohttp
+import openai
 import pytest
 from aiohttp import web
 
@@ -98,21 +99,37 @@ async def test_servers_that_refuse_are_a_502_that_names_each_and_none_healthy_a_
         assert r.status == 503 and "Retry-After" in r.headers
 
 
-async def test_an_answer_the_server_compressed_is_read_and_its_key_hidden() -> None:
-    """SGLang compresses an answer for a client that accepts gzip; the router's session
-    leaves bodies as sent (its proxy relays them so), so the relay decodes them itself."""
+async def test_answers_the_server_compressed_are_read_and_their_keys_hidden() -> None:
+    """A server may compress an answer for a client that accepts gzip; the router's session
+    leaves bodies as sent (its proxy relays them so), so what it reads it decodes itself:
+    the server's info, and the model cards the openai client lists and retrieves."""
+    card = {"id": "m", "object": "model", "created": 0, "owned_by": "sglang"}
 
-    async def info(request: web.Request) -> web.Response:
-        answer = web.json_response({"model_path": "m", "api_key": BACKEND_KEY})
+    def zipped_json(body: object) -> web.Response:
+        answer = web.json_response(body)
         answer.enable_compression(web.ContentCoding.gzip)
         return answer
+
+    async def info(request: web.Request) -> web.Response:
+        return zipped_json({"model_path": "m", "api_key": BACKEND_KEY})
+
+    async def models(request: web.Request) -> web.Response:
+        return zipped_json({"object": "list", "data": [card]})
+
+    async def model(request: web.Request) -> web.Response:
+        return zipped_json(card)
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({})
 
     app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_get("/server_info", info)
+    for path, handler in [
+        ("/health", health),
+        ("/server_info", info),
+        ("/v1/models", models),
+        ("/v1/models/m", model),
+    ]:
+        app.router.add_get(path, handler)
     async with AsyncExitStack() as stack:
         zipped = await stack.enter_async_context(serving(app))
         base = await stack.enter_async_context(running_emulator("--mode", "base", *FAST))
@@ -126,6 +143,9 @@ async def test_an_answer_the_server_compressed_is_read_and_its_key_hidden() -> N
             assert r.status == 200, await r.text()
             assert r.headers["x-specroute-backend"].startswith("spec:")
             assert await r.json() == {"model_path": "m", "api_key": HIDDEN}
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        assert "m" in [m.id for m in (await client.models.list()).data]
+        assert (await client.models.retrieve("m")).id == "m"
 
 
 def test_what_looks_like_a_secret_is_hidden_and_nothing_else() -> None:
