@@ -1,14 +1,14 @@
 """``GET /server_info`` and ``GET /model_info`` (and SGLang's older names for them): one
 server's answer, relayed, so that the tools that ask SGLang for them (its own
-``bench_serving`` reads the accept length from ``/server_info`` and the tokenizer from
-``/model_info``) work through the router as through SMG.
+``bench_serving`` reads the tokenizer from ``/model_info`` and keeps ``/server_info`` in
+its results) work through the router as through SMG.
 
-The answer is a healthy speculative server's where there is one (its drafter's settings
-and its live accept length), else a plain one's; ``x-specroute-backend`` names it. A
-server that answers 404 is asked by the other name (an older SGLang, or an SMG in front of
-a pool). SGLang lists every argument it was started with, its API keys and its command
-line among them: whatever looks like a secret, and any key the router holds, is replaced
-before the answer leaves the router.
+The answer is a healthy speculative server's where there is one (its drafter's settings,
+and the accept length where the server reports one there), else a plain one's;
+``x-specroute-backend`` names it. A server that answers 404 is asked by the other name (an
+older SGLang, or an SMG in front of a pool). SGLang lists every argument it was started
+with, its API keys and its command line among them: whatever looks like a secret, and any
+key the router holds, is replaced before the answer leaves the router.
 """
 
 from __future__ import annotations
