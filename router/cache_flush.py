@@ -12,6 +12,7 @@ flushed either way, and the answer lists it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import aiohttp
@@ -26,6 +27,7 @@ from specroute.seconds import seconds
 
 PATH = "/flush_cache"
 _ANSWER_SECONDS = 30.0  # beyond the server's own wait for idle
+_log = logging.getLogger("specroute.router")
 
 
 async def flush_cache(request: web.Request, state: RouterState) -> web.Response:
@@ -42,6 +44,7 @@ async def flush_cache(request: web.Request, state: RouterState) -> web.Response:
     failed = [r for r in results if r["status"] != 200]
     for r in failed:
         state.metrics.upstream_errors.labels(backend=r["backend"], kind="flush").inc()
+        _log.warning("%s did not flush its cache (%s): %s", r["backend"], r["status"], r["said"])
     if not failed:
         return web.json_response({"flushed": True, "servers": results})
     busy = all(r["status"] == 400 for r in failed)

@@ -14,6 +14,7 @@ key the router holds, is replaced before the answer leaves the router.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +34,7 @@ _INFO_SECONDS = 30.0  # a small answer: a server slower than this is failing
 _SECRET_NAME = re.compile(r"(^|_)(keys?|secrets?|password|passwd|token)$", re.IGNORECASE)
 _SECRET_FLAG = re.compile(r"(--[\w-]*?(?:key|secret|password|passwd|token)[ =])(\S+)", re.I)
 _SHORTEST_SEARCHED = 8  # a key shorter than this is hidden where a whole string is it
+_log = logging.getLogger("specroute.router")
 
 
 async def relay_info(
@@ -55,6 +57,7 @@ async def relay_info(
                 redacted(answer, secrets), headers={"x-specroute-backend": backend.name}
             )
         state.metrics.upstream_errors.labels(backend=backend.name, kind="info").inc()
+        _log.warning("No answer to %s from %s: %s.", names[0], backend.name, answer)
         failures.append(f"{backend.name}: {answer}")
     return error_response(
         502, f"No backend answered {names[0]}: {'; '.join(failures)}.", "upstream_error"

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import aiohttp
 import openai
+import pytest
 
 from specroute.loadgen.spawn import free_port
 from tests.emulators import running_emulator
@@ -68,7 +69,9 @@ async def test_a_flush_through_the_router_empties_every_servers_cache() -> None:
         assert await _cached_tokens(plain) == 0
 
 
-async def test_a_busy_server_refuses_unless_the_flush_may_wait_for_it() -> None:
+async def test_a_busy_server_refuses_unless_the_flush_may_wait_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with deployment() as (url, servers), aiohttp.ClientSession() as s:
         stream = await s.post(f"{url}/v1/chat/completions", json=LONG_STREAM)
         assert stream.headers["x-specroute-backend"].startswith("spec:")
@@ -81,6 +84,8 @@ async def test_a_busy_server_refuses_unless_the_flush_may_wait_for_it() -> None:
         status = {x["pool"]: x["status"] for x in answer["servers"]}
         assert status == {"spec": 400, "base": 200}  # the idle one flushed all the same
         assert await counted(url, "specroute_upstream_errors_total{", 'kind="flush"') == 1
+        busy = f"spec:{servers[0].removeprefix('http://')} did not flush its cache (400)"
+        assert any(r.getMessage().startswith(busy) for r in caplog.records), caplog.text
         waited = asyncio.create_task(s.post(f"{url}/flush_cache", params={"timeout": "60"}))
         await asyncio.sleep(0.3)
         assert not waited.done()  # the server waits to fall idle

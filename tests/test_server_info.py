@@ -76,7 +76,9 @@ async def test_model_info_from_a_plain_server_when_no_speculative_one_is_healthy
                 assert (await r.json())["is_generation"] is True
 
 
-async def test_servers_that_refuse_are_a_502_that_names_each_and_none_healthy_a_503() -> None:
+async def test_servers_that_refuse_are_a_502_that_names_each_and_none_healthy_a_503(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     keyed = ("--api-key", BACKEND_KEY, *FAST)  # its probes are open, /server_info not
     async with AsyncExitStack() as stack:
         spec = await stack.enter_async_context(running_emulator("--mode", "spec", *keyed))
@@ -92,6 +94,8 @@ async def test_servers_that_refuse_are_a_502_that_names_each_and_none_healthy_a_
                 named = f"{pool}:{server.removeprefix('http://')}: /server_info answered 401"
                 assert named in error["message"]
             assert await counted(url, "specroute_upstream_errors_total{", 'kind="info"') == 2
+            logged = [r.getMessage() for r in caplog.records if r.name == "specroute.router"]
+            assert sum("No answer to /server_info" in line for line in logged) == 2, logged
     dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     alone = running_router(spec=dead[:1], base=dead[1:], given_params={"crossover": 8})
     async with alone as (url, _), aiohttp.ClientSession() as s:
