@@ -23,7 +23,7 @@ import orjson
 
 from specroute.router.backend import LOADS_PATHS, Backend
 from specroute.router.backend_stats import BackendStats, parse, parse_loads
-from specroute.router.content_coding import decoded
+from specroute.router.content_coding import read_decoded
 from specroute.router.discovery import Discovery
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.state import RouterState
@@ -119,15 +119,14 @@ async def _get(state: RouterState, backend: Backend, path: str) -> tuple[int, by
         async with state.session.get(backend.url + path, timeout=timeout, headers=headers) as r:
             if r.status != 200:
                 return r.status, None
-            coding, body = r.headers.get("Content-Encoding", "identity"), await r.read()
+            body = await read_decoded(r)
     except (aiohttp.ClientError, TimeoutError) as exc:
         _router_out_of_fds(state, exc)  # counted if so
         return 0, None
-    try:
-        return 200, decoded(body, coding)
-    except ValueError as exc:
+    except ValueError as exc:  # a coding not read here, or a body it does not decode
         _unreadable(state, backend, path, str(exc))
         return 200, None
+    return 200, body
 
 
 async def follow(state: RouterState) -> None:
