@@ -32,6 +32,8 @@ from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
 from specroute.router.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
+from specroute.router.loads import PATHS as LOADS_PATHS
+from specroute.router.loads import loads
 from specroute.router.metrics import RouterMetrics
 from specroute.router.model_card import model_card
 from specroute.router.monitor import (
@@ -200,6 +202,8 @@ def create_app(
     for names in (SERVER_INFO, MODEL_INFO):
         for name in names:
             app.router.add_get(name, functools.partial(relay_info, state=state, names=names))
+    for path in LOADS_PATHS:  # SGLang's name, and SMG's
+        app.router.add_get(path, functools.partial(loads, state=state))
     for method in ("GET", "POST"):
         app.router.add_route(method, FLUSH_PATH, functools.partial(flush_cache, state=state))
     app.router.add_get("/health", _health)

@@ -7,8 +7,9 @@ reads (to route, to set a deadline, to abort by name) and leave every other fiel
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from specroute.release import release
 
 _JSON = "application/json"
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -264,6 +265,52 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+def _loads() -> dict[str, Any]:
+    """SGLang's ``/v1/loads``, the router's backends in place of its ranks."""
+    entry = _object(
+        {
+            "dp_rank": {"type": "integer", "description": "The backend's place in the router."},
+            "worker": {"type": "string"},
+            "pool": {"enum": ["spec", "base"]},
+            "healthy": {"type": "boolean"},
+            "num_running_reqs": {"type": "integer"},
+            "num_waiting_reqs": {"type": "integer", "description": "As the backend reported."},
+            "num_used_tokens": {
+                "type": "integer",
+                "description": "The router's estimate of its requests' context there.",
+            },
+            "max_running_requests": {"type": "integer"},
+            "speculative": _object({"accept_length": {"type": "number"}}),
+        },
+        ["dp_rank", "num_running_reqs", "num_waiting_reqs"],
+    )
+    answer = _object(
+        {"dp_rank_count": {"type": "integer"}, "loads": {"type": "array", "items": entry}},
+        ["loads"],
+    )
+    operation: dict[str, Any] = _get(
+        "The load the router routes by, one entry a backend, in SGLang's shape: running plus "
+        "waiting is the backend's load by `concurrency_source`; `aggregate` adds the "
+        "requests waiting in the router's queue",
+        {_JSON: {"schema": answer}, "text/plain": {"schema": {"type": "string"}}},
+        400,
+        401,
+    )
+    operation["get"]["parameters"] = [
+        {"name": name, "in": "query", "required": False, "schema": schema, "description": said}
+        for name, schema, said in (
+            ("dp_rank", {"type": "integer", "minimum": 0}, "One backend's entry alone."),
+            (
+                "include",
+                {"type": "string"},
+                "SGLang's sections, comma-separated: `spec` adds the accept length.",
+            ),
+            ("format", {"enum": ["json", "prometheus"]}, "`prometheus`: SGLang's text form."),
+        )
+    ]
+    return operation
+
+
 def _live_profile() -> dict[str, Any]:
     return {
         "get": {
@@ -356,20 +403,13 @@ def _online_samples() -> dict[str, Any]:
     }
 
 
-def _version() -> str:
-    try:
-        return version("specroute")
-    except PackageNotFoundError:  # run from a checkout that is not installed
-        return "0"
-
-
 def document() -> dict[str, Any]:
     status = 'The status as JSON: see the serving guide, "Seeing what it does".'
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "specroute router",
-            "version": _version(),
+            "version": release(),
             "description": "An OpenAI-compatible router in front of a speculative and a "
             "plain SGLang pool. Keys are bearer tokens: client keys (`SPECROUTE_API_KEYS`) "
             "for serving, needed only when some are configured; the admin key "
@@ -395,6 +435,8 @@ def document() -> dict[str, Any]:
             "/model_info": _server_info("The model's description"),
             "/get_model_info": _server_info("The model's description"),
             "/flush_cache": _flush(),
+            "/v1/loads": _loads(),
+            "/get_loads": _loads(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
             "/ready": _get(
                 "Ready: a backend is healthy and no shutdown began",

@@ -31,7 +31,9 @@ SERVER_INFO = ("/server_info", "/get_server_info")
 MODEL_INFO = ("/model_info", "/get_model_info")
 HIDDEN = "<redacted>"
 _INFO_SECONDS = 30.0  # a small answer: a server slower than this is failing
-_SECRET_NAME = re.compile(r"(^|_)(keys?|secrets?|password|passwd|token)$", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(^|_)(keys?|secrets?|password|passwd)$", re.IGNORECASE)
+# a token is a secret when it is text: SGLang's ``bucket_time_to_first_token`` is not
+_TOKEN_NAME = re.compile(r"(^|_)token$", re.IGNORECASE)
 _SECRET_FLAG = re.compile(r"(--[\w-]*?(?:key|secret|password|passwd|token)[ =])(\S+)", re.I)
 _SHORTEST_SEARCHED = 8  # a key shorter than this is hidden where a whole string is it
 _log = logging.getLogger("specroute.router")
@@ -88,7 +90,8 @@ async def _asked(
 
 
 def redacted(value: Any, secrets: Sequence[str], name: str = "") -> Any:
-    """``value`` with every field whose name says it is a secret, every flag's value in a
+    """``value`` with every field whose name says it is a secret (one named a token
+    only where it is text), every flag's value in a
     command line whose flag says so, and every one of ``secrets`` found in a string,
     replaced by ``HIDDEN``."""
     if isinstance(value, dict):
@@ -99,6 +102,8 @@ def redacted(value: Any, secrets: Sequence[str], name: str = "") -> Any:
         return HIDDEN
     if not isinstance(value, str):
         return value
+    if _TOKEN_NAME.search(name):
+        return HIDDEN
     text = _SECRET_FLAG.sub(lambda m: m.group(1) + HIDDEN, value)
     for secret in secrets:
         if text == secret or (len(secret) >= _SHORTEST_SEARCHED and secret in text):

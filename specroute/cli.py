@@ -7,7 +7,6 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from specroute import bench_commands, logs, measure, serve_command
 from specroute.emulator.hardware import load_hardware
 from specroute.flags import lengths, levels
 from specroute.model_flags import add_model_flags, emulator_config, positive
+from specroute.release import release
 
 if TYPE_CHECKING:
     from specroute.emulator.config import EmulatorConfig
@@ -37,13 +37,6 @@ typical use:
 'specroute COMMAND --help' tells more of each command."""
 
 
-def _version() -> str:
-    try:
-        return version("specroute")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
-
-
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="specroute",
@@ -51,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    root.add_argument("--version", action="version", version=f"specroute {_version()}")
+    root.add_argument("--version", action="version", version=f"specroute {release()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         serve_command.add_serve,

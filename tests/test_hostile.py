@@ -753,6 +753,7 @@ async def test_no_key_shows_in_logs_metrics_or_status(caplog: pytest.LogCaptureF
                 "/ready",
                 "/metrics",
                 "/router/status",
+                "/v1/loads",
                 "/router/profile/live",
                 "/router/online/samples",
                 "/openapi.json",

@@ -161,6 +161,8 @@ def test_what_looks_like_a_secret_is_hidden_and_nothing_else() -> None:
         "ssl_keyfile_password": "p",
         "watermark": {"keys": ["k1", "k2"]},
         "max_total_num_tokens": 4096,
+        "bucket_time_to_first_token": [0.1, 0.5],  # SGLang's: a token named, not a secret
+        "kt_max_deferred_experts_per_token": 4,
         "tokenizer_path": "m/tok",
         "launch_command": "sglang --hf-token=abc --api-key xyz --tokenizer-path m/tok",
         "note": "started by sk-held-by-the-router-123 at noon",
@@ -171,6 +173,8 @@ def test_what_looks_like_a_secret_is_hidden_and_nothing_else() -> None:
     assert out["admin_api_key"] is None  # no key set: nothing to hide, and it says so
     assert out["watermark"]["keys"] == [HIDDEN, HIDDEN]
     assert out["max_total_num_tokens"] == 4096 and out["tokenizer_path"] == "m/tok"
+    assert out["bucket_time_to_first_token"] == [0.1, 0.5]
+    assert out["kt_max_deferred_experts_per_token"] == 4
     assert out["launch_command"] == (
         f"sglang --hf-token={HIDDEN} --api-key {HIDDEN} --tokenizer-path m/tok"
     )

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(
     reason="smg, SGLang's gateway, is not installed (the dev extra installs it)",
 )
 SERVER = ("--time-scale", "0.1", "--radix-cache-tokens", "100000", "--enable-cache-report")
+KEY = "sk-replicas-k3y"
 SYSTEM = "You answer in one line. " + "the queue and the batch " * 300
 
 
@@ -163,3 +164,78 @@ async def test_server_info_and_a_flush_reach_the_servers_behind_smg(
     for worker in workers:  # the one that held the prompt too: asked directly
         direct = openai.AsyncOpenAI(base_url=f"{worker}/v1", api_key="unused", max_retries=0)
         assert await cached(direct) == 0
+
+
+async def test_smg_in_front_of_specroute_replicas_balances_by_their_load() -> None:
+    """SMG over two specroute replicas (``power_of_two``): its monitor reads each replica's
+    ``/v1/loads``, so new requests go to the replica that other clients do not load, and
+    it checks each at ``/ready``. Without the replicas' loads SMG would count only the
+    requests it sent itself, none here, and pick at random. (Between two readings SMG adds
+    each request it sends to its estimate of that replica's load: fewer requests than the
+    busy replica runs keep the idle one below it, however fast they come.)"""
+    async with AsyncExitStack() as stack:
+        spec = await stack.enter_async_context(running_emulator("--mode", "spec"))
+        base = await stack.enter_async_context(running_emulator("--mode", "base"))
+        replicas = [
+            await stack.enter_async_context(
+                running_router(
+                    spec=[spec], base=[base], given_params={"crossover": 8}, api_keys=[KEY]
+                )
+            )
+            for _ in range(2)
+        ]
+        (busy, busy_state), (idle, idle_state) = replicas
+        gateway = await stack.enter_async_context(
+            spawned(
+                "launch",
+                "--worker-urls",
+                busy,
+                idle,
+                "--policy",
+                "power_of_two",
+                "--health-check-endpoint",
+                "/ready",  # a replica's /health says only that it runs
+                "--api-key",
+                KEY,  # SMG's clients' key, and what it sends its workers: /v1/loads too
+                "--host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+                "--log-level",
+                "warn",
+                "--load-monitor-interval",
+                "1",
+                module="smg",
+                ready="/readiness",
+            )
+        )
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as s:
+            body = {**LONG_STREAM, "max_tokens": 4000}  # held open while SMG reads
+            streams = [
+                await s.post(f"{busy}/v1/chat/completions", json=body) for _ in range(16)
+            ]  # the busy replica's own clients, which SMG does not see
+            try:
+                for _ in range(100):  # SMG's monitor reads every second
+                    async with s.get(f"{gateway.url}/get_loads") as r:
+                        told = {busy: 0, idle: 0}  # SMG lists each replica's backends apart
+                        for e in (await r.json())["loads"]:
+                            told[e["worker"]] += e["num_running_reqs"] + e["num_waiting_reqs"]
+                    if told[busy] == 16:
+                        break
+                    await asyncio.sleep(0.1)
+                assert told == {busy: 16, idle: 0}, told
+                client = openai.AsyncOpenAI(
+                    base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0
+                )
+                model = (await client.models.list()).data[0].id
+                before = len(busy_state.decisions.recent), len(idle_state.decisions.recent)
+                for _ in range(12):
+                    await client.chat.completions.create(
+                        model=model, messages=[{"role": "user", "content": "Hi."}], max_tokens=2
+                    )
+                after = len(busy_state.decisions.recent), len(idle_state.decisions.recent)
+                assert (after[0] - before[0], after[1] - before[1]) == (0, 12)
+            finally:
+                for r in streams:
+                    r.close()
+            await settled(busy_state)
