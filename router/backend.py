@@ -4,7 +4,7 @@ board that the workers share (in flight, health verdicts, the leader's readings)
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from specroute.policies.view import BackendView, Pool
@@ -32,6 +32,8 @@ class Server(NamedTuple):
 
 
 LOADS_PATHS = ("/v1/loads", "/get_loads")
+Front = Literal["smg", "specroute"]  # a gateway in front of servers, as a backend
+READY_PATHS: dict[Front, str] = {"smg": "/readiness", "specroute": "/ready"}
 
 
 class Backend:
@@ -45,14 +47,16 @@ class Backend:
         # the leader's: where it reads its load, SGLang's /v1/loads, or SMG's /get_loads
         # (the pool is an SMG in front of servers) once that answers 404; None after both
         self.loads_path: str | None = LOADS_PATHS[0]
-        self.gateway = False  # the leader's: SMG's /get_loads answered, so it is an SMG
+        # the leader's: what stands there in front of servers, by its loads' answer (SMG's
+        # /get_loads answered; a specroute's version), None while it is taken for a server
+        self.front: Front | None = None
         self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
 
     @property
     def health_path(self) -> str:
-        """SMG's ``/health`` says only that the gateway runs; its ``/readiness`` that it
-        has a healthy server to send a request to."""
-        return "/readiness" if self.gateway else "/health"
+        """A gateway's ``/health`` says only that it runs; SMG's ``/readiness`` and
+        specroute's ``/ready`` that it has a healthy server to send a request to."""
+        return "/health" if self.front is None else READY_PATHS[self.front]
 
     @property
     def serves_loads(self) -> bool:

@@ -1,8 +1,9 @@
 """``GET /v1/loads`` (and SMG's name for it, ``/get_loads``): the router's load in the
 shape SGLang gives its own, so that what balances over SGLang servers balances over
 specroute replicas too. SMG's load monitor polls ``/v1/loads`` on each of its workers (for
-``power_of_two``, its data-parallel cache and its overload protection); a router in front
-of specroute replicas (another specroute) reads it as it reads a server's.
+``power_of_two``, its data-parallel cache and its overload protection); a specroute in
+front of specroute replicas reads it as a server's, knows a replica by ``version``, and
+checks it at ``/ready``.
 
 One entry a backend, in the place of SGLang's data-parallel ranks, each with the load the
 router routes by (``--concurrency-source``): running plus waiting is that load, the waiting
@@ -28,6 +29,7 @@ from specroute.router.errors import error_response
 from specroute.router.state import RouterState
 
 PATHS = ("/v1/loads", "/get_loads")
+VERSION = "specroute-"  # its version's prefix, by which a router polling this one knows it
 SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues", "all")  # SGLang's
 FORMATS = ("json", "prometheus")
 
@@ -59,7 +61,7 @@ async def loads(request: web.Request, state: RouterState) -> web.Response:
     return web.json_response(
         {
             "timestamp": datetime.now(UTC).isoformat(),
-            "version": f"specroute-{release()}",
+            "version": f"{VERSION}{release()}",
             "dp_rank_count": len(entries),
             "loads": entries,
             "aggregate": {

@@ -21,10 +21,11 @@ from typing import Literal
 import aiohttp
 import orjson
 
-from specroute.router.backend import LOADS_PATHS, Backend
+from specroute.router.backend import LOADS_PATHS, Backend, Front
 from specroute.router.backend_stats import BackendStats, parse, parse_loads
 from specroute.router.content_coding import read_decoded
 from specroute.router.discovery import Discovery
+from specroute.router.loads import VERSION
 from specroute.router.outcome import Outcome, out_of_fds
 from specroute.router.state import RouterState
 
@@ -60,10 +61,11 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     ``--load-snapshot-publish-interval 1``, else a snapshot every 15 decode steps), else
     from the ``/metrics`` gauges, and its counters from ``/metrics``. A backend that
     answers 404 to ``/v1/loads`` is asked SMG's ``/get_loads`` instead (the same shape,
-    one entry per server behind the gateway, which is then health-checked at SMG's
-    ``/readiness``), and after a 404 there too (an older SGLang, vLLM) neither again. An answer that
-    is not empty but yields nothing is an unreadable one: counted, logged, and the readings
-    go stale."""
+    one entry per server behind the gateway), and after a 404 there too (an older SGLang,
+    vLLM) neither again. A gateway in front of servers (an SMG, or another specroute, whose
+    ``/v1/loads`` names its version) is health-checked at its readiness from then on, and
+    its ``/metrics``, not an engine's, is not read. An answer that is not empty but yields
+    nothing is an unreadable one: counted, logged, and the readings go stale."""
     loads = None
     path = backend.loads_path
     if path is not None:
@@ -72,30 +74,42 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
             backend.loads_missing()
         if answer:
             try:
-                loads = parse_loads(orjson.loads(answer))
+                parsed = orjson.loads(answer)
             except ValueError:
-                loads = None
+                parsed = None
+            loads = parse_loads(parsed)
             if loads is None:
                 _unreadable(state, backend, path, "not SGLang's loads")
-            elif path == LOADS_PATHS[1]:
-                backend.gateway = True  # health-checked at its /readiness from now on
-    _, body = await _get(state, backend, "/metrics")
+            else:
+                backend.front = _front(path, parsed)
     stats = None
-    if body:
-        # The text format is UTF-8 whatever the header says; bytes that are not become
-        # U+FFFD, and the reader skips the lines they spoil.
-        stats = parse(body.decode("utf-8", errors="replace"))
-        if stats.empty:
-            _unreadable(state, backend, "/metrics", "no number of SGLang's or vLLM's")
-            stats = None
+    if backend.front is None:
+        _, body = await _get(state, backend, "/metrics")
+        if body:
+            # The text format is UTF-8 whatever the header says; bytes that are not become
+            # U+FFFD, and the reader skips the lines they spoil.
+            stats = parse(body.decode("utf-8", errors="replace"))
+            if stats.empty:
+                _unreadable(state, backend, "/metrics", "no number of SGLang's or vLLM's")
+                stats = None
     if stats is None and loads is None:
         return  # the readings go stale
-    if stats is not None and (loads is not None or not backend.serves_loads):
+    read_metrics = stats is not None or backend.front is not None
+    if read_metrics and (loads is not None or not backend.serves_loads):
         backend.poll_problem = None
     stats = stats or BackendStats()
     if loads is not None:
         stats = replace(stats, running=loads[0], queued=loads[1], max_running=loads[2])
     backend.record_stats(stats, time.monotonic(), state.settings.stale_after)
+
+
+def _front(path: str, answer: object) -> Front | None:
+    """What a loads answer says stands there: SMG (its ``/get_loads``), a specroute (its
+    version), or None for a server."""
+    if path == LOADS_PATHS[1]:
+        return "smg"
+    said = answer.get("version") if isinstance(answer, dict) else None
+    return "specroute" if isinstance(said, str) and said.startswith(VERSION) else None
 
 
 def _unreadable(state: RouterState, backend: Backend, path: str, why: str) -> None:

@@ -15,7 +15,7 @@ from specroute.router.backend_stats import parse_loads
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_router import LONG_STREAM, settled
-from tests.test_server_info import bearer
+from tests.test_server_info import bearer, counted
 
 FAST = ("--time-scale", "0.1")
 CLIENT_KEY = "sk-client-k3y"
@@ -141,7 +141,9 @@ async def test_a_router_in_front_of_a_router_reads_its_load() -> None:
                     await asyncio.sleep(0.05)
                 assert seen is not None and seen.inflight == 0
                 assert seen.load(state.settings.concurrency_source) == 2
-                assert state.roster.backends[0].loads_path == "/v1/loads"
+                inner_backend = state.roster.backends[0]
+                assert inner_backend.loads_path == "/v1/loads"
+                assert inner_backend.health_path == "/ready"  # its /health: only that it runs
                 chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
                 async with s.post(f"{outer}/v1/chat/completions", json=chat) as r:
                     assert r.status == 200  # at the crossover by the inner router's load
@@ -151,4 +153,6 @@ async def test_a_router_in_front_of_a_router_reads_its_load() -> None:
                     stream.close()
             await settled(inner_state)
             polled = await (await s.get(f"{inner}/v1/loads")).read()
+        # its /metrics, a router's, is not read as an engine's: no poll counted as failed
+        assert await counted(outer, "specroute_background_errors_total", task="poll") == 0
     assert orjson.loads(polled)["aggregate"]["total_reqs"] == 0
