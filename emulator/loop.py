@@ -16,6 +16,7 @@ from collections.abc import Callable
 from specroute.emulator.engine import Emission, Engine, Finish, Sequence, Step
 from specroute.emulator.gpus import SharedGpus
 from specroute.emulator.metrics import EngineMetrics
+from specroute.emulator.step_trace import StepTrace
 
 Listener = Callable[[Emission], None]
 _CATCH_UP_LIMIT = 0.05  # seconds behind schedule after which the loop stops catching up
@@ -61,6 +62,7 @@ class EngineLoop:
         self.total_verifies = 0
         self.last_gen_throughput = 0.0
         self.last_accept_length = 0.0  # over the last full decode-log interval
+        self.trace = StepTrace()  # /start_profile and /stop_profile
 
     # -- requests ---------------------------------------------------------------------
     def submit(self, seq: Sequence, listener: Listener) -> None:
@@ -134,6 +136,7 @@ class EngineLoop:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._deliver(step)
+            self.trace.record(step, start, seconds)
             now = loop.time()
             self._account(step, intended, now - last)
             last = now

@@ -17,6 +17,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specroute.background import cancel_and_wait
+from specroute.emulator import step_trace
 from specroute.emulator.accept_schedule import AcceptChange, apply, retake
 from specroute.emulator.acceptance import AcceptanceError
 from specroute.emulator.cache_flush import CacheFlush, timeout_of
@@ -123,6 +124,9 @@ def create_app(config: EmulatorConfig) -> web.Application:
     app[FLUSH] = CacheFlush(loop)
     for method in ("GET", "POST"):
         app.router.add_route(method, "/flush_cache", _flush_cache)
+    for method in ("GET", "POST"):
+        app.router.add_route(method, "/start_profile", _start_profile)
+        app.router.add_route(method, "/stop_profile", _stop_profile)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/emulator/acceptance", _get_acceptance)
     app.router.add_post("/emulator/acceptance", _set_acceptance)
@@ -250,6 +254,19 @@ async def _model_info(request: web.Request) -> web.Response:
 async def _flush_cache(request: web.Request) -> web.Response:
     flushed, said = await request.app[FLUSH].flush(timeout_of(request.query.get("timeout")))
     return web.Response(text=said, status=200 if flushed else 400)
+
+
+async def _start_profile(request: web.Request) -> web.Response:
+    asked = await read_json(request) if await request.read() else None
+    if request.app[LOOP].trace.start(asked):
+        return web.Response(text=step_trace.STARTED)
+    return web.Response(text="Internal Server Error", status=500)  # SGLang's RuntimeError
+
+
+async def _stop_profile(request: web.Request) -> web.Response:
+    if request.app[LOOP].trace.stop():
+        return web.Response(text=step_trace.STOPPED)
+    return web.Response(text="Internal Server Error", status=500)
 
 
 async def _loads(request: web.Request) -> web.Response:

@@ -28,6 +28,9 @@ from specroute.router.cache_flush import flush_cache
 from specroute.router.content_coding import read_decoded
 from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Discovery, Resolve, resolve_ipv4
+from specroute.router.engine_profile import START as PROFILE_START
+from specroute.router.engine_profile import STOP as PROFILE_STOP
+from specroute.router.engine_profile import start_profile, stop_profile
 from specroute.router.errors import error_response
 from specroute.router.front import front
 from specroute.router.gauges import StateGauges
@@ -204,8 +207,13 @@ def create_app(
             app.router.add_get(name, functools.partial(relay_info, state=state, names=names))
     for path in LOADS_PATHS:  # SGLang's name, and SMG's
         app.router.add_get(path, functools.partial(loads, state=state))
-    for method in ("GET", "POST"):
-        app.router.add_route(method, FLUSH_PATH, functools.partial(flush_cache, state=state))
+    for method in ("GET", "POST"):  # SGLang takes either
+        for path, handler in (
+            (FLUSH_PATH, flush_cache),
+            (PROFILE_START, start_profile),
+            (PROFILE_STOP, stop_profile),
+        ):
+            app.router.add_route(method, path, functools.partial(handler, state=state))
     app.router.add_get("/health", _health)
     for path in ("/ready", "/health_generate"):  # SGLang's probe that a generation works
         app.router.add_get(path, _ready)

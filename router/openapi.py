@@ -178,6 +178,48 @@ def _flush() -> dict[str, Any]:
     return {"get": operation, "post": operation}
 
 
+def _profile(start: bool) -> dict[str, Any]:
+    """``/start_profile`` or ``/stop_profile``, on every server."""
+    key = "started" if start else "stopped"
+    done = _object({key: {"type": "boolean"}, "servers": {"type": "array"}})
+    operation: dict[str, Any] = {
+        "summary": (
+            "Every server's torch profiler started (SGLang's `/start_profile` on each); the "
+            "body, SGLang's `ProfileReq`, goes to each, its `profile_prefix` followed by the "
+            "server's pool, host and port."
+            if start
+            else "Every server's profiler stopped and its trace written (SGLang's "
+            "`/stop_profile` on each)."
+        )
+        + " The admin key where one is configured, else what serving needs.",
+        "security": _CLIENT,
+        "responses": {
+            "200": {
+                "description": "Every server took it.",
+                "content": {_JSON: {"schema": done}},
+            },
+            "400": {
+                "description": "A body that is not a JSON object, or every server that "
+                "failed refused it.",
+                "content": {_JSON: {"schema": _ERROR}},
+            },
+            "502": {
+                "description": "A server could not be asked or failed (SGLang answers 500 to "
+                "a second start, or a stop with none running); `servers` says which.",
+                "content": {_JSON: {"schema": _ERROR}},
+            },
+            **_errors(401, 403),
+            "503": {"description": "No backend to ask.", "content": {_JSON: {"schema": _ERROR}}},
+        },
+    }
+    if start:
+        operation["requestBody"] = {
+            "required": False,
+            "content": {_JSON: {"schema": _object({"profile_prefix": {"type": "string"}})}},
+        }
+    return {"get": operation, "post": operation}
+
+
 def _schemas() -> dict[str, Any]:
     message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
     return {
@@ -435,6 +477,8 @@ def document() -> dict[str, Any]:
             "/model_info": _server_info("The model's description"),
             "/get_model_info": _server_info("The model's description"),
             "/flush_cache": _flush(),
+            "/start_profile": _profile(start=True),
+            "/stop_profile": _profile(start=False),
             "/v1/loads": _loads(),
             "/get_loads": _loads(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),

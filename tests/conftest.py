@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from tests.emulators import FAST, running_emulator
+
+
+@pytest.fixture(scope="session", autouse=True)
+def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where a profile that names no folder is written (SGLang's default, and the
+    emulator's, is /tmp): the tests' own, so that none is left in /tmp."""
+    os.environ["SGLANG_TORCH_PROFILER_DIR"] = str(tmp_path_factory.mktemp("traces"))
+    yield
+    del os.environ["SGLANG_TORCH_PROFILER_DIR"]
 
 
 @pytest.fixture

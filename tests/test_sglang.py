@@ -247,6 +247,37 @@ async def test_server_info_and_a_cache_flush_through_the_router_are_the_servers(
     assert {s["pool"]: s["status"] for s in answer["servers"]} == {"spec": 200, "base": 200}
 
 
+async def test_a_profile_through_the_router_leaves_a_torch_trace_a_server(
+    router: str, tmp_path: Path
+) -> None:
+    """SGLang's torch profiler started and stopped on both servers by one call each, a
+    completion between: a trace from each, named after its server."""
+    asked = {"output_dir": str(tmp_path), "activities": ["CPU"], "profile_id": "routed"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router + "/start_profile", json=asked) as r:
+            assert r.status == 200, await r.text()
+        await _complete(router, PROMPTS[0], tokens=4)
+        async with session.post(router + "/stop_profile") as r:
+            answer = await r.json()
+            assert r.status == 200, answer
+    found = await asyncio.to_thread(lambda: list(tmp_path.glob("*.trace.json.gz")))
+    traces = sorted(p.name for p in found)
+    assert [name.split("-")[0] for name in traces] == ["base", "spec"], traces
+    assert all("-routed-TP-0" in name for name in traces)
+
+
+async def test_the_routers_loads_are_the_servers_in_sglangs_shape(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """``/v1/loads`` on the router: an entry a server, each with the server's own cap."""
+    answer = await _get(router + "/v1/loads")
+    for server, entry in zip(servers, answer["loads"], strict=True):
+        own = (await _get(server.url + "/v1/loads"))["loads"][0]
+        assert entry["worker"] == server.url
+        assert entry["max_running_requests"] == own["max_running_requests"]
+    assert parse_loads(answer) is not None  # what a router in front of this one reads
+
+
 async def test_sglangs_own_benchmark_runs_through_the_router_and_flushes_both_caches(
     servers: tuple[Engine, Engine], router: str, tmp_path: Path
 ) -> None:
