@@ -62,6 +62,8 @@ from specroute.router.policy_in_force import PolicyInForce, digest_of
 from specroute.router.proxy import proxy
 from specroute.router.quota import quota_of
 from specroute.router.rate_limit import RateLimit
+from specroute.router.request_abort import PATH as ABORT_PATH
+from specroute.router.request_abort import abort_request
 from specroute.router.request_id import Tagged
 from specroute.router.roster import Roster
 from specroute.router.server_info import MODEL_INFO, SERVER_INFO, relay_info
@@ -200,6 +202,7 @@ def create_app(
 
     for path in PROXIED:
         app.router.add_post(path, proxy(state))
+    app.router.add_post(ABORT_PATH, functools.partial(abort_request, state=state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     for names in (SERVER_INFO, MODEL_INFO):

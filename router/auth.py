@@ -1,9 +1,10 @@
 """Bearer keys: optional client keys for serving, and the admin key that changing the
 router's routing, reading the profile of its live fit, or reading its online samples (a
 peer replica's pull) needs: without one configured, those endpoints refuse (fail closed).
-Flushing the servers' caches (``/flush_cache``) or profiling them (``/start_profile``,
-``/stop_profile``) changes the servers, not routing: as on SGLang, it needs the admin key
-where one is configured, and otherwise what serving needs.
+Flushing the servers' caches (``/flush_cache``), profiling them (``/start_profile``,
+``/stop_profile``) or aborting their requests (``/abort_request``) changes the servers,
+not routing: as on SGLang, it needs the admin key where one is configured, and otherwise
+what serving needs.
 
 Probes and scrapers (``/health``, ``/ready`` and SGLang's name for it ``/health_generate``,
 ``/metrics``) and the router's own API
@@ -28,7 +29,7 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/health_generate", "/metrics", "/o
 ADMIN_PATHS = frozenset({"/router/profile", "/router/profile/live", "/router/online/samples"})
 # what changes the servers but not routing (SGLang's ADMIN_OPTIONAL): the admin key where
 # one is configured, else as the serving paths
-OPERATOR_PATHS = frozenset({"/flush_cache", "/start_profile", "/stop_profile"})
+OPERATOR_PATHS = frozenset({"/flush_cache", "/start_profile", "/stop_profile", "/abort_request"})
 
 
 def _bearer(request: Asked) -> str | None:

@@ -220,6 +220,40 @@ def _profile(start: bool) -> dict[str, Any]:
     return {"get": operation, "post": operation}
 
 
+def _abort() -> dict[str, Any]:
+    aborted = _object({"aborted": {"type": "boolean"}, "servers": {"type": "array"}})
+    asked = _object({"rid": {"type": "string", "minLength": 1}, "abort_all": {"type": "boolean"}})
+    return {
+        "post": {
+            "summary": "SGLang's abort, of the request named `rid` or of every one "
+            "(`abort_all`), asked of every server. The admin key where one is configured, "
+            "else what serving needs.",
+            "security": _CLIENT,
+            "requestBody": {"required": True, "content": {_JSON: {"schema": asked}}},
+            "responses": {
+                "200": {
+                    "description": "Every server took it (one without the request too).",
+                    "content": {_JSON: {"schema": aborted}},
+                },
+                "400": {
+                    "description": "Neither a `rid` nor `abort_all: true`.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+                "502": {
+                    "description": "A server could not be asked or has no such endpoint "
+                    "(vLLM); `servers` says which.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+                **_errors(401, 403),
+                "503": {
+                    "description": "No backend to ask.",
+                    "content": {_JSON: {"schema": _ERROR}},
+                },
+            },
+        }
+    }
+
+
 def _schemas() -> dict[str, Any]:
     message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
     return {
@@ -477,6 +511,7 @@ def document() -> dict[str, Any]:
             "/model_info": _server_info("The model's description"),
             "/get_model_info": _server_info("The model's description"),
             "/flush_cache": _flush(),
+            "/abort_request": _abort(),
             "/start_profile": _profile(start=True),
             "/stop_profile": _profile(start=False),
             "/v1/loads": _loads(),
