@@ -266,6 +266,33 @@ async def test_a_profile_through_the_router_leaves_a_torch_trace_a_server(
     assert all("-routed-TP-0" in name for name in traces)
 
 
+async def test_an_abort_by_rid_through_the_router_ends_the_request_on_its_server(
+    router: str,
+) -> None:
+    """SGLang's ``/abort_request`` at the router, the ``rid`` the client gave: the server
+    that holds the request ends it, and the client's stream says so."""
+    body = {
+        "text": PROMPTS[1],
+        "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True, "temperature": 0},
+        "stream": True,
+        "rid": "aborted-at-the-router",
+    }
+    last: dict[str, Any] = {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(router + "/generate", json=body) as r,
+    ):
+        assert r.status == 200
+        await r.content.readline()  # it runs
+        async with session.post(router + "/abort_request", json={"rid": body["rid"]}) as a:
+            assert a.status == 200, await a.text()
+        async for line in r.content:
+            if line.startswith(b"data: {"):
+                last = json.loads(line[6:])
+    assert last["meta_info"]["finish_reason"]["type"] == "abort", last["meta_info"]
+    assert last["meta_info"]["completion_tokens"] < 2000
+
+
 async def test_the_routers_loads_are_the_servers_in_sglangs_shape(
     servers: tuple[Engine, Engine], router: str
 ) -> None:
