@@ -142,116 +142,83 @@ def _server_info(summary: str) -> dict[str, Any]:
     return operation
 
 
-def _flush() -> dict[str, Any]:
-    flushed = _object({"flushed": {"type": "boolean"}, "servers": {"type": "array"}})
-    operation: dict[str, Any] = {
-        "summary": "Every server's radix cache flushed (SGLang's `/flush_cache` on each). The "
-        "admin key where one is configured, else what serving needs.",
+def _fan_out(summary: str, key: str, refused: str, failed: str, **more: Any) -> dict[str, Any]:
+    """An operation asked of every server (``router/fan_out.py``): 200 with ``key`` true
+    when every server took it, 400 ``refused``, 502 ``failed``; the admin key where one is
+    configured, else what serving needs."""
+
+    def error(said: str) -> dict[str, Any]:
+        return {"description": said, "content": {_JSON: {"schema": _ERROR}}}
+
+    done = _object({key: {"type": "boolean"}, "servers": {"type": "array"}})
+    return {
+        "summary": f"{summary} The admin key where one is configured, else what serving needs.",
         "security": _CLIENT,
-        "parameters": [
-            {
-                "name": "timeout",
-                "in": "query",
-                "required": False,
-                "schema": {"type": "number", "minimum": 0},
-                "description": "Seconds each server may wait for its requests to end.",
-            }
-        ],
+        **more,
         "responses": {
-            "200": {
-                "description": "Every server flushed.",
-                "content": {_JSON: {"schema": flushed}},
-            },
-            "400": {
-                "description": "A bad `timeout`, or a server busy: the message names it, "
-                "`servers` says what each answered.",
-                "content": {_JSON: {"schema": _ERROR}},
-            },
-            "502": {
-                "description": "A server could not be asked or failed; `servers` says which.",
-                "content": {_JSON: {"schema": _ERROR}},
-            },
+            "200": {"description": "Every server took it.", "content": {_JSON: {"schema": done}}},
+            "400": error(refused),
+            "502": error(f"{failed} `servers` says which."),
             **_errors(401, 403),
-            "503": {"description": "No backend to flush.", "content": {_JSON: {"schema": _ERROR}}},
+            "503": error("No backend to ask."),
         },
     }
+
+
+def _flush() -> dict[str, Any]:
+    timeout = {
+        "name": "timeout",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "number", "minimum": 0},
+        "description": "Seconds each server may wait for its requests to end.",
+    }
+    operation = _fan_out(
+        "Every server's radix cache flushed (SGLang's `/flush_cache` on each).",
+        "flushed",
+        "A bad `timeout`, or a server busy: the message names it, `servers` says what each "
+        "answered.",
+        "A server could not be asked or failed.",
+        parameters=[timeout],
+    )
     return {"get": operation, "post": operation}
 
 
-def _profile(start: bool) -> dict[str, Any]:
-    """``/start_profile`` or ``/stop_profile``, on every server."""
-    key = "started" if start else "stopped"
-    done = _object({key: {"type": "boolean"}, "servers": {"type": "array"}})
-    operation: dict[str, Any] = {
-        "summary": (
-            "Every server's torch profiler started (SGLang's `/start_profile` on each); the "
-            "body, SGLang's `ProfileReq`, goes to each, its `profile_prefix` followed by the "
-            "server's pool, host and port."
-            if start
-            else "Every server's profiler stopped and its trace written (SGLang's "
-            "`/stop_profile` on each)."
-        )
-        + " The admin key where one is configured, else what serving needs.",
-        "security": _CLIENT,
-        "responses": {
-            "200": {
-                "description": "Every server took it.",
-                "content": {_JSON: {"schema": done}},
-            },
-            "400": {
-                "description": "A body that is not a JSON object, or every server that "
-                "failed refused it.",
-                "content": {_JSON: {"schema": _ERROR}},
-            },
-            "502": {
-                "description": "A server could not be asked or failed (SGLang answers 500 to "
-                "a second start, or a stop with none running); `servers` says which.",
-                "content": {_JSON: {"schema": _ERROR}},
-            },
-            **_errors(401, 403),
-            "503": {"description": "No backend to ask.", "content": {_JSON: {"schema": _ERROR}}},
-        },
-    }
-    if start:
-        operation["requestBody"] = {
-            "required": False,
-            "content": {_JSON: {"schema": _object({"profile_prefix": {"type": "string"}})}},
-        }
+def _start_profile() -> dict[str, Any]:
+    prefix = _object({"profile_prefix": {"type": "string"}})
+    operation = _fan_out(
+        "Every server's torch profiler started (SGLang's `/start_profile` on each); the body, "
+        "SGLang's `ProfileReq`, goes to each, its `profile_prefix` followed by the server's "
+        "pool, host and port.",
+        "started",
+        "A body that is not a JSON object, or every server that failed refused it.",
+        "A server could not be asked or failed (SGLang answers 500 to a second start).",
+        requestBody={"required": False, "content": {_JSON: {"schema": prefix}}},
+    )
+    return {"get": operation, "post": operation}
+
+
+def _stop_profile() -> dict[str, Any]:
+    operation = _fan_out(
+        "Every server's profiler stopped and its trace written (SGLang's `/stop_profile` on each).",
+        "stopped",
+        "Every server that failed refused it.",
+        "A server could not be asked or failed (SGLang answers 500 when none runs).",
+    )
     return {"get": operation, "post": operation}
 
 
 def _abort() -> dict[str, Any]:
-    aborted = _object({"aborted": {"type": "boolean"}, "servers": {"type": "array"}})
     asked = _object({"rid": {"type": "string", "minLength": 1}, "abort_all": {"type": "boolean"}})
-    return {
-        "post": {
-            "summary": "SGLang's abort, of the request named `rid` or of every one "
-            "(`abort_all`), asked of every server. The admin key where one is configured, "
-            "else what serving needs.",
-            "security": _CLIENT,
-            "requestBody": {"required": True, "content": {_JSON: {"schema": asked}}},
-            "responses": {
-                "200": {
-                    "description": "Every server took it (one without the request too).",
-                    "content": {_JSON: {"schema": aborted}},
-                },
-                "400": {
-                    "description": "Neither a `rid` nor `abort_all: true`.",
-                    "content": {_JSON: {"schema": _ERROR}},
-                },
-                "502": {
-                    "description": "A server could not be asked or has no such endpoint "
-                    "(vLLM); `servers` says which.",
-                    "content": {_JSON: {"schema": _ERROR}},
-                },
-                **_errors(401, 403),
-                "503": {
-                    "description": "No backend to ask.",
-                    "content": {_JSON: {"schema": _ERROR}},
-                },
-            },
-        }
-    }
+    operation = _fan_out(
+        "SGLang's abort, of the request named `rid` or of every one (`abort_all`), asked of "
+        "every server (one without the request takes it too).",
+        "aborted",
+        "Neither a `rid` nor `abort_all: true`.",
+        "A server could not be asked or has no such endpoint (vLLM).",
+        requestBody={"required": True, "content": {_JSON: {"schema": asked}}},
+    )
+    return {"post": operation}
 
 
 def _schemas() -> dict[str, Any]:
@@ -512,8 +479,8 @@ def document() -> dict[str, Any]:
             "/get_model_info": _server_info("The model's description"),
             "/flush_cache": _flush(),
             "/abort_request": _abort(),
-            "/start_profile": _profile(start=True),
-            "/stop_profile": _profile(start=False),
+            "/start_profile": _start_profile(),
+            "/stop_profile": _stop_profile(),
             "/v1/loads": _loads(),
             "/get_loads": _loads(),
             "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),

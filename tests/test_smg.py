@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import aiohttp
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from specroute.loadgen.spawn import free_port, spawned
+from specroute.loadgen.spawn import Spawned, free_port, spawned
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router
@@ -29,6 +29,18 @@ KEY = "sk-replicas-k3y"
 SYSTEM = "You answer in one line. " + "the queue and the batch " * 300
 
 
+def smg(workers: list[str], *flags: str) -> AbstractAsyncContextManager[Spawned]:
+    """SMG in front of ``workers`` on loopback, reading their loads every second (its
+    ``/get_loads`` is its monitor's last reading, every 10 s by default)."""
+    return spawned(
+        *("launch", "--worker-urls", *workers, *flags, "--host", "127.0.0.1"),
+        *("--prometheus-port", str(free_port()), "--log-level", "warn"),
+        *("--load-monitor-interval", "1"),
+        module="smg",
+        ready="/readiness",
+    )
+
+
 @pytest.fixture
 async def pool() -> AsyncIterator[tuple[str, RouterState, list[str]]]:
     """The router: its speculative pool an SMG in front of two servers, its plain pool one
@@ -41,25 +53,7 @@ async def pool() -> AsyncIterator[tuple[str, RouterState, list[str]]]:
         ]
         base = await stack.enter_async_context(running_emulator("--mode", "base", *SERVER))
         gateway = await stack.enter_async_context(
-            spawned(
-                "launch",
-                "--worker-urls",
-                *workers,
-                "--policy",
-                "cache_aware",
-                "--host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-                "--log-level",
-                "warn",
-                "--load-monitor-interval",
-                "1",  # its /get_loads is its monitor's last reading (every 10 s by default)
-                "--health-check-interval-secs",
-                "1",
-                module="smg",
-                ready="/readiness",
-            )
+            smg(workers, "--policy", "cache_aware", "--health-check-interval-secs", "1")
         )
         params = {"crossover": 6, "topology": "partitioned"}
         router = running_router(
@@ -186,27 +180,11 @@ async def test_smg_in_front_of_specroute_replicas_balances_by_their_load() -> No
         ]
         (busy, busy_state), (idle, idle_state) = replicas
         gateway = await stack.enter_async_context(
-            spawned(
-                "launch",
-                "--worker-urls",
-                busy,
-                idle,
-                "--policy",
-                "power_of_two",
-                "--health-check-endpoint",
-                "/ready",  # a replica's /health says only that it runs
-                "--api-key",
-                KEY,  # SMG's clients' key, and what it sends its workers: /v1/loads too
-                "--host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-                "--log-level",
-                "warn",
-                "--load-monitor-interval",
-                "1",
-                module="smg",
-                ready="/readiness",
+            smg(
+                [busy, idle],
+                *("--policy", "power_of_two"),
+                *("--health-check-endpoint", "/ready"),  # a replica's /health: that it runs
+                *("--api-key", KEY),  # its clients' key, and what it sends its workers
             )
         )
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as s:
