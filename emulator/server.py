@@ -124,7 +124,6 @@ def create_app(config: EmulatorConfig) -> web.Application:
     app[FLUSH] = CacheFlush(loop)
     for method in ("GET", "POST"):
         app.router.add_route(method, "/flush_cache", _flush_cache)
-    for method in ("GET", "POST"):
         app.router.add_route(method, "/start_profile", _start_profile)
         app.router.add_route(method, "/stop_profile", _stop_profile)
     app.router.add_get("/metrics", _metrics)

@@ -46,11 +46,6 @@ class _Profile:
 class StepTrace:
     def __init__(self) -> None:
         self._profile: _Profile | None = None
-        self.written: list[Path] = []  # the traces written, the last one last
-
-    @property
-    def active(self) -> bool:
-        return self._profile is not None
 
     def start(self, asked: object) -> bool:
         """Whether a profile started (False: one runs already); BadRequest for a body that
@@ -107,7 +102,6 @@ class StepTrace:
         profile.output_dir.mkdir(parents=True, exist_ok=True)
         trace = {"traceEvents": profile.events, "displayTimeUnit": "ms"}
         path.write_bytes(gzip.compress(json.dumps(trace).encode()))
-        self.written.append(path)
         _log.info("Profiling done. Traces are saved to: %s", profile.output_dir)
 
 

@@ -1,6 +1,6 @@
 """What SGLang does on one server that an operator asks of the whole deployment: the same
 request to every server of both pools at once (a cache flush, a profile started or
-stopped), and one answer that says what each did.
+stopped, an abort), and one answer that says what each did.
 
 The answer is 200 only when every server took it. Otherwise it names each that did not
 and what it said: 400 when each of those refused the request (a flush while busy), 502
@@ -27,8 +27,6 @@ from specroute.router.state import RouterState
 
 _SAID_CHARS = 500
 _log = logging.getLogger("specroute.router")
-
-
 Body = Callable[[Backend], dict[str, Any]]  # what one server is sent
 
 
