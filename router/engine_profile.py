@@ -32,9 +32,9 @@ async def start_profile(request: web.Request, state: RouterState) -> web.Respons
             body = json.loads(raw)
         except ValueError:
             return error_response(400, "The profile request is not JSON.")
-        if not isinstance(body, dict):
+        if body is not None and not isinstance(body, dict):  # null: none, as on SGLang
             return error_response(400, "The profile request must be a JSON object.")
-        if not isinstance(body.get("profile_prefix") or "", str):
+        if body and not isinstance(body.get("profile_prefix") or "", str):
             return error_response(400, "profile_prefix must be a string.", param="profile_prefix")
     asked = body or {}
     results = await ask_every(state, START, _START_SECONDS, body=lambda b: _named(asked, b))

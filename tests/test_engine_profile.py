@@ -76,6 +76,9 @@ async def test_a_body_that_is_not_a_profile_request_is_a_400(
         error = (await r.json())["error"]
         assert r.status == 400 and error["param"] == param, error
         assert (await s.post(f"{url}/stop_profile")).status == 502  # none was started
+        none = await s.post(f"{url}/start_profile", data=b"null", headers=headers)
+        assert none.status == 200  # no profile request: SGLang's defaults
+        assert (await s.post(f"{url}/stop_profile")).status == 200
 
 
 async def test_the_admin_key_where_one_is_configured() -> None:
