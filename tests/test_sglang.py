@@ -14,6 +14,7 @@ past 10.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import math
@@ -49,6 +50,7 @@ from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
 from specroute.router.backend_stats import parse, parse_loads, window_accept_length
 from tests.processes import specroute
+from tests.test_smg import smg
 
 WHY_NOT = missing()
 pytestmark = [
@@ -264,6 +266,32 @@ async def test_a_profile_through_the_router_leaves_a_torch_trace_a_server(
     traces = sorted(p.name for p in found)
     assert [name.split("-")[0] for name in traces] == ["base", "spec"], traces
     assert all("-routed-TP-0" in name for name in traces)
+
+
+async def test_smg_in_front_of_the_router_reads_the_servers_caps_and_serves_through_it(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """SGLang's gateway in front of the router (docs/guides/smg.md): SMG's load monitor
+    reads the router's ``/v1/loads``, an entry a SGLang server with its own cap, and a
+    greedy completion sent to SMG comes back as the servers give it."""
+    if importlib.util.find_spec("smg") is None:
+        pytest.skip("smg, SGLang's gateway, is not installed (the dev extra installs it)")
+    async with smg([router], "--policy", "round_robin") as gateway:
+        caps = [
+            (await _get(s.url + "/v1/loads"))["loads"][0]["max_running_requests"] for s in servers
+        ]
+        told: list[int] = []
+        for _ in range(50):  # its monitor reads every second
+            told = [
+                e["max_running_requests"] for e in (await _get(gateway.url + "/get_loads"))["loads"]
+            ]
+            if told:
+                break
+            await asyncio.sleep(0.2)
+        assert told == caps
+        through, _ = await _complete(gateway.url, PROMPTS[0])
+        direct, _ = await _complete(servers[1].url, PROMPTS[0])
+        assert through == direct
 
 
 async def test_an_abort_by_rid_through_the_router_ends_the_request_on_its_server(
