@@ -13,6 +13,7 @@ import pytest
 from specroute import prometheus
 from specroute.router.backend_stats import parse_loads
 from tests.emulators import running_emulator
+from tests.processes import emulator_pair, specroute
 from tests.routers import running_router
 from tests.test_router import LONG_STREAM, settled
 from tests.test_server_info import bearer, counted
@@ -156,3 +157,37 @@ async def test_a_router_in_front_of_a_router_reads_its_load() -> None:
         # its /metrics, a router's, is not read as an engine's: no poll counted as failed
         assert await counted(outer, "specroute_background_errors_total", task="poll") == 0
     assert orjson.loads(polled)["aggregate"]["total_reqs"] == 0
+
+
+async def test_every_worker_of_several_answers_the_whole_routers_load() -> None:
+    """``--workers 2``: whichever worker a connection reaches, its ``/v1/loads`` counts
+    every worker's requests."""
+    async with (
+        emulator_pair(*FAST) as (spec, base),
+        specroute(
+            *("serve", "--spec", spec, "--base", base, "--workers", "2"),
+            *("--policy-param", "crossover=8"),
+        ) as (url, _),
+        aiohttp.ClientSession() as s,
+    ):
+        body = {**LONG_STREAM, "max_tokens": 4000}
+        streams = []
+        for _ in range(3):  # new connections: spread over the workers by the kernel
+            stream = await s.post(f"{url}/v1/chat/completions", json=body)
+            await stream.content.readline()  # dispatched, in flight
+            streams.append(stream)
+        seen: dict[int, int] = {}
+        try:
+            for _ in range(200):
+                connector = aiohttp.TCPConnector(limit=1)  # one connection: one worker
+                async with aiohttp.ClientSession(connector=connector) as one:
+                    async with one.get(f"{url}/router/status") as r:
+                        worker = (await r.json())["worker"]["index"]
+                    async with one.get(f"{url}/v1/loads") as r:
+                        seen[worker] = (await r.json())["aggregate"]["total_reqs"]
+                if len(seen) == 2:
+                    break
+        finally:
+            for stream in streams:
+                stream.close()
+    assert seen == {0: 3, 1: 3}
