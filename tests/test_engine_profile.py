@@ -11,11 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.emulators import running_emulator
+from tests.emulators import FAST, running_emulator
 from tests.test_cache_flush import ADMIN_KEY, CLIENT_KEY, deployment
 from tests.test_server_info import bearer, counted
-
-FAST = ("--time-scale", "0.1")
 
 
 def _events(trace: Path) -> list[dict[str, object]]:
