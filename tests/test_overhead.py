@@ -254,15 +254,17 @@ async def test_specroute_spreads_its_requests_over_both_backends_as_the_others_d
             ("specroute-w1-one-backend", (True, False, False)),
         ):
             before = [await metric(u, "sglang:generation_tokens_total") for u in stubs]
-            client = AsyncOpenAI(base_url=by_name[name] + "/v1", api_key="unused")
-            await asyncio.gather(
-                *(
-                    client.chat.completions.create(
-                        model="stub", messages=[{"role": "user", "content": "Hi."}]
+            # closed before the next is made: openai 3.x's client, left to the garbage
+            # collector while another's requests are in flight, can leave those hanging
+            async with AsyncOpenAI(base_url=by_name[name] + "/v1", api_key="unused") as client:
+                await asyncio.gather(
+                    *(
+                        client.chat.completions.create(
+                            model="stub", messages=[{"role": "user", "content": "Hi."}]
+                        )
+                        for _ in range(16)
                     )
-                    for _ in range(16)
                 )
-            )
             after = [await metric(u, "sglang:generation_tokens_total") for u in stubs]
             grew = tuple(b > a for a, b in zip(before, after, strict=True))
             assert grew == expected, (name, before, after)
