@@ -63,6 +63,8 @@ class EngineLoop:
         self.last_gen_throughput = 0.0
         self.last_accept_length = 0.0  # over the last full decode-log interval
         self.trace = StepTrace()  # /start_profile and /stop_profile
+        size = metrics.max_total_num_tokens  # a constant: SGLang emits it once, at start
+        size.labels(*metrics.scheduler_values).set(self.max_total_tokens)
 
     # -- requests ---------------------------------------------------------------------
     def submit(self, seq: Sequence, listener: Listener) -> None:
@@ -233,6 +235,7 @@ class EngineLoop:
         m.bound(m.num_queue_reqs, *labels).set(len(self.engine.waiting))
         used = sum(s.context_tokens for s in self.engine.running)
         m.bound(m.token_usage, *labels).set(used / max(1, self.max_total_tokens))
+        m.bound(m.num_used_tokens, *labels).set(used)
 
     @property
     def max_total_tokens(self) -> int:

@@ -72,6 +72,10 @@ class EngineMetrics:
         )
         self.gen_throughput = gauge("gen_throughput", "The generation throughput (token/s).")
         self.token_usage = gauge("token_usage", "The token usage.")
+        self.num_used_tokens = gauge("num_used_tokens", "Tokens held in the KV cache.")
+        self.max_total_num_tokens = gauge(
+            "max_total_num_tokens", "The KV cache's size in tokens (set once, at start)."
+        )
         self.spec_accept_length = gauge(
             "spec_accept_length", "The average acceptance length of speculative decoding."
         )

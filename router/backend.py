@@ -129,7 +129,7 @@ class Backend:
         if (accept := live_accept_length(self._previous, stats)) is not None:
             self._accept = (accept, at)
         self._previous = stats
-        counts = stats.running, stats.queued, stats.max_running
+        counts = stats.running, stats.queued, stats.max_running, stats.used_tokens, stats.max_tokens
         self.board.publish_reading(self.index, counts, self._accept, stats.engine, at, believed_for)
 
     @property

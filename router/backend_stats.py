@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specroute import prometheus
 
@@ -22,6 +22,8 @@ _SUMMED = {
     "generation_tokens": ("sglang:generation_tokens_total", "vllm:generation_tokens_total"),
     "verify_calls": ("sglang:spec_verify_calls_total", "vllm:spec_decode_num_drafts_total"),
     "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+    "used_tokens": ("sglang:num_used_tokens",),
+    "max_tokens": ("sglang:max_total_num_tokens",),
 }
 _AVERAGED = {"accept_length_gauge": ("sglang:spec_accept_length",)}
 _WANTED = {n for names in (_SUMMED | _AVERAGED).values() for n in names}
@@ -38,6 +40,8 @@ class BackendStats:
     verify_calls: float | None = None
     accepted_tokens: float | None = None
     max_running: float | None = None  # from /v1/loads
+    used_tokens: float | None = None  # the KV cache's tokens in use
+    max_tokens: float | None = None  # and its size (SGLang's ``max_total_num_tokens``)
     engine: str | None = None  # "sglang" or "vllm", by the names of its metrics
 
     @property
@@ -55,10 +59,12 @@ class BackendStats:
         return all(n is None or not math.isfinite(n) for n in numbers)
 
 
-def parse_loads(answer: object) -> tuple[float, float, float | None] | None:
-    """Running, queued and capacity from SGLang's ``GET /v1/loads`` (summed over its data
-    parallel ranks), or None for an answer not of that shape. Current at the request, where
-    the ``/metrics`` gauges are refreshed only at prefill and every few dozen decode steps."""
+def parse_loads(answer: object) -> BackendStats | None:
+    """Running, queued and capacity, and the KV cache's tokens in use and its size, from
+    SGLang's ``GET /v1/loads`` (summed over its data parallel ranks; a field some rank
+    does not give is None), or None for an answer not of that shape. Current at the
+    request, where the ``/metrics`` gauges are refreshed only at prefill and every few
+    dozen decode steps."""
     loads = answer.get("loads") if isinstance(answer, dict) else None
     if not isinstance(loads, list) or not loads or not all(isinstance(r, dict) for r in loads):
         return None
@@ -70,7 +76,30 @@ def parse_loads(answer: object) -> tuple[float, float, float | None] | None:
     running, queued = total("num_running_reqs"), total("num_waiting_reqs")
     if running is None or queued is None:
         return None
-    return running, queued, total("max_running_requests")
+    return BackendStats(
+        running,
+        queued,
+        max_running=total("max_running_requests"),
+        used_tokens=total("num_used_tokens"),
+        max_tokens=total("max_total_num_tokens"),
+    )
+
+
+def with_loads(stats: BackendStats, loads: BackendStats) -> BackendStats:
+    """A ``/metrics`` scrape with what ``/v1/loads`` said in place of its gauges: the
+    fresher figures, where the loads gave them."""
+    return replace(
+        stats,
+        running=loads.running,
+        queued=loads.queued,
+        max_running=loads.max_running,
+        used_tokens=_first(loads.used_tokens, stats.used_tokens),
+        max_tokens=_first(loads.max_tokens, stats.max_tokens),
+    )
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _count(value: object) -> float | None:

@@ -52,9 +52,11 @@ _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
 _LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
 _OTHERS_FLOATS = 4  # per backend: the others' requests integrated, held now, since, until
-_FLOATS = 8  # per backend: running, queued, capacity, the router's in flight, accept length,
-# its time, the engine, the reading's time
+_FLOATS = 10  # per backend: running, queued, capacity, the router's in flight, accept length,
+# its time, the engine, the reading's time, the KV cache's tokens in use and its size
 _ENGINES = (None, "sglang", "vllm")
+# a reading's counts: running, queued, capacity, the KV cache's tokens in use, its size
+Counts = tuple[float | None, float | None, float | None, float | None, float | None]
 _NONE = math.nan
 
 
@@ -71,6 +73,8 @@ class Reading:
     accept_length_at: float  # monotonic time of the window the accept length is from
     engine: str | None  # "sglang", "vllm", or None when its metrics do not say
     at: float  # monotonic time of the scrape (the clock is the machine's, not the process's)
+    used_tokens: int | None = None  # the KV cache's tokens in use, as the backend says
+    max_tokens: int | None = None  # the KV cache's size in tokens
 
 
 class Board:
@@ -246,17 +250,18 @@ class Board:
     def publish_reading(
         self,
         backend: int,
-        counts: tuple[float | None, float | None, float | None],
+        counts: Counts,
         accept: tuple[float, float] | None,
         engine: str | None,
         at: float,
         believed_for: float = math.inf,
     ) -> None:
-        """What the leader read: running, queued and capacity, the live accept length and
-        its time, the engine, the time; with the router's requests in flight there now, and
-        the other routers' requests it implies, held until ``believed_for`` seconds after."""
+        """What the leader read: running, queued and capacity, and the KV cache's tokens in
+        use and its size, the live accept length and its time, the engine, the
+        time; with the router's requests in flight there now, and the other routers'
+        requests it implies, held until ``believed_for`` seconds after."""
         f, i = self._floats, backend * _FLOATS
-        f[i], f[i + 1], f[i + 2] = (_or_none(c) for c in counts)
+        f[i], f[i + 1], f[i + 2], f[i + 8], f[i + 9] = (_or_none(c) for c in counts)
         inflight = self.inflight(backend)
         f[i + 3] = inflight
         self._hold_others(backend, counts[0], counts[1], inflight, at, believed_for)
@@ -305,8 +310,10 @@ class Board:
         last = self._last[backend]
         if last is None or last.at != at:  # read at every request: made once a scrape
             counts = _count(f[i]), _count(f[i + 1]), _count(f[i + 2])
+            tokens = _count(f[i + 8]), _count(f[i + 9])
             engine = _ENGINES[int(f[i + 6])]
-            last = Reading(*counts, int(f[i + 3]), _value(f[i + 4]), f[i + 5], engine, at)
+            accept = _value(f[i + 4]), f[i + 5]
+            last = Reading(*counts, int(f[i + 3]), *accept, engine, at, *tokens)
             self._last[backend] = last
         return last
 

@@ -8,9 +8,12 @@ checks it at ``/ready``.
 One entry a backend, in the place of SGLang's data-parallel ranks, each with the load the
 router routes by (``--concurrency-source``): running plus waiting is that load, the waiting
 being what the backend last reported queued (none when its report is stale or the router
-counts alone). ``num_used_tokens`` is the router's estimate of the context its own requests
-hold there. The requests waiting in the router's own queue belong to no backend: they are
-in ``aggregate``.
+counts alone). ``num_used_tokens`` is the KV cache's tokens in use that the backend last
+reported (SGLang's, from its ``/v1/loads`` or ``/metrics``), else the router's estimate of
+the context its own requests hold there; ``max_total_num_tokens`` and ``token_usage`` come
+with a report of the cache's size, so that a gateway's KV overload protection sees the
+servers' caches fill. The requests waiting in the router's own queue belong to no backend:
+they are in ``aggregate``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from aiohttp import web
 from specroute.policies.view import BackendView, ConcurrencySource
 from specroute.release import release
 from specroute.router.auth import without_credentials
+from specroute.router.board import Reading
 from specroute.router.errors import error_response
 from specroute.router.state import RouterState
 
@@ -40,9 +44,10 @@ async def loads(request: web.Request, state: RouterState) -> web.Response:
     if isinstance(asked, web.Response):
         return asked
     form, sections, rank = asked
-    view = state.view()
+    view, now = state.view(), time.monotonic()
+    backends, stale_after = state.roster.backends, state.settings.stale_after
     entries = [
-        _entry(i, state.roster.backends[i].url, b, view.source, sections)
+        _entry(i, backends[i].url, b, backends[i].reading(stale_after, now), view.source, sections)
         for i, b in enumerate(view.backends)
     ]
     if rank is not None:
@@ -100,10 +105,16 @@ def _asked(query: Mapping[str, str]) -> tuple[str, frozenset[str], int | None] |
 
 
 def _entry(
-    rank: int, url: str, b: BackendView, source: ConcurrencySource, sections: frozenset[str]
+    rank: int,
+    url: str,
+    b: BackendView,
+    reading: Reading | None,
+    source: ConcurrencySource,
+    sections: frozenset[str],
 ) -> dict[str, Any]:
     load = b.load(source)
     waiting = 0 if b.running is None else min(b.queued or 0, load)
+    used = b.kv_tokens if reading is None or reading.used_tokens is None else reading.used_tokens
     entry: dict[str, Any] = {
         "dp_rank": rank,
         "worker": without_credentials(url),
@@ -112,10 +123,13 @@ def _entry(
         "timestamp": time.time(),
         "num_running_reqs": load - waiting,
         "num_waiting_reqs": waiting,
-        "num_used_tokens": b.kv_tokens,
+        "num_used_tokens": used,
     }
     if b.max_running_requests is not None:
         entry["max_running_requests"] = b.max_running_requests
+    if reading is not None and reading.max_tokens:  # the KV cache's size, and its use
+        entry["max_total_num_tokens"] = reading.max_tokens
+        entry["token_usage"] = used / reading.max_tokens
     if "spec" in sections and b.accept_length is not None:
         entry["speculative"] = {"accept_length": b.accept_length}
     return entry

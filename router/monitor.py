@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +21,7 @@ import aiohttp
 import orjson
 
 from specroute.router.backend import LOADS_PATHS, Backend, Front
-from specroute.router.backend_stats import BackendStats, parse, parse_loads
+from specroute.router.backend_stats import BackendStats, parse, parse_loads, with_loads
 from specroute.router.content_coding import read_decoded
 from specroute.router.discovery import Discovery
 from specroute.router.loads import VERSION
@@ -99,7 +98,7 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
         backend.poll_problem = None
     stats = stats or BackendStats()
     if loads is not None:
-        stats = replace(stats, running=loads[0], queued=loads[1], max_running=loads[2])
+        stats = with_loads(stats, loads)
     backend.record_stats(stats, time.monotonic(), state.settings.stale_after)
 
 

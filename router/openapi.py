@@ -320,8 +320,14 @@ def _loads() -> dict[str, Any]:
             "num_waiting_reqs": {"type": "integer", "description": "As the backend reported."},
             "num_used_tokens": {
                 "type": "integer",
-                "description": "The router's estimate of its requests' context there.",
+                "description": "The KV cache's tokens in use, as the backend last reported "
+                "them; else the router's estimate of its requests' context there.",
             },
+            "max_total_num_tokens": {
+                "type": "integer",
+                "description": "The KV cache's size in tokens, where the backend reports it.",
+            },
+            "token_usage": {"type": "number", "description": "The first over the second."},
             "max_running_requests": {"type": "integer"},
             "speculative": _object({"accept_length": {"type": "number"}}),
         },

@@ -34,6 +34,7 @@ async def test_the_load_the_router_routes_by_one_entry_a_backend(path: str) -> N
         )
         async with aiohttp.ClientSession() as s:
             own = await (await s.get(f"{spec}/v1/loads")).json()
+            own_base = await (await s.get(f"{base}/v1/loads")).json()
             chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
             await s.post(f"{url}/v1/chat/completions", json=chat)  # an accept length to read
             for _ in range(100):
@@ -45,9 +46,13 @@ async def test_the_load_the_router_routes_by_one_entry_a_backend(path: str) -> N
             ]
             try:
                 assert all(r.headers["x-specroute-backend"].startswith("spec:") for r in streams)
-                r = await s.get(f"{url}{path}")
-                assert r.status == 200, await r.text()
-                answer = await r.json()
+                for _ in range(100):  # until a poll found the streams' context in the cache
+                    r = await s.get(f"{url}{path}")
+                    assert r.status == 200, await r.text()
+                    answer = await r.json()
+                    if answer["loads"][0]["num_used_tokens"] > 0:
+                        break
+                    await asyncio.sleep(0.05)
             finally:
                 for stream in streams:
                     stream.close()
@@ -60,7 +65,11 @@ async def test_the_load_the_router_routes_by_one_entry_a_backend(path: str) -> N
     assert (second["dp_rank"], second["worker"], second["pool"]) == (1, base, "base")
     assert first["num_running_reqs"] + first["num_waiting_reqs"] == 3  # the router's count
     assert second["num_running_reqs"] + second["num_waiting_reqs"] == 0
-    assert first["num_used_tokens"] > 0 == second["num_used_tokens"]  # its requests' context
+    # the servers' KV caches, as they report them: a gateway's overload protection reads these
+    assert first["num_used_tokens"] > 0 == second["num_used_tokens"]
+    for entry, server in ((first, own), (second, own_base)):
+        assert entry["max_total_num_tokens"] == server["loads"][0]["max_total_num_tokens"] > 0
+        assert entry["token_usage"] == entry["num_used_tokens"] / entry["max_total_num_tokens"]
     assert first["max_running_requests"] == own["loads"][0]["max_running_requests"]
     assert first["speculative"]["accept_length"] > 1 and "speculative" not in second
     assert answer["aggregate"] == {
@@ -69,12 +78,12 @@ async def test_the_load_the_router_routes_by_one_entry_a_backend(path: str) -> N
         "total_reqs": 3,
         "router_waiting_reqs": 0,
     }
-    capacity = first["max_running_requests"] + second["max_running_requests"]
-    assert parse_loads(answer) == (
-        3 - first["num_waiting_reqs"],
-        first["num_waiting_reqs"],
-        capacity,
-    )
+    read = parse_loads(answer)  # what a router in front of this one reads
+    assert read is not None
+    assert (read.running, read.queued) == (3 - first["num_waiting_reqs"], first["num_waiting_reqs"])
+    assert read.max_running == first["max_running_requests"] + second["max_running_requests"]
+    assert read.used_tokens == first["num_used_tokens"]
+    assert read.max_tokens == first["max_total_num_tokens"] + second["max_total_num_tokens"]
     assert after["aggregate"]["total_reqs"] == 0  # every request counted down
 
 

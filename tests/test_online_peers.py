@@ -147,14 +147,14 @@ def test_the_other_routers_requests_are_held_between_readings_while_believed() -
     from one reading to the next, and for no longer than a reading is believed."""
     board = Board(1, 1)
     board.add_inflight(0, 1, 0)  # this router's one request
-    board.publish_reading(0, (5.0, 1.0, None), None, None, at=10.0, believed_for=2.0)
+    board.publish_reading(0, (5.0, 1.0, None, None, None), None, None, at=10.0, believed_for=2.0)
     assert board.others(0, 10.5) == 5.0  # 5 running + 1 queued - 1 of its own
     start = board.others_lived(0, 10.0)
-    board.publish_reading(0, (2.0, 0.0, None), None, None, at=11.0, believed_for=2.0)
+    board.publish_reading(0, (2.0, 0.0, None, None, None), None, None, at=11.0, believed_for=2.0)
     assert board.others_lived(0, 12.0) - start == pytest.approx(5.0 + 1.0)
     assert board.others_lived(0, 20.0) - start == pytest.approx(5.0 + 2 * 1.0)  # then stale
     assert board.others(0, 20.0) == 0.0
-    board.publish_reading(0, (None, None, None), None, None, at=21.0, believed_for=2.0)
+    board.publish_reading(0, (None, None, None, None, None), None, None, at=21.0, believed_for=2.0)
     assert board.others(0, 21.5) == 0.0  # no running count: none, as the policy counts
 
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from specroute.bench.replicas import ramp
-from specroute.router.backend_stats import parse_loads
+from specroute.router.backend_stats import BackendStats, parse, parse_loads, with_loads
 from specroute.router.discovery import Discovery, DiscoveryError, read_targets
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
@@ -108,9 +108,33 @@ async def test_replicas_agree_with_one_router() -> None:
 
 
 def test_loads_are_read_over_data_parallel_ranks() -> None:
-    rank = {"num_running_reqs": 3, "num_waiting_reqs": 1, "max_running_requests": 48}
-    assert parse_loads({"loads": [rank, rank]}) == (6.0, 2.0, 96.0)
-    assert parse_loads({"loads": [rank, rank | {"max_running_requests": None}]}) == (6, 2, None)
+    rank = {
+        "num_running_reqs": 3,
+        "num_waiting_reqs": 1,
+        "max_running_requests": 48,
+        "num_used_tokens": 900,
+        "max_total_num_tokens": 4096,
+    }
+    read = parse_loads({"loads": [rank, rank]})
+    assert read == BackendStats(6.0, 2.0, max_running=96.0, used_tokens=1800, max_tokens=8192)
+    some = parse_loads({"loads": [rank, rank | {"max_running_requests": None}]})
+    assert some is not None and (some.running, some.queued, some.max_running) == (6, 2, None)
+    # the loads' figures in place of the gauges, the gauges' KV figures where the loads had none
+    scraped = parse(
+        'sglang:num_running_reqs{tp_rank="0"} 9\nsglang:num_queue_reqs{tp_rank="0"} 9\n'
+        'sglang:num_used_tokens{tp_rank="0"} 700\nsglang:max_total_num_tokens{tp_rank="0"} 4096\n'
+    )
+    assert (scraped.used_tokens, scraped.max_tokens) == (700, 4096)
+    merged = with_loads(scraped, read)
+    assert (merged.running, merged.queued, merged.used_tokens, merged.max_tokens) == (
+        6,
+        2,
+        1800,
+        8192,
+    )
+    older = {k: v for k, v in rank.items() if "tokens" not in k}  # loads without the KV figures
+    merged = with_loads(scraped, parse_loads({"loads": [older]}) or BackendStats())
+    assert (merged.running, merged.used_tokens, merged.max_tokens) == (3, 700, 4096)
     bad: object
     for bad in ({}, {"loads": []}, {"loads": [rank | {"num_running_reqs": -1}]}, [rank]):
         assert parse_loads(bad) is None, bad

@@ -48,7 +48,12 @@ from specroute.loadgen.client import request_body
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
-from specroute.router.backend_stats import parse, parse_loads, window_accept_length
+from specroute.router.backend_stats import (
+    BackendStats,
+    parse,
+    parse_loads,
+    window_accept_length,
+)
 from tests.processes import specroute
 from tests.test_smg import smg
 
@@ -217,9 +222,9 @@ async def test_a_client_that_leaves_mid_stream_aborts_the_request_on_the_server(
             await r.content.readline()
         running = parse_loads(await _get(spec.url + "/v1/loads"))
         r.close()
-    assert running is not None and running[0] == 1
+    assert running is not None and running.running == 1
     left = time.monotonic()
-    while parse_loads(await _get(spec.url + "/v1/loads")) != (0.0, 0.0, running[2]):
+    while _load(parse_loads(await _get(spec.url + "/v1/loads"))) != (0.0, 0.0):
         assert time.monotonic() - left < 10, "the server still runs the abandoned request"
         await asyncio.sleep(0.05)
     freed = time.monotonic() - left
@@ -321,15 +326,21 @@ async def test_an_abort_by_rid_through_the_router_ends_the_request_on_its_server
     assert last["meta_info"]["completion_tokens"] < 2000
 
 
+def _load(loads: BackendStats | None) -> tuple[float | None, float | None] | None:
+    return None if loads is None else (loads.running, loads.queued)
+
+
 async def test_the_routers_loads_are_the_servers_in_sglangs_shape(
     servers: tuple[Engine, Engine], router: str
 ) -> None:
-    """``/v1/loads`` on the router: an entry a server, each with the server's own cap."""
+    """``/v1/loads`` on the router: an entry a server, each with the server's own cap and
+    KV cache size."""
     answer = await _get(router + "/v1/loads")
     for server, entry in zip(servers, answer["loads"], strict=True):
         own = (await _get(server.url + "/v1/loads"))["loads"][0]
         assert entry["worker"] == server.url
         assert entry["max_running_requests"] == own["max_running_requests"]
+        assert entry["max_total_num_tokens"] == own["max_total_num_tokens"] > 0
     assert parse_loads(answer) is not None  # what a router in front of this one reads
 
 
@@ -420,7 +431,7 @@ async def test_replicas_concurrency_is_the_servers_own_count(
                 status = await _status(url)
                 assert loads is not None
                 seen = status["live_concurrency"]["spec"]
-                if loads[0] == len(PROMPTS) and seen == loads[0] + loads[1]:
+                if loads.running == len(PROMPTS) and seen == loads.running + (loads.queued or 0):
                     break
                 assert time.monotonic() < deadline, (loads, status["live_concurrency"])
                 await asyncio.sleep(0.25)
