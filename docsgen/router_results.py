@@ -129,7 +129,7 @@ def overhead_targets(runs: list[tuple[str, dict[str, Any]]]) -> str:
             for level in levels:
                 a = _figure(rows_of.get((mode, level, ours)), figure)
                 b = _figure(rows_of.get((mode, level, theirs)), figure)
-                if a is None or b is None or (how == "ratio" and not b):
+                if a is None or b is None or (how == "ratio" and b <= 0):  # no ratio to take
                     got.append("-")
                 elif how == "pair":
                     got.append(f"{number(a, 0)} / {number(b, 0)}")

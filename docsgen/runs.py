@@ -203,9 +203,16 @@ RUNS: dict[str, Run] = {
     "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-04"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
-        "2026-12-04",
+        "2026-12-05",
         "overhead.png",
         "overhead",
+    ),
+    "overhead-previous": Run(
+        "specroute bench overhead --out overhead-previous.json",
+        "2026-12-04",
+        note="the reference before this one: the same request path (the router has since "
+        "learned to read the servers' KV caches and to fan out profiles and aborts), on "
+        "another machine of the same kind",
     ),
     "overhead-workers": Run(
         "specroute bench overhead --workers 1,2,4 --bare-workers 1,2,4 --repeats 2 "
