@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+import openai
 import pytest
 
 from tests.emulators import FAST, running_emulator
@@ -17,6 +19,24 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["SGLANG_TORCH_PROFILER_DIR"] = str(tmp_path_factory.mktemp("traces"))
     yield
     del os.environ["SGLANG_TORCH_PROFILER_DIR"]
+
+
+@pytest.fixture(autouse=True)
+def openai_clients_kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every ``openai.AsyncOpenAI`` a test makes lives until the test ends: a client left to
+    the collector while another client's requests are in flight can hang those requests
+    until their timeout (openai 3, seen with 16 requests in flight), and helpers make
+    clients that no one holds."""
+    kept: list[openai.AsyncOpenAI] = []
+    made = openai.AsyncOpenAI.__init__
+
+    def keeping(self: openai.AsyncOpenAI, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        kept.append(self)
+
+    monkeypatch.setattr(openai.AsyncOpenAI, "__init__", keeping)
+    yield
+    kept.clear()  # collected once the test's requests are all done
 
 
 @pytest.fixture
