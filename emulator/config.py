@@ -39,6 +39,7 @@ class EmulatorConfig:
     share_gpus: str | None = None  # a file naming GPUs shared with other servers (gpus.py)
     radix_cache_tokens: int = 0  # the radix cache's size in tokens; 0: no prefix caching
     enable_cache_report: bool = False  # SGLang's flag: cached tokens in the OpenAI usage
+    enable_response_store: bool = False  # SGLang's flag: /v1/responses kept, and continued
     accept_schedule: tuple[AcceptChange, ...] = ()  # accept length changes in emulated time
 
     @property
@@ -99,6 +100,7 @@ class EmulatorConfig:
             "speculative_num_draft_tokens": steps + 1 if spec else None,
             "disable_radix_cache": self.radix_cache_tokens == 0,
             "enable_cache_report": self.enable_cache_report,
+            "enable_response_store": self.enable_response_store,
             # SGLang 0.5.23 lists every argument, its keys and the command line as given
             "api_key": self.api_key,
             "admin_api_key": None,

@@ -31,6 +31,7 @@ from specroute.emulator.loop import EngineLoop
 from specroute.emulator.metrics import EngineMetrics
 from specroute.emulator.native_api import NativeHandlers
 from specroute.emulator.openai_api import OpenAIHandlers
+from specroute.emulator.responses_api import ResponsesHandlers
 from specroute.event_loop import new_event_loop
 
 LOOP = web.AppKey("loop", EngineLoop)
@@ -108,6 +109,10 @@ def create_app(config: EmulatorConfig) -> web.Application:
     native = NativeHandlers(loop, config.context_length, faults)
     app.router.add_post("/v1/chat/completions", openai.chat)
     app.router.add_post("/v1/completions", openai.completions)
+    responses = ResponsesHandlers(loop, config.context_length, faults, config.enable_response_store)
+    app.router.add_post("/v1/responses", responses.create)
+    app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
+    app.router.add_post("/v1/responses/{response_id}/cancel", responses.cancel)
     app.router.add_post("/generate", native.generate)
     app.router.add_put("/generate", native.generate)
     app.router.add_post("/abort_request", native.abort_request)

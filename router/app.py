@@ -69,6 +69,8 @@ from specroute.router.roster import Roster
 from specroute.router.server_info import MODEL_INFO, SERVER_INFO, relay_info
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.stored_responses import PATH as RESPONSES_PATH
+from specroute.router.stored_responses import stored
 from specroute.router.tracing import Tracing
 from specroute.router.upstream_pool import UpstreamPool
 from specroute.router.verdicts import Verdicts
@@ -76,7 +78,7 @@ from specroute.router.worker_sync import WorkerSync
 from specroute.router.workers import Workers
 
 STATE = web.AppKey("state", RouterState)
-PROXIED = ("/v1/chat/completions", "/v1/completions", "/generate")
+PROXIED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -203,6 +205,9 @@ def create_app(
     for path in PROXIED:
         app.router.add_post(path, proxy(state))
     app.router.add_post(ABORT_PATH, functools.partial(abort_request, state=state))
+    for method, stored_path in (("GET", ""), ("POST", "/cancel")):
+        path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
+        app.router.add_route(method, path, functools.partial(stored, state=state))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     for names in (SERVER_INFO, MODEL_INFO):

@@ -11,7 +11,15 @@ from specroute.router.metrics import RouterMetrics
 from specroute.router.outcome import Outcome
 
 Tail = tuple[bytes, bytes]  # the answer's last two chunks relayed, the last one last
-_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d{1,12})(?!\d)')
+_USAGE = re.compile(
+    rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)'
+)
+_NAMES = {  # the Responses API's names for them
+    "input_tokens": "prompt_tokens",
+    "output_tokens": "completion_tokens",
+    "prompt_tokens": "prompt_tokens",
+    "completion_tokens": "completion_tokens",
+}
 _SEARCHED = 4096  # bytes of each of the last two chunks searched for a usage
 
 
@@ -72,10 +80,12 @@ def usage(tail: Tail) -> dict[str, int]:
     """The token counts an answer's end gives, by name (``prompt_tokens``,
     ``completion_tokens``; only those it gives): a whole body's ``usage``, a stream's last
     event when the client asked for it (``stream_options.include_usage``; it may come apart
-    from its ``[DONE]``, hence two chunks), ``/generate``'s ``meta_info``. The last of each
-    counts (a stream's running count); a ``null`` or a number past 12 digits is none."""
+    from its ``[DONE]``, hence two chunks), ``/generate``'s ``meta_info``, the Responses
+    API's ``input_tokens`` and ``output_tokens`` (its last event, ``response.completed``).
+    The last of each counts (a stream's running count); a ``null`` or a number past 12
+    digits is none."""
     before, last = tail
     found: dict[str, int] = {}
     for name, value in _USAGE.findall(before[-_SEARCHED:] + last[-_SEARCHED:]):
-        found[name.decode()] = int(value)
+        found[_NAMES[name.decode()]] = int(value)
     return found

@@ -112,6 +112,26 @@ def _get(summary: str, content: dict[str, Any], *codes: int, open_: bool = False
     return {"get": operation}
 
 
+def _stored(summary: str, method: str = "get") -> dict[str, Any]:
+    """A stored response's endpoint: asked of the server that holds it, its answer relayed."""
+    operation: dict[str, Any] = _get(
+        summary, {_JSON: {"schema": _object({"id": {"type": "string"}})}}, 401, 502, 503
+    )["get"]
+    operation["parameters"] = [
+        {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    operation["responses"]["404"] = {
+        "description": "No server holds the response.",
+        "content": {_JSON: {"schema": _ERROR}},
+    }
+    operation["responses"]["400"] = {
+        "description": "The servers keep no responses (SGLang's `--enable-response-store` "
+        "is off), or the id is not one: their refusal.",
+        "content": {_JSON: {"schema": _ERROR}},
+    }
+    return {method: operation}
+
+
 def _model() -> dict[str, Any]:
     operation: dict[str, Any] = _get(
         "One model's card, from the first healthy backend that serves it",
@@ -276,6 +296,25 @@ def _schemas() -> dict[str, Any]:
                 **_READ,
             },
             ["prompt"],
+        ),
+        "ResponsesRequest": _object(
+            {
+                "model": {"type": "string"},
+                "input": {"type": ["string", "array"]},
+                "instructions": {"type": "string"},
+                "max_output_tokens": {
+                    **_MAX_TOKENS,
+                    "minimum": 2,
+                    "description": "SGLang makes two tokens fewer (room for the end tokens).",
+                },
+                "previous_response_id": {
+                    "type": "string",
+                    "description": "A stored response to go on from: the request goes to "
+                    "the server that holds it.",
+                },
+                **_READ,
+            },
+            ["input"],
         ),
         "GenerateRequest": {
             **_object(
@@ -468,6 +507,15 @@ def document() -> dict[str, Any]:
         "paths": {
             "/v1/chat/completions": _proxied("OpenAI chat completions", "ChatCompletionRequest"),
             "/v1/completions": _proxied("OpenAI completions", "CompletionRequest"),
+            "/v1/responses": _proxied(
+                "OpenAI responses: by load, or, going on from a stored response "
+                "(`previous_response_id`), at the server that holds it",
+                "ResponsesRequest",
+            ),
+            "/v1/responses/{response_id}": _stored("A stored response, from its server"),
+            "/v1/responses/{response_id}/cancel": _stored(
+                "A stored response cancelled at its server", "post"
+            ),
             "/generate": _proxied("SGLang's native generation", "GenerateRequest"),
             "/v1/models": _get(
                 "The healthy backends' models",

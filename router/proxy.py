@@ -38,8 +38,12 @@ from specroute.router.reply import AiohttpProxied
 from specroute.router.request import request_info
 from specroute.router.request_id import with_rid
 from specroute.router.state import RouterState
+from specroute.router.stored_responses import PATH as RESPONSES_PATH
+from specroute.router.stored_responses import owner
 from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
+
+STORED = "stored"  # a decision's reason: the server that holds what the request goes on from
 
 
 def proxy(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -88,6 +92,8 @@ async def _proxy(request: Proxied, state: RouterState) -> web.Response | None:
             try:
                 return await _forward(request, state, backend, raw, body, context)
             except Failure as failure:  # nothing reached the client: once more, elsewhere
+                if decision.reason == STORED:  # no other server holds what it goes on from
+                    return _gave_up(failure)
                 decision = _retry_decision(state, decision.pool, tried)
                 if decision.backend is None:
                     return _gave_up(failure)
@@ -141,8 +147,11 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
+    stored = await _stored(request, state, body)
+    if isinstance(stored, web.Response):
+        return stored
     info, trailed = request_info(request.path, body, state.placement.prefix_bytes), trail_of()
-    decide = functools.partial(_decide, state, info, span, trailed)
+    decide = functools.partial(_decide, state, info, span, trailed, stored)
     admitted = await state.admission.admit(decide)
     if isinstance(admitted, Refusal):
         if span is not None:
@@ -157,14 +166,37 @@ async def _choose(
     return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
 
 
+async def _stored(
+    request: Proxied, state: RouterState, body: dict[str, Any]
+) -> Backend | web.Response | None:
+    """The server that holds the stored response a Responses API request goes on from
+    (``previous_response_id``), which alone can serve it; None for any other request."""
+    previous = body.get("previous_response_id")
+    if request.path != RESPONSES_PATH or previous is None:
+        return None
+    if not isinstance(previous, str) or not previous:
+        return error_response(
+            400, "previous_response_id must be a response's id.", param="previous_response_id"
+        )
+    return await owner(state, previous, "previous_response_id")
+
+
 def _decide(
-    state: RouterState, info: RequestInfo, span: RequestSpan | None, trailed: Trail | None
+    state: RouterState,
+    info: RequestInfo,
+    span: RequestSpan | None,
+    trailed: Trail | None,
+    stored: Backend | None = None,
 ) -> Decision | None:
     """The policy's decision at the load now, recorded; None, not recorded, when the request
     must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
-    request's task, as that one leaves: the span and trail are this request's."""
+    request's task, as that one leaves: the span and trail are this request's. A request
+    that goes on from a stored response goes to its server (``STORED``)."""
     view = state.view()
-    decision = state.place(state.in_force.policy.choose(info, view), info, view)
+    if stored is not None:
+        decision = Decision(stored.pool, stored.name, STORED)
+    else:
+        decision = state.place(state.in_force.policy.choose(info, view), info, view)
     if state.settings.queue_at_capacity and at_capacity(view, decision):
         return None
     _record(state, decision, view.load(), span, trailed)

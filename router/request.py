@@ -3,8 +3,10 @@
 No tokenizer on this path: the prompt is measured in UTF-8 bytes of its text (a policy
 turns them into tokens with its profile's ratio), and a prompt given as token ids is
 counted as it is. Only the fields each API puts its prompt in are read: chat
-``messages`` (a string ``content``, or the ``text`` of each part of a list), completions'
+``messages`` (a string ``content``, or the ``text`` of each part of a list), the Responses
+API's ``instructions`` and ``input`` (a string, or items read as messages), completions'
 ``prompt``, and ``/generate``'s ``text`` or ``input_ids``; anything else counts nothing.
+What a response goes on from (``previous_response_id``) is on its server, not counted.
 A placement that keys on the prompt's beginning gets its first bytes too (``prefix``).
 """
 
@@ -16,6 +18,13 @@ from specroute.policies.view import RequestInfo
 
 
 def request_info(path: str, body: dict[str, Any], prefix_bytes: int = 0) -> RequestInfo:
+    if path == "/v1/responses":  # read as the chat it is
+        messages = _responses_messages(body)
+        body = {
+            "messages": messages,
+            "stream": body.get("stream"),
+            "max_tokens": body.get("max_output_tokens"),
+        }
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     params = body.get("sampling_params")
     if max_tokens is None and isinstance(params, dict):
@@ -29,6 +38,16 @@ def request_info(path: str, body: dict[str, Any], prefix_bytes: int = 0) -> Requ
         prompt_tokens=ids,
         prefix=prefix(body, prefix_bytes) if prefix_bytes else b"",
     )
+
+
+def _responses_messages(body: dict[str, Any]) -> list[Any]:
+    """The Responses API's ``instructions`` and ``input`` as a chat's messages."""
+    given = body.get("input")
+    instructions = body.get("instructions")
+    messages: list[Any] = [{"role": "system", "content": instructions}] if instructions else []
+    if isinstance(given, str):
+        return [*messages, {"role": "user", "content": given}]
+    return messages + given if isinstance(given, list) else messages
 
 
 def _whole(value: Any) -> int | None:

@@ -39,6 +39,7 @@ from specroute.router.online_peers import Peers
 from specroute.router.online_published import published, take
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.rate_limit import RateLimit
+from specroute.router.response_owners import Owners
 from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
 from specroute.router.tracing import Tracing
@@ -75,6 +76,7 @@ class RouterState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[Answer, Flight] = field(default_factory=dict)  # being relayed
     rids: set[str] = field(default_factory=set)  # the ids sent as rid, of requests in flight
+    owners: Owners = field(default_factory=Owners)  # the servers of stored responses found
     silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
     timeouts: tuple[Limits, Limits] = field(init=False)  # a stream's, a whole's
     placement: Placement = field(init=False)

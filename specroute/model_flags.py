@@ -105,6 +105,12 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         action="store_true",
         help="report cached prompt tokens in the OpenAI usage, as SGLang's flag",
     )
+    p.add_argument(
+        "--enable-response-store",
+        action="store_true",
+        help="keep /v1/responses answers, to go on from by previous_response_id and to "
+        "retrieve or cancel, as SGLang's flag",
+    )
     if seed:  # a command with a dataset has its own, which serves both
         p.add_argument("--seed", type=int, default=0)
 
@@ -147,6 +153,7 @@ def emulator_config(
         share_gpus=getattr(args, "share_gpus", None),
         radix_cache_tokens=_cache_size(getattr(args, "radix_cache_tokens", 0)),
         enable_cache_report=getattr(args, "enable_cache_report", False),
+        enable_response_store=getattr(args, "enable_response_store", False),
         accept_schedule=parse_schedule(args.accept_schedule, steps) if args.accept_schedule else (),
     )
 

@@ -188,6 +188,8 @@ BODIES = [
     ("/v1/chat/completions", "ChatCompletionRequest", {"messages": HI, "max_tokens": 2.5}, False),
     ("/v1/chat/completions", "ChatCompletionRequest", {"messages": HI, "max_tokens": 2.0}, True),
     ("/v1/completions", "CompletionRequest", {"prompt": "hi", "max_tokens": 2.0}, True),
+    ("/v1/responses", "ResponsesRequest", {"input": "hi", "max_output_tokens": 1}, False),
+    ("/v1/responses", "ResponsesRequest", {"input": "hi", "max_output_tokens": 4.0}, True),
     (
         "/generate",
         "GenerateRequest",

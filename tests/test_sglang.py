@@ -194,6 +194,37 @@ async def test_streaming_with_the_openai_client(router: str) -> None:
     assert "".join(said)
 
 
+async def test_the_responses_api_through_the_router_is_the_servers(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """OpenAI's Responses API through the router: routed as a chat is, the server's own
+    answer (greedy: what a direct call gives), and streamed in its typed events."""
+    by_name = {b["name"]: b["url"] for b in (await _status(router))["backends"]}
+    prompt, limit = PROMPTS[0], 18
+    async with AsyncOpenAI(base_url=router + "/v1", api_key="unused") as client:
+        raw = await client.responses.with_raw_response.create(
+            model=SERVED_NAME, input=prompt, max_output_tokens=limit, temperature=0
+        )
+        routed = raw.parse()
+        stream = await client.responses.create(
+            model=SERVED_NAME, input=prompt, max_output_tokens=limit, temperature=0, stream=True
+        )
+        events = [event async for event in stream]
+    url = by_name[raw.headers["x-specroute-backend"]]
+    async with AsyncOpenAI(base_url=url + "/v1", api_key="unused") as client:
+        direct = await client.responses.create(
+            model=SERVED_NAME, input=prompt, max_output_tokens=limit, temperature=0
+        )
+    print(f"{routed.usage}: {routed.output_text!r}")
+    assert routed.status == "completed" and routed.output_text
+    assert routed.output_text == direct.output_text
+    assert routed.usage is not None and routed.usage.output_tokens > 0
+    last = events[-1]
+    assert last.type == "response.completed"
+    assert last.response.output_text == routed.output_text
+    assert servers
+
+
 def _aborted(text: str) -> float:
     found = prometheus.values(text, {"sglang:num_aborted_requests_total"})
     return sum(found.get("sglang:num_aborted_requests_total", [0.0]))

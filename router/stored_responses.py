@@ -1,0 +1,138 @@
+"""The Responses API's stored responses. SGLang keeps a response (``--enable-response-store``)
+on the server that made it, so whatever names one must reach that server, whatever the
+load: a request that goes on from it (``previous_response_id``), ``GET
+/v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``.
+
+The router finds that server by asking every server for the response (``GET
+/v1/responses/{id}``, at once) and remembers the answer for the next turn (each worker
+its own, the most recent ``Owners`` holds; one whose server left is looked for again). None
+having it is the servers' own 404; every server refusing to look
+(the store off, an id that is not one) is their own 400 passed on; a server that could not
+be asked while none had it is a 502 that names it, counted (``kind="responses"``), since
+the response may be there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
+
+from specroute.router.auth import without_credentials
+from specroute.router.backend import Backend
+from specroute.router.content_coding import read_decoded
+from specroute.router.errors import error_response
+from specroute.router.server_info import redacted
+from specroute.router.state import RouterState
+
+PATH = "/v1/responses"
+_ASK_SECONDS = 10.0
+_SAID_CHARS = 500
+_log = logging.getLogger("specroute.router")
+
+
+async def owner(state: RouterState, response_id: str, param: str) -> Backend | web.Response:
+    """The server that holds ``response_id``, or the answer that says why none can be
+    named (``param``: the field that named it, for the error)."""
+    backends = {b.name: b for b in state.roster.backends}
+    if (name := state.owners.get(response_id)) is not None and name in backends:
+        return backends[name]
+    if not backends:
+        return error_response(503, "No backend to ask.", "service_unavailable", retry_after=1)
+    assert state.session is not None  # set at startup, before any request is served
+    session, limit = state.session, aiohttp.ClientTimeout(total=_ASK_SECONDS)
+    asked = [_asked(session, b, response_id, limit) for b in backends.values()]
+    answers = list(zip(backends.values(), await asyncio.gather(*asked), strict=True))
+    for backend, (status, _) in answers:
+        if status == 200:
+            state.owners.put(response_id, backend.name)
+            return backend
+    secrets = state.settings.secrets()
+    failed = [(b, s, said) for b, (s, said) in answers if s not in (400, 404)]
+    if failed:
+        for backend, status, said in failed:
+            state.metrics.upstream_errors.labels(backend=backend.name, kind="responses").inc()
+            _log.warning(
+                "%s: looking for a stored response failed (%s): %s",
+                backend.name,
+                status,
+                redacted(said, secrets),
+            )
+        named = "; ".join(
+            f"{without_credentials(b.url)}: {redacted(said, secrets) or status}"
+            for b, status, said in failed
+        )
+        return error_response(
+            502,
+            f"Response '{response_id}' is on none of the servers that answered, and "
+            f"{len(failed)} could not be asked: {named}",
+            "upstream_error",
+            param=param,
+        )
+    if all(status == 400 for _, (status, _) in answers):  # the store off, or not an id
+        said = redacted(_message(answers[0][1][1]), secrets)
+        return error_response(400, f"The servers refused to look for it: {said}", param=param)
+    return error_response(
+        404, f"Response with id '{response_id}' not found on any server.", param=param
+    )
+
+
+def _message(said: str) -> str:
+    """The message of an error body (OpenAI's nested shape, or SGLang's flat one), else
+    what was said."""
+    try:
+        body = json.loads(said)
+    except ValueError:
+        return said
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else said
+
+
+async def _asked(
+    session: aiohttp.ClientSession,
+    backend: Backend,
+    response_id: str,
+    limit: aiohttp.ClientTimeout,
+) -> tuple[int, str]:
+    """One server's status for the response (0: not asked to the end) and what it said."""
+    try:
+        async with session.get(
+            f"{backend.url}{PATH}/{quote(response_id, safe='')}", timeout=limit
+        ) as r:
+            said = (await read_decoded(r)).decode(errors="replace").strip()
+            return r.status, said[:_SAID_CHARS]
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return 0, f"unreachable ({type(exc).__name__})"
+    except ValueError as exc:  # a coding not read here
+        return 0, str(exc)
+
+
+async def stored(request: web.Request, state: RouterState) -> web.Response:
+    """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: asked of the
+    server that holds the response, its answer passed on as it came."""
+    response_id = request.match_info["response_id"]
+    found = await owner(state, response_id, "response_id")
+    if isinstance(found, web.Response):
+        return found
+    assert state.session is not None
+    path = request.path.removeprefix(PATH + "/" + response_id)
+    url = f"{found.url}{PATH}/{quote(response_id, safe='')}{path}"
+    limit = aiohttp.ClientTimeout(total=_ASK_SECONDS)
+    try:
+        async with state.session.request(request.method, url, timeout=limit) as r:
+            body = await read_decoded(r)
+            status, kind = r.status, r.content_type
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        state.metrics.upstream_errors.labels(backend=found.name, kind="responses").inc()
+        return error_response(
+            502,
+            f"{without_credentials(found.url)} could not be asked: {type(exc).__name__}",
+            "upstream_error",
+        )
+    headers = {"x-specroute-backend": found.name}
+    return web.Response(body=body, status=status, content_type=kind, headers=headers)
