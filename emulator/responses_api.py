@@ -53,7 +53,7 @@ class ResponsesError(Exception):
             "message": self.message,
             "type": "invalid_request_error",
             "param": self.param,
-            "code": None,
+            "code": self.status,
         }
         return web.json_response({"error": error}, status=self.status)
 
@@ -71,6 +71,7 @@ class ResponsesHandlers:
     loop: EngineLoop
     context_length: int
     faults: FaultInjector
+    model: str  # the served model's name: the only one a request may name
     store_enabled: bool = False  # SGLang's --enable-response-store
     kept: dict[str, Stored] = field(default_factory=dict)
 
@@ -130,6 +131,9 @@ class ResponsesHandlers:
     def _parse(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], Sequence, bool, bool]:
         """The chat the request continues or starts, its sequence, and whether it streams
         and is kept."""
+        model = body.get("model")
+        if model is not None and model != self.model:
+            raise ResponsesError(f"The model '{model}' does not exist", 404, param="model")
         chat: list[dict[str, Any]] = []
         previous = body.get("previous_response_id")
         if previous is not None:
@@ -177,37 +181,54 @@ class ResponsesHandlers:
         store = self.store_enabled and body.get("store", True) is not False
         return chat, seq, body.get("stream") is True, store
 
-    @staticmethod
-    def _head(body: dict[str, Any], rid: str) -> dict[str, Any]:
+    def _head(self, body: dict[str, Any], rid: str) -> dict[str, Any]:
+        """The response as SGLang's ``ResponsesResponse`` has it, its request's settings
+        echoed, before any output."""
+        parallel = body.get("parallel_tool_calls")
         return {
             "id": rid,
             "object": "response",
             "created_at": int(time.time()),
-            "model": body.get("model") or "default",
+            "model": body.get("model") or self.model,
             "output": [],
             "status": "in_progress",
             "usage": None,
-            "parallel_tool_calls": True,
+            "parallel_tool_calls": True if parallel is None else parallel,
             "tool_choice": "auto",
             "tools": [],
+            "error": None,
+            "incomplete_details": None,
             "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"),
             "previous_response_id": body.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
             "store": body.get("store", True),
             "temperature": body.get("temperature"),
-            "metadata": body.get("metadata"),
+            "text": None,
+            "top_p": body.get("top_p"),
+            "truncation": body.get("truncation", "disabled"),
+            "user": body.get("user"),
+            "metadata": body.get("metadata") or {},
         }
 
     @staticmethod
     def _done(head: dict[str, Any], active: ActiveRequest, kept: Stored | None) -> dict[str, Any]:
-        """The response finished: its message, its usage; kept with the chat it ends."""
-        prompt, completion = active.seq.prompt_tokens, len(active.output_ids)
-        head["output"] = [_message(active.seq.rid, active.text, "completed")]
+        """The response finished: its message, its status (``incomplete`` when it ran out
+        of ``max_output_tokens``, ``failed`` when aborted), its usage; kept with the chat it
+        ends."""
+        seq = active.seq
+        prompt, completion = seq.prompt_tokens, len(active.output_ids)
+        reason = None if seq.finish is None else seq.finish.type
+        status = {"length": "incomplete", "abort": "failed"}.get(reason or "", "completed")
+        head["output"] = [_message(seq.rid, active.text, status)]
+        head["text"] = {"format": {"type": "text"}}
         if head["status"] != "cancelled":
-            head["status"] = "completed"
+            head["status"] = status
+        if status == "incomplete":
+            head["incomplete_details"] = {"reason": "max_output_tokens"}
         head["usage"] = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": active.seq.cached_tokens},
+            "input_tokens_details": {"cached_tokens": seq.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
@@ -224,7 +245,12 @@ class ResponsesHandlers:
         events = _Events()
         rid = active.seq.rid
         message = _message(rid, "", "in_progress")
-        part = {"type": "output_text", "text": "", "annotations": []}
+        part: dict[str, Any] = {
+            "type": "output_text",
+            "text": "",
+            "annotations": [],
+            "logprobs": None,
+        }
         place = {"item_id": message["id"], "output_index": 0}
         try:
             await response.write(events("response.created", response=head))
@@ -278,12 +304,19 @@ class _Events:
 
 
 def _message(rid: str, text: str, status: str) -> dict[str, Any]:
+    part: dict[str, Any] = {
+        "type": "output_text",
+        "text": text,
+        "annotations": [],
+        "logprobs": None,
+    }
     return {
         "type": "message",
         "id": f"msg_{rid}",
         "role": "assistant",
         "status": status,
-        "content": [{"type": "output_text", "text": text, "annotations": []}] if text else [],
+        "content": [part] if text else [],
+        "phase": None,
     }
 
 

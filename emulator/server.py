@@ -109,7 +109,9 @@ def create_app(config: EmulatorConfig) -> web.Application:
     native = NativeHandlers(loop, config.context_length, faults)
     app.router.add_post("/v1/chat/completions", openai.chat)
     app.router.add_post("/v1/completions", openai.completions)
-    responses = ResponsesHandlers(loop, config.context_length, faults, config.enable_response_store)
+    responses = ResponsesHandlers(
+        loop, config.context_length, faults, config.model_path, config.enable_response_store
+    )
     app.router.add_post("/v1/responses", responses.create)
     app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
     app.router.add_post("/v1/responses/{response_id}/cancel", responses.cancel)

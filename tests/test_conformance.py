@@ -98,6 +98,20 @@ async def _capture(url: str) -> Capture:
         assert refused.value.status_code == 400
         capture.append({"kind": "error", "body": refused.value.response.json()})
 
+        served = (await client.models.list()).data[0].id
+        for limit in (64, 6):
+            raw_response = await client.responses.with_raw_response.create(
+                model=served, input=PROMPT, instructions="Be brief.", max_output_tokens=limit
+            )
+            raw_response.parse()
+            capture.append(_sent("responses_request", raw_response.http_response.request.content))
+            capture.append(
+                {"kind": "response", "body": json.loads(raw_response.http_response.content)}
+            )
+        with pytest.raises(openai.NotFoundError) as unknown:
+            await client.responses.create(model="no-such-model", input=PROMPT)
+        capture.append({"kind": "response_error", "body": unknown.value.response.json()})
+
     chat_body: dict[str, Any] = {
         "model": "default",
         "messages": CHAT,
@@ -135,7 +149,12 @@ async def _capture(url: str) -> Capture:
         "chat_request",
         "completion_request",
         "error",
+        "response",
+        "responses_request",
+        "response_error",
     }, kinds
+    statuses = [item["body"]["status"] for item in capture if item["kind"] == "response"]
+    assert "incomplete" in statuses, statuses  # cut short at max_output_tokens, as SGLang says
     return capture
 
 

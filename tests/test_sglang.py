@@ -216,8 +216,8 @@ async def test_the_responses_api_through_the_router_is_the_servers(
             model=SERVED_NAME, input=prompt, max_output_tokens=limit, temperature=0
         )
     print(f"{routed.usage}: {routed.output_text!r}")
-    assert routed.status == "completed" and routed.output_text
-    assert routed.output_text == direct.output_text
+    assert routed.status in ("completed", "incomplete") and routed.output_text
+    assert (routed.status, routed.output_text) == (direct.status, direct.output_text)
     assert routed.usage is not None and routed.usage.output_tokens > 0
     last = events[-1]
     assert last.type == "response.completed"

@@ -5,7 +5,8 @@ Run with the conformance venv's python (see ``tests/conformance/requirements.txt
     .venv-sglang/bin/python tests/conformance/validate.py CAPTURE.json
 
 CAPTURE.json is a list of ``{"kind": KIND, "body": {...}}`` where KIND is one of
-chat, chat_chunk, completion, completion_chunk, chat_request, completion_request, error.
+chat, chat_chunk, completion, completion_chunk, chat_request, completion_request, error,
+response, responses_request, response_error.
 
 Each body is validated with the matching model from
 ``sglang.srt.entrypoints.openai.protocol`` (responses in strict mode, so wrong JSON types
@@ -141,6 +142,10 @@ KINDS: dict[str, tuple[str, bool, Any]] = {
     "error": ("ErrorResponse", True, _dump_error),
     "chat_request": ("ChatCompletionRequest", False, None),
     "completion_request": ("CompletionRequest", False, None),
+    # the Responses API's: FastAPI puts the returned model on the wire as it is
+    "response": ("ResponsesResponse", True, _dump_response),
+    "responses_request": ("ResponsesRequest", False, None),
+    "response_error": ("", True, None),  # no model: a dict of create_error_response's
 }
 
 
@@ -179,6 +184,36 @@ def _request_keys(model_cls: Any, body: dict[str, Any]) -> list[str]:
     return [f"$: request keys unknown to SGLang (silently ignored): {unknown}"] if unknown else []
 
 
+def _usage_info(body: dict[str, Any]) -> dict[str, Any]:
+    """A response's body with its usage under ``UsageInfo``'s names, as SGLang holds it
+    before its serializer renames it (``input_tokens`` is ``prompt_tokens``, ...)."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return body
+    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    held = {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+        "total_tokens": usage.get("total_tokens"),
+        "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+        "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
+    }
+    return {**body, "usage": held}
+
+
+def _nested_error(body: dict[str, Any]) -> list[str]:
+    """The Responses API's refusal: ``{"error": {message, type, param, code}}``, built by
+    its ``create_error_response`` with the status as ``code``."""
+    error = body.get("error")
+    if set(body) != {"error"} or not isinstance(error, dict):
+        return [f"$: not the nested envelope: {sorted(body)}"]
+    if set(error) != {"message", "type", "param", "code"}:
+        return [f"$.error: keys {sorted(error)}, SGLang's are code, message, param, type"]
+    if not isinstance(error["message"], str) or type(error["code"]) is not int:
+        return ["$.error: message must be a string and code the status, an integer"]
+    return []
+
+
 def check(protocol: types.ModuleType, sse: types.ModuleType, item: Any) -> list[str]:
     if not isinstance(item, dict) or "kind" not in item or "body" not in item:
         return [f"malformed capture entry: {item!r}"]
@@ -187,12 +222,15 @@ def check(protocol: types.ModuleType, sse: types.ModuleType, item: Any) -> list[
         return [f"unknown kind {kind!r} (expected one of {sorted(KINDS)})"]
     if not isinstance(body, dict):
         return [f"body is {type(body).__name__}, expected a JSON object"]
+    if kind == "response_error":
+        return _nested_error(body)
     if kind == "error" and set(body) == {"error"} and isinstance(body["error"], dict):
         body = body["error"]  # the in-stream form: data: {"error": {...}}
     name, strict, dumper = KINDS[kind]
     model_cls = getattr(protocol, name)
+    held = _usage_info(body) if kind == "response" else body
     try:
-        model = model_cls.model_validate(copy.deepcopy(body), strict=strict)
+        model = model_cls.model_validate(copy.deepcopy(held), strict=strict)
     except Exception as exc:  # pydantic.ValidationError, or a validator's ValueError
         return [f"{name} rejects it:\n" + _indent(str(exc))]
     if dumper is None:
