@@ -147,9 +147,12 @@ async def _choose(
         return error_response(400, "The request body nests too deeply to be read.")
     if not isinstance(body, dict):
         return error_response(400, "The request body must be a JSON object.")
-    stored = await _stored(request, state, body)
-    if isinstance(stored, web.Response):
-        return stored
+    stored: Backend | None = None
+    if request.path == RESPONSES_PATH and "previous_response_id" in body:
+        found = await _stored(state, body["previous_response_id"])
+        if isinstance(found, web.Response):
+            return found
+        stored = found
     info, trailed = request_info(request.path, body, state.placement.prefix_bytes), trail_of()
     decide = functools.partial(_decide, state, info, span, trailed, stored)
     admitted = await state.admission.admit(decide)
@@ -166,13 +169,10 @@ async def _choose(
     return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
 
 
-async def _stored(
-    request: Proxied, state: RouterState, body: dict[str, Any]
-) -> Backend | web.Response | None:
+async def _stored(state: RouterState, previous: Any) -> Backend | web.Response | None:
     """The server that holds the stored response a Responses API request goes on from
-    (``previous_response_id``), which alone can serve it; None for any other request."""
-    previous = body.get("previous_response_id")
-    if request.path != RESPONSES_PATH or previous is None:
+    (``previous_response_id``), which alone can serve it; None for none named."""
+    if previous is None:
         return None
     if not isinstance(previous, str) or not previous:
         return error_response(
