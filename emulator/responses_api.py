@@ -4,7 +4,8 @@ A request's ``input`` (a string, or message items whose content is a string or t
 after its ``instructions`` is a chat, and it makes two tokens fewer than its
 ``max_output_tokens`` (SGLang's headroom for the end tokens; under 2 is its 400). Streams
 send SGLang's typed events, each as ``event:`` and ``data:`` lines numbered by
-``sequence_number``, and end with ``response.completed``, which carries the whole response
+``sequence_number``, and end with ``response.completed`` (``response.incomplete``,
+``response.failed``: as its status says), which carries the whole response
 and its usage; no ``[DONE]``. Errors are nested as OpenAI's are (``{"error": {...}}``), not
 in SGLang's flat shape.
 
@@ -34,6 +35,7 @@ from specroute.emulator.request import ActiveRequest
 from specroute.emulator.vocabulary import chat_prompt_tokens, chat_tokens, message_text
 
 PREFIX = "resp_"
+_ENDS = ("completed", "incomplete", "failed")  # a stream's last event: response.<status>
 _HEADROOM = 2  # SGLang keeps two of max_output_tokens for the end tokens the engine adds
 _STORE_DISABLED = (
     "Response store is disabled. Stateful Responses require --enable-response-store on a "
@@ -286,7 +288,9 @@ class ResponsesHandlers:
         )
         done = _message(rid, text, "completed")
         await response.write(events("response.output_item.done", output_index=0, item=done))
-        await response.write(events("response.completed", response=self._done(head, active, kept)))
+        final = self._done(head, active, kept)
+        ended = final["status"] if final["status"] in _ENDS else "failed"
+        await response.write(events(f"response.{ended}", response=final))
         await response.write_eof()
         return response
 

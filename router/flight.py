@@ -81,7 +81,8 @@ def usage(tail: Tail) -> dict[str, int]:
     ``completion_tokens``; only those it gives): a whole body's ``usage``, a stream's last
     event when the client asked for it (``stream_options.include_usage``; it may come apart
     from its ``[DONE]``, hence two chunks), ``/generate``'s ``meta_info``, the Responses
-    API's ``input_tokens`` and ``output_tokens`` (its last event, ``response.completed``).
+    API's ``input_tokens`` and ``output_tokens`` (its last event, ``response.completed`` or
+    ``response.incomplete``).
     The last of each counts (a stream's running count); a ``null`` or a number past 12
     digits is none."""
     before, last = tail

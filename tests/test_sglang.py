@@ -32,6 +32,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
+from openai.types.responses import ResponseCompletedEvent, ResponseIncompleteEvent
 
 from specroute import prometheus
 from specroute.engines.sglang_cpu import (
@@ -77,7 +78,9 @@ _started = time.monotonic()
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def servers() -> AsyncIterator[tuple[Engine, Engine]]:
-    async with engine_pair(free_port(), free_port()) as pair:
+    # with SGLang's store of responses, to go on from one through the router
+    settings = EngineSettings(extra=("--enable-response-store",))
+    async with engine_pair(free_port(), free_port(), settings) as pair:
         print(f"\nboth SGLang servers answered {time.monotonic() - _started:.0f} s in")
         yield pair
     elapsed = time.monotonic() - _started
@@ -220,8 +223,42 @@ async def test_the_responses_api_through_the_router_is_the_servers(
     assert (routed.status, routed.output_text) == (direct.status, direct.output_text)
     assert routed.usage is not None and routed.usage.output_tokens > 0
     last = events[-1]
-    assert last.type == "response.completed"
+    assert isinstance(last, ResponseCompletedEvent | ResponseIncompleteEvent), last.type
+    assert last.type == f"response.{routed.status}"  # its end, as its status says
     assert last.response.output_text == routed.output_text
+    assert servers
+
+
+async def test_a_turn_that_goes_on_from_a_stored_response_reaches_its_server(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """SGLang keeps a response on the server that made it: the next turn
+    (``previous_response_id``), and the response asked for by id, reach that server through
+    the router, and the turn is answered with the first exchange in its input."""
+    async with AsyncOpenAI(base_url=router + "/v1", api_key="unused") as client:
+        first = await client.responses.with_raw_response.create(
+            model=SERVED_NAME, input=PROMPTS[1], max_output_tokens=10, temperature=0
+        )
+        turns = [first.headers["x-specroute-backend"]]
+        response_id = first.parse().id
+        for _ in range(2):
+            raw = await client.responses.with_raw_response.create(
+                model=SERVED_NAME,
+                input="Go on.",
+                previous_response_id=response_id,
+                max_output_tokens=10,
+                temperature=0,
+            )
+            turns.append(raw.headers["x-specroute-backend"])
+            answer = raw.parse()
+            response_id = answer.id
+        fetched = await client.responses.with_raw_response.retrieve(response_id)
+    assert turns == [turns[0]] * 3, turns
+    assert fetched.headers["x-specroute-backend"] == turns[0]
+    assert fetched.parse().id == response_id
+    first_usage = first.parse().usage
+    assert answer.usage is not None and first_usage is not None
+    assert answer.usage.input_tokens > first_usage.input_tokens  # the turns before it
     assert servers
 
 
