@@ -176,6 +176,21 @@ async def test_what_goes_on_from_a_stored_response_reaches_its_server_whatever_t
             await client.responses.retrieve("resp_nowhere")
 
 
+async def test_a_response_cancelled_through_the_router_stops_at_its_server() -> None:
+    async with two_speculative(STORE) as (url, _), _client(url) as client:
+        stream = await client.responses.create(
+            model=MODEL, input="a long answer", max_output_tokens=4000, stream=True
+        )
+        events = aiter(stream)
+        created = await anext(events)
+        assert created.type == "response.created"
+        cancelled = await client.responses.cancel(created.response.id)
+        rest = [event.type async for event in events]
+    assert cancelled.status == "cancelled"
+    assert rest[-1] == "response.failed"  # it ended there, short of its 4,000 tokens
+    assert rest.count("response.output_text.delta") < 3998
+
+
 async def test_a_response_that_a_server_could_not_be_asked_for_is_a_502_naming_it() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     async with AsyncExitStack() as stack:
