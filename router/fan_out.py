@@ -1,6 +1,7 @@
 """What SGLang does on one server that an operator asks of the whole deployment: the same
 request to every server of both pools at once (a cache flush, a profile started or
-stopped, an abort), and one answer that says what each did.
+stopped, an abort; and a stored response looked for), and one answer that says what each
+did.
 
 The answer is 200 only when every server took it. Otherwise it names each that did not
 and what it said: 400 when each of those refused the request (a flush while busy), 502
@@ -36,8 +37,9 @@ async def ask_every(
     seconds: float,
     params: dict[str, str] | None = None,
     body: Body | None = None,
+    method: str = "POST",
 ) -> list[dict[str, Any]] | web.Response:
-    """Every server's answer to ``POST path``, within ``seconds`` each; a 503 when the
+    """Every server's answer to ``method path``, within ``seconds`` each; a 503 when the
     router has none."""
     assert state.session is not None  # set at startup, before any request is served
     backends = state.roster.backends
@@ -45,7 +47,7 @@ async def ask_every(
         return error_response(503, "No backend to ask.", "service_unavailable", retry_after=1)
     secrets = state.settings.secrets()
     limit = aiohttp.ClientTimeout(total=seconds)
-    asked = (_asked(state.session, b, path, limit, params, body, secrets) for b in backends)
+    asked = (_asked(state.session, method, b, path, limit, params, body, secrets) for b in backends)
     return list(await asyncio.gather(*asked))
 
 
@@ -71,6 +73,7 @@ def answered(
 
 async def _asked(
     session: aiohttp.ClientSession,
+    method: str,
     backend: Backend,
     path: str,
     limit: aiohttp.ClientTimeout,
@@ -82,8 +85,8 @@ async def _asked(
     status, said = 0, ""
     sent = None if body is None else body(backend)
     try:
-        async with session.post(
-            f"{backend.url}{path}", params=params, json=sent, timeout=limit
+        async with session.request(
+            method, f"{backend.url}{path}", params=params, json=sent, timeout=limit
         ) as r:
             status, said = r.status, (await read_decoded(r)).decode(errors="replace").strip()
     except (aiohttp.ClientError, TimeoutError) as exc:

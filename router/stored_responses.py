@@ -14,7 +14,6 @@ the response may be there.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from urllib.parse import quote
@@ -26,12 +25,11 @@ from specroute.router.auth import without_credentials
 from specroute.router.backend import Backend
 from specroute.router.content_coding import read_decoded
 from specroute.router.errors import error_response
-from specroute.router.server_info import redacted
+from specroute.router.fan_out import ask_every
 from specroute.router.state import RouterState
 
 PATH = "/v1/responses"
 _ASK_SECONDS = 10.0
-_SAID_CHARS = 500
 _log = logging.getLogger("specroute.router")
 
 
@@ -41,31 +39,25 @@ async def owner(state: RouterState, response_id: str, param: str) -> Backend | w
     backends = {b.name: b for b in state.roster.backends}
     if (name := state.owners.get(response_id)) is not None and name in backends:
         return backends[name]
-    if not backends:
-        return error_response(503, "No backend to ask.", "service_unavailable", retry_after=1)
-    assert state.session is not None  # set at startup, before any request is served
-    session, limit = state.session, aiohttp.ClientTimeout(total=_ASK_SECONDS)
-    asked = [_asked(session, b, response_id, limit) for b in backends.values()]
-    answers = list(zip(backends.values(), await asyncio.gather(*asked), strict=True))
-    for backend, (status, _) in answers:
-        if status == 200:
-            state.owners.put(response_id, backend.name)
-            return backend
-    secrets = state.settings.secrets()
-    failed = [(b, s, said) for b, (s, said) in answers if s not in (400, 404)]
+    path = f"{PATH}/{quote(response_id, safe='')}"
+    answers = await ask_every(state, path, _ASK_SECONDS, method="GET")
+    if isinstance(answers, web.Response):
+        return answers  # no backend to ask
+    for answer in answers:
+        if answer["status"] == 200 and answer["backend"] in backends:
+            state.owners.put(response_id, answer["backend"])
+            return backends[answer["backend"]]
+    failed = [a for a in answers if a["status"] not in (400, 404)]
     if failed:
-        for backend, status, said in failed:
-            state.metrics.upstream_errors.labels(backend=backend.name, kind="responses").inc()
+        for a in failed:
+            state.metrics.upstream_errors.labels(backend=a["backend"], kind="responses").inc()
             _log.warning(
                 "%s: looking for a stored response failed (%s): %s",
-                backend.name,
-                status,
-                redacted(said, secrets),
+                a["backend"],
+                a["status"],
+                a["said"],
             )
-        named = "; ".join(
-            f"{without_credentials(b.url)}: {redacted(said, secrets) or status}"
-            for b, status, said in failed
-        )
+        named = "; ".join(f"{a['backend']}: {a['said'] or a['status']}" for a in failed)
         return error_response(
             502,
             f"Response '{response_id}' is on none of the servers that answered, and "
@@ -73,8 +65,8 @@ async def owner(state: RouterState, response_id: str, param: str) -> Backend | w
             "upstream_error",
             param=param,
         )
-    if all(status == 400 for _, (status, _) in answers):  # the store off, or not an id
-        said = redacted(_message(answers[0][1][1]), secrets)
+    if all(a["status"] == 400 for a in answers):  # the store off, or not an id
+        said = _message(answers[0]["said"])
         return error_response(400, f"The servers refused to look for it: {said}", param=param)
     return error_response(
         404, f"Response with id '{response_id}' not found on any server.", param=param
@@ -91,25 +83,6 @@ def _message(said: str) -> str:
     error = body.get("error", body) if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     return message if isinstance(message, str) else said
-
-
-async def _asked(
-    session: aiohttp.ClientSession,
-    backend: Backend,
-    response_id: str,
-    limit: aiohttp.ClientTimeout,
-) -> tuple[int, str]:
-    """One server's status for the response (0: not asked to the end) and what it said."""
-    try:
-        async with session.get(
-            f"{backend.url}{PATH}/{quote(response_id, safe='')}", timeout=limit
-        ) as r:
-            said = (await read_decoded(r)).decode(errors="replace").strip()
-            return r.status, said[:_SAID_CHARS]
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return 0, f"unreachable ({type(exc).__name__})"
-    except ValueError as exc:  # a coding not read here
-        return 0, str(exc)
 
 
 async def stored(request: web.Request, state: RouterState) -> web.Response:
