@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from specroute.loadgen import lag
-from specroute.loadgen.spawn import spawned
+from specroute.loadgen.spawn import NO_DRAIN, spawned
 
 PLACEMENTS = ("least-load", "prefix-affinity")
 _WORDS = [
@@ -215,6 +215,7 @@ async def measure_affinity(plan: AffinityPlan, note: Callable[[str], None]) -> l
             router = await stack.enter_async_context(
                 spawned(
                     "serve",
+                    *NO_DRAIN,
                     *backends,
                     "--policy-param",
                     f"crossover={plan.crossover}",

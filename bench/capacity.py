@@ -43,6 +43,7 @@ from specroute.crossing import Crossing, crossing
 from specroute.loadgen.client import request_bodies, served_model
 from specroute.loadgen.closed_loop import LevelRun, run_level
 from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.drain import drained
 from specroute.loadgen.spawn import Spawned, spawned
 
 LAG_LIMIT = 0.05
@@ -193,7 +194,7 @@ async def measure_capacity(
             results.append(result)
             if on_level is not None:
                 on_level(result)
-            if not await _drained(session, emulator.url):
+            if not await drained(session, [emulator.url], DRAIN_SECONDS):
                 raise RuntimeError(
                     f"the emulator still ran streams {DRAIN_SECONDS:g} s after level {level} "
                     f"ended; it said: {emulator.said()}"
@@ -242,16 +243,6 @@ async def _loads(session: aiohttp.ClientSession, url: str) -> tuple[int, int]:
     async with session.get(f"{url}/v1/loads") as r:
         load = (await r.json())["loads"][0]
     return int(load["num_running_reqs"]), int(load["num_waiting_reqs"])
-
-
-async def _drained(session: aiohttp.ClientSession, url: str) -> bool:
-    """Whether the emulator forgot the cancelled streams within ``DRAIN_SECONDS``."""
-    deadline = time.monotonic() + DRAIN_SECONDS
-    while time.monotonic() < deadline:
-        if await _loads(session, url) == (0, 0):
-            return True
-        await asyncio.sleep(0.2)
-    return False
 
 
 # -- the summary ----------------------------------------------------------------------------

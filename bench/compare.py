@@ -24,14 +24,16 @@ import numpy as np
 from specroute.loadgen import lag
 from specroute.loadgen.client import PhaseBodies, served_model
 from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.drain import drained
 from specroute.loadgen.record import RequestRecord, tokens_between
-from specroute.loadgen.spawn import spawned
+from specroute.loadgen.spawn import NO_DRAIN, spawned
 from specroute.loadgen.trace import Trace, prompt_label
 from specroute.loadgen.trace_loop import play
 from specroute.policies.decision import PolicyError
 from specroute.policies.registry import parse_spec
 
 BASELINES = ("always-spec", "always-base")
+DRAIN_SECONDS = 30.0  # for a run's cancelled requests to leave its backends
 
 
 @dataclass(frozen=True)
@@ -229,16 +231,16 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         "policies": {},
     }
     timeline: dict[str, list[tuple[float, str]]] = {}
-    for spec in map(PolicySpec.parse, plan.policies):
+    plans = [PolicySpec.parse(p) for p in plan.policies]
+    for spec in plans:
         policy = spec.label
         router = (
             "serve",
             "--config",
             str(plan.router_config),
             *spec.serve_flags(),
-            "--drain-grace",
-            "0",
-        )  # no load balancer to wait for
+            *NO_DRAIN,
+        )
         async with (
             spawned(*router, ready="/ready") as proxy,
             aiohttp.ClientSession(
@@ -273,11 +275,28 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             for record in records:
                 f.write(json.dumps(record.as_json()) + "\n")
         print(render_row(policy, results["policies"][policy]["overall"]), file=sys.stderr)
-        await asyncio.sleep(1.0)  # cancelled requests leave the backends
+        if spec.label != plans[-1].label:
+            await _settled(backends, policy)
     results["timeline"] = timeline
     results["kept_time"] = kept_time(results)
     (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
+
+
+async def _settled(backends: list[str], policy: str) -> None:
+    """The backends rid of the requests ``policy``'s run cancelled at its end, before the
+    next policy's starts: read until idle, or a second where they cannot say (vLLM)."""
+    async with aiohttp.ClientSession() as session:
+        idle = await drained(session, backends, DRAIN_SECONDS) if backends else None
+    if idle is None:
+        await asyncio.sleep(1.0)  # a step of a real engine: cancelled requests leave in it
+    elif not idle:
+        print(
+            f"{policy}: the backends still ran requests {DRAIN_SECONDS:g} s after its run "
+            "ended; the next policy starts beside them",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 async def backend_urls(session: aiohttp.ClientSession, router: str) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from specroute.loadgen.spawn import Spawned, spawned
+from specroute.loadgen.spawn import NO_DRAIN, Spawned, spawned
 
 Api = Literal["chat", "completions", "generate"]
 PATHS: dict[Api, str] = {
@@ -86,7 +86,9 @@ async def serving(
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "router.toml"
         config.write_text(router_config(limits, **more))
-        async with spawned("serve", "--config", str(config), *backends, ready="/ready") as router:
+        async with spawned(
+            "serve", *NO_DRAIN, "--config", str(config), *backends, ready="/ready"
+        ) as router:
             yield router
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from specroute.loadgen.spawn import free_port, spawned
+from specroute.loadgen.spawn import NO_DRAIN, free_port, spawned
 
 STUB = "specroute.bench.servers.stub_backend"
 BARE = "specroute.bench.servers.bare_proxy"
@@ -179,8 +179,7 @@ async def start_targets(
             "serve",
             "--policy-param",
             "crossover=1e9",
-            "--drain-grace",
-            "0",
+            *NO_DRAIN,
             "--drain-timeout",
             "1",
             "--no-access-log",  # as the gateways run: no line for each request

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from specroute.loadgen import lag
-from specroute.loadgen.spawn import spawned
+from specroute.loadgen.spawn import NO_DRAIN, spawned
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ async def measure_replicas(plan: ReplicasPlan, note: Callable[[str], None]) -> l
             flags = ("--policy-param", f"crossover={plan.crossover}", *load)
             async with AsyncExitStack() as stack:
                 routers = [
-                    await stack.enter_async_context(spawned("serve", *backends, *flags))
+                    await stack.enter_async_context(spawned("serve", *NO_DRAIN, *backends, *flags))
                     for _ in range(replicas)
                 ]
                 urls = [r.url for r in routers]

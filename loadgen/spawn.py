@@ -26,6 +26,8 @@ import aiohttp
 _STARTUP_SECONDS = 60.0
 _STOP_SECONDS = 10.0  # after the stop signal, before the kill
 _SAID_CHARS = 4000
+# a router a benchmark starts stops at once: no load balancer waits on its readiness
+NO_DRAIN = ("--drain-grace", "0")
 
 
 def free_port() -> int:
