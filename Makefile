@@ -13,14 +13,14 @@ SGLANG := .venv-sglang-cpu
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
 	touch $@
 
 # SGLang's own protocol models, in an environment of their own (sglang pins openai).
 $(CONFORMANCE)/.installed: tests/conformance/requirements.txt
 	$(PYTHON) -m venv $(CONFORMANCE)
 	$(CONFORMANCE)/bin/pip install --quiet --upgrade pip
-	$(CONFORMANCE)/bin/pip install --quiet --no-deps -r tests/conformance/requirements.txt
+	$(CONFORMANCE)/bin/pip install --quiet --no-compile --no-deps -r tests/conformance/requirements.txt
 	touch $@
 
 conformance-env: $(CONFORMANCE)/.installed
@@ -30,7 +30,7 @@ conformance-env: $(CONFORMANCE)/.installed
 $(DEPLOY)/.installed: tests/deploy/requirements.txt
 	$(PYTHON) -m venv $(DEPLOY)
 	$(DEPLOY)/bin/pip install --quiet --upgrade pip
-	$(DEPLOY)/bin/pip install --quiet --no-deps -r tests/deploy/requirements.txt
+	$(DEPLOY)/bin/pip install --quiet --no-compile --no-deps -r tests/deploy/requirements.txt
 	touch $@
 
 deploy-env: $(DEPLOY)/.installed
@@ -39,7 +39,7 @@ deploy-env: $(DEPLOY)/.installed
 $(AIPERF)/.installed: tests/aiperf/requirements.txt
 	$(PYTHON) -m venv $(AIPERF)
 	$(AIPERF)/bin/pip install --quiet --upgrade pip
-	$(AIPERF)/bin/pip install --quiet --no-deps -r tests/aiperf/requirements.txt
+	$(AIPERF)/bin/pip install --quiet --no-compile --no-deps -r tests/aiperf/requirements.txt
 	touch $@
 
 aiperf-env: $(AIPERF)/.installed
@@ -64,12 +64,13 @@ sglang-env: $(SGLANG)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/specroute demo
 
-# The environments install side by side (each its own pip), then every check runs, then
-# the real-engine stage: vLLM's CPU build and SGLang's CPU engine install (each skips,
-# saying why, if it could not) and each runs the loop.
+# The environments install side by side (each its own pip), the static checks beside them
+# once the project's own is in, then the tests; then the real-engine stage: vLLM's CPU
+# build and SGLang's CPU engine install (each skips, saying why, if it could not) and each
+# runs the loop.
 test:
-	$(MAKE) -j3 environments
-	$(MAKE) check
+	$(MAKE) -j4 environments lint types docs
+	$(MAKE) unit
 	$(MAKE) vllm-env-or-not
 	$(MAKE) sglang-env-or-not
 	$(MAKE) real-engine

@@ -51,18 +51,16 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
 
 # Rehearsals that drive emulators about as hard as two cores keep time for, or time the
 # router's own overhead: `make unit` runs them one at a time (``-m alone``), after the rest
-# has run side by side (pytest-xdist), so no test's load sets another's pace.
+# has run side by side (pytest-xdist), so no test's load sets another's pace. Rehearsals in
+# virtual time (bands, coverage, calibration by context) keep no clock: they run side by side.
 ALONE = frozenset(
     {
         "test_affinity",
         "test_aiperf",
-        "test_bands",
         "test_calibrate",
         "test_capacity",
         "test_compare",
-        "test_context_calibration",
         "test_context_head_to_head",
-        "test_coverage",
         "test_demo",
         "test_head_to_head",
         "test_lag",

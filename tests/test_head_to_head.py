@@ -80,10 +80,10 @@ CASES = {
     # within what one 2-core machine drives through a router
     "llama3.1-8b-h100": Case(
         ("--hardware", "llama3.1-8b-h100", "--accept-length", "2.0"),
-        "0.18",
+        "0.13",
         "16",
-        1.44,
-        0.54,
+        1.04,
+        0.39,
         "1,2,4,8,16,24,32,48,64",
         (1, 4, 16, 32, 64),
     ),
