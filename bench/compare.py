@@ -231,8 +231,8 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
         "policies": {},
     }
     timeline: dict[str, list[tuple[float, str]]] = {}
-    plans = [PolicySpec.parse(p) for p in plan.policies]
-    for spec in plans:
+    specs = [PolicySpec.parse(p) for p in plan.policies]
+    for i, spec in enumerate(specs):
         policy = spec.label
         router = (
             "serve",
@@ -275,7 +275,7 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             for record in records:
                 f.write(json.dumps(record.as_json()) + "\n")
         print(render_row(policy, results["policies"][policy]["overall"]), file=sys.stderr)
-        if spec.label != plans[-1].label:
+        if i + 1 < len(specs):  # the next one starts on idle backends
             await _settled(backends, policy)
     results["timeline"] = timeline
     results["kept_time"] = kept_time(results)
