@@ -10,6 +10,8 @@ SGLANG := .venv-sglang-cpu
 
 .PHONY: demo test environments check lint imports tree types docs figures unit real-engine soak conformance-env deploy-env aiperf-env vllm-env vllm-env-or-not sglang-env sglang-env-or-not real-engine-vllm real-engine-sglang clean
 
+# pip installs with --no-compile: Python compiles what a check imports, where pip would
+# compile every file of every package (torch's among them) while the others wait.
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
