@@ -43,7 +43,7 @@ from specroute.crossing import Crossing, crossing
 from specroute.loadgen.client import request_bodies, served_model
 from specroute.loadgen.closed_loop import LevelRun, run_level
 from specroute.loadgen.dataset import synthetic
-from specroute.loadgen.drain import drained
+from specroute.loadgen.drain import drained, loads
 from specroute.loadgen.spawn import Spawned, spawned
 
 LAG_LIMIT = 0.05
@@ -142,7 +142,7 @@ class _Watch:
 
     async def _poll(self) -> None:
         while True:
-            self.running.append((await _loads(self.session, self.emulator.url))[0])
+            self.running.append(await _running(self.session, self.emulator.url))
             await asyncio.sleep(POLL_SECONDS)
 
 
@@ -238,11 +238,12 @@ def _result(run: LevelRun, watch: _Watch) -> LevelResult:
     )
 
 
-async def _loads(session: aiohttp.ClientSession, url: str) -> tuple[int, int]:
-    """(running, waiting) requests right now."""
-    async with session.get(f"{url}/v1/loads") as r:
-        load = (await r.json())["loads"][0]
-    return int(load["num_running_reqs"]), int(load["num_waiting_reqs"])
+async def _running(session: aiohttp.ClientSession, url: str) -> int:
+    """The requests the emulator runs right now, from its ``/v1/loads``."""
+    stats = await loads(session, url)
+    if stats is None or stats.running is None:
+        raise RuntimeError(f"{url}/v1/loads did not say how many requests run")
+    return int(stats.running)
 
 
 # -- the summary ----------------------------------------------------------------------------

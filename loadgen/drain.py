@@ -10,19 +10,24 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from specroute.router.backend_stats import parse_loads
+from specroute.router.backend_stats import BackendStats, parse_loads
 
 EVERY = 0.05  # seconds between reads: a cancelled stream leaves at its server's next step
 
 
-async def busy(session: aiohttp.ClientSession, url: str) -> float | None:
-    """The requests running and waiting at ``url`` now; None where it cannot say (no
+async def loads(session: aiohttp.ClientSession, url: str) -> BackendStats | None:
+    """What ``url``'s ``/v1/loads`` says now (``parse_loads``); None where it cannot say (no
     ``/v1/loads``, as vLLM, or no answer of that shape)."""
     try:
         async with session.get(f"{url}/v1/loads") as r:
-            stats = parse_loads(await r.json(content_type=None)) if r.status == 200 else None
+            return parse_loads(await r.json(content_type=None)) if r.status == 200 else None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
+
+
+async def busy(session: aiohttp.ClientSession, url: str) -> float | None:
+    """The requests running and waiting at ``url`` now; None where it cannot say."""
+    stats = await loads(session, url)
     if stats is None or stats.running is None or stats.queued is None:
         return None
     return stats.running + stats.queued
