@@ -122,12 +122,14 @@ docs: $(BIN)/.installed
 figures: $(BIN)/.installed
 	$(BIN)/python -m docsgen.figures
 
-# what is not timed side by side on every core, then the timed rehearsals one at a time
-# (tests/conftest.py names them); the second runs even if the first failed
+# what is not timed side by side on every core; then the timed rehearsals that take half a
+# core two at a time, and those that take more, or time the router's CPU, one at a time
+# (tests/conftest.py names them); each stage runs even if one before it failed
 unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
-	$(BIN)/pytest -n auto -m "not vllm and not sglang and not alone"; side=$$?; \
+	$(BIN)/pytest -n auto -m "not vllm and not sglang and not alone and not paced"; side=$$?; \
+	$(BIN)/pytest -n 2 -m "paced and not vllm and not sglang"; paced=$$?; \
 	$(BIN)/pytest -m "alone and not vllm and not sglang"; alone=$$?; \
-	exit $$((side || alone))
+	exit $$((side || paced || alone))
 
 # the whole loop on real engines, one stage each, the second run even if the first failed:
 # vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with

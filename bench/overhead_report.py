@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specroute.bench.overhead import OverheadPlan, Window
+from specroute.bench.overhead_targets import family
 
 Getter = Callable[[Window], float | None]
 FIGURES: dict[str, Getter] = {
@@ -66,6 +67,36 @@ def summarize(windows: Sequence[Window], targets: Sequence[str]) -> list[dict[st
             row[f"added_{name}"] = spread(diffs) if target != "direct" else None
         rows.append(row)
     return rows
+
+
+def per_worker(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Router CPU per request of each target of several processes (``bare-wN``,
+    ``specroute-wN``) at a level, over its family's one process at that level divided by N,
+    where both were measured: the same load on each process. Near 1, the processes cost
+    what one costs at its share of the load (what more cost at the same total load is the
+    spread itself); above, each process adds work of its own."""
+    one = {"bare": "bare", "specroute": "specroute-w1"}
+    cpu = {(r["mode"], r["level"], r["target"]): r["router_cpu_ms_per_request"] for r in rows}
+    found = []
+    for (mode, level, target), spread in cpu.items():
+        name = family(target)
+        count = int(target.rsplit("-w", 1)[1]) if "-w" in target else 1
+        if name is None or count == 1 or level % count or spread is None:
+            continue
+        alone = cpu.get((mode, level // count, one[name]))
+        if alone is None or alone["median"] <= 0:
+            continue
+        found.append(
+            {
+                "mode": mode,
+                "level": level,
+                "target": target,
+                "against": one[name],
+                "against_level": level // count,
+                "ratio": spread["median"] / alone["median"],
+            }
+        )
+    return found
 
 
 def _med(s: Spread | None, digits: int = 1) -> str:
@@ -123,6 +154,14 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
                 f"{_med(r['backend_cores'], 2):>7} "
                 f"{_med(r['client_cores'], 2):>5} {_med(r['errors'], 0):>6}"
             )
+        shares = per_worker(mine)
+        if shares:
+            out += ["", "router CPU per request at the same load on each process:"]
+            out += [
+                f"{p['level']:>5} {p['target']:<14} over {p['against']} at {p['against_level']}:"
+                f" {p['ratio']:.2f}x"
+                for p in shares
+            ]
     return "\n".join(out)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from docsgen.markdown import code, number, table
+from specroute.bench.overhead_report import per_worker
 from specroute.bench.overhead_targets import family
 from specroute.loadgen import lag
 
@@ -326,6 +327,41 @@ def overhead_workers(document: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def overhead_shares(document: dict[str, Any]) -> str:
+    """Per mode and level, each target of several processes' router CPU per request over
+    its family's one process at the level that puts the same load on each process
+    (``per_worker``), and over one at the same level."""
+    shares = per_worker(document["summary"])
+    if not shares:
+        return "Not measured in this run."
+    rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+    targets = list(dict.fromkeys(p["target"] for p in shares))
+    parts = []
+    for mode in dict.fromkeys(p["mode"] for p in shares):
+        mine = {(p["level"], p["target"]): p for p in shares if p["mode"] == mode}
+        body = []
+        for level in sorted({lv for lv, _ in mine}):
+            cells = [str(level)]
+            for t in targets:
+                p = mine.get((level, t))
+                if p is None:
+                    cells += ["-", "-"]
+                    continue
+                same = _figure(
+                    rows_of.get((mode, level, p["against"])), "router_cpu_ms_per_request"
+                )
+                ours = _figure(rows_of.get((mode, level, t)), "router_cpu_ms_per_request")
+                cells.append(f"{p['ratio']:.2f}x (at {p['against_level']})")
+                cells.append("-" if ours is None or not same else f"{ours / same:.2f}x")
+            body.append(cells)
+        header = [f"{_MODE_NAMES.get(mode, mode)}: level"]
+        for t in targets:
+            against = next(p["against"] for p in shares if p["target"] == t)
+            header += [f"{t} over {against}, the same load a process", "the same level"]
+        parts.append(table(header, body, "r" * len(header)))
+    return "\n".join(parts)
+
+
 def overhead_wake(document: dict[str, Any]) -> str:
     """What waking cost on a router core of the run, before any load: the unit's CPU
     time back to back and after each sleep, and its ratio to back to back."""
@@ -369,6 +405,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-wakes": overhead_wakes,
     "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
+    "overhead-shares": overhead_shares,
     "overhead-reference": overhead_reference,
     "overhead-profiled": overhead_reference,
     "overhead-lean": overhead_reference,

@@ -49,31 +49,32 @@ async def backends() -> AsyncIterator[tuple[str, str]]:
         yield spec, base
 
 
-# Rehearsals that drive emulators about as hard as two cores keep time for, or time the
-# router's own overhead: `make unit` runs them one at a time (``-m alone``), after the rest
-# has run side by side (pytest-xdist), so no test's load sets another's pace. Rehearsals in
-# virtual time (bands, coverage, calibration by context) keep no clock: they run side by side.
-ALONE = frozenset(
+# Rehearsals timed against emulators: each keeps a scaled clock and uses about half a core
+# of two or less (measured per test), so `make unit` runs them two at a time (``-m paced``,
+# pytest-xdist), after the rest has run side by side. Those that take a core or more, time
+# the router's own CPU, or (affinity) ran past their lag limit beside another, run one at a
+# time (``-m alone``). Rehearsals in virtual time (bands, coverage, calibration by context)
+# keep no clock: they run side by side.
+PACED = frozenset(
     {
-        "test_affinity",
         "test_aiperf",
         "test_calibrate",
         "test_capacity",
         "test_compare",
-        "test_context_head_to_head",
         "test_demo",
         "test_head_to_head",
-        "test_lag",
         "test_online_live",
         "test_online_workers",
-        "test_overhead",
         "test_scale_out",
         "test_soak",
     }
 )
+ALONE = frozenset({"test_affinity", "test_context_head_to_head", "test_lag", "test_overhead"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.stem in ALONE:
+        if item.path.stem in PACED:
+            item.add_marker(pytest.mark.paced)
+        elif item.path.stem in ALONE:
             item.add_marker(pytest.mark.alone)

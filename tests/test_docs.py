@@ -15,9 +15,10 @@ from docsgen.compare_results import compare_table
 from docsgen.hooks import MARKER, fill
 from docsgen.metrics_reference import metrics_reference
 from docsgen.profile_reference import profile_reference
-from docsgen.router_results import overhead_reference
+from docsgen.router_results import overhead_reference, overhead_shares
 from docsgen.runs import FIGURES, RUNS
 from docsgen.settings_reference import settings_reference
+from specroute.bench.overhead_report import per_worker
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -81,6 +82,32 @@ def test_the_overhead_reference_puts_every_target_side_by_side() -> None:
     assert len(text.split("added first-chunk p50, ms: ")) == 3  # streamed, whole
     row = next(line for line in text.splitlines() if "router CPU per request, ms" in line)
     assert row.count(" / ") == (len(compared) - 1) * (1 + len(document["plan"]["levels"]))
+
+
+def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> None:
+    """``bare-w4`` at 64 streams over ``bare`` at 16, ``specroute-w2`` at 512 over
+    ``specroute-w1`` at 256: each ratio the two medians'; a level that does not divide by the
+    count, or whose share was not measured, has none; the table shows both ratios."""
+    document = json.loads((DOCS / "results" / "data" / "overhead-workers.json").read_text())
+    cpu = {
+        (r["mode"], r["level"], r["target"]): r["router_cpu_ms_per_request"]["median"]
+        for r in document["summary"]
+        if r["target"] != "direct"  # no router: no CPU of one
+    }
+    shares = {(p["mode"], p["level"], p["target"]): p for p in per_worker(document["summary"])}
+    four = shares["stream", 64, "bare-w4"]
+    assert (four["against"], four["against_level"]) == ("bare", 16)
+    assert four["ratio"] == pytest.approx(cpu["stream", 64, "bare-w4"] / cpu["stream", 16, "bare"])
+    two = shares["whole", 512, "specroute-w2"]
+    assert (two["against"], two["against_level"]) == ("specroute-w1", 256)
+    assert ("stream", 1, "specroute-w4") not in shares  # 1 does not divide by 4
+    assert ("stream", 64, "specroute-w2") not in shares  # 32 was not measured
+    assert all(p["target"] not in ("bare", "specroute-w1", "direct") for p in shares.values())
+    text = overhead_shares(document)
+    assert f"{four['ratio']:.2f}x (at 16)" in text
+    same = cpu["stream", 64, "bare-w4"] / cpu["stream", 64, "bare"]
+    assert f"{same:.2f}x" in text
+    assert overhead_shares({"summary": []}) == "Not measured in this run."
 
 
 def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> None:
