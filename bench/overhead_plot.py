@@ -52,3 +52,45 @@ def plot_overhead(document: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_overhead_shares(document: dict[str, Any], path: Path) -> None:
+    """A panel per mode: each Python router's CPU per request by the requests in flight on
+    each of its processes (the level over its process count), so that several processes
+    that cost what one costs at its share of the load lie on one's line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specroute.bench.overhead_targets import family, processes
+
+    rows: Sequence[dict[str, Any]] = document["summary"]
+    modes = [m for m in document["plan"]["modes"] if any(r["mode"] == m for r in rows)]
+    targets = [t for t in document["targets"] if family(t) is not None]
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 3.8), squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        for target in targets:
+            count = processes(target)
+            points = sorted(
+                (r["level"] / count, r["router_cpu_ms_per_request"]["median"])
+                for r in rows
+                if r["mode"] == mode and r["target"] == target and r["router_cpu_ms_per_request"]
+            )
+            ax.plot(*zip(*points, strict=True), "o-" if count == 1 else "s--", label=target)
+        what = "streamed" if mode == "stream" else "whole answers"
+        ax.set_title(f"{what}: router CPU per request")
+        ax.set_xscale("log", base=2)
+        ticks = sorted(
+            {r["level"] / processes(t) for r in rows for t in targets if r["target"] == t}
+        )
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("requests in flight on each process (level / processes)")
+        ax.set_ylabel("CPU ms per request")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"The same load on each process ({document['machine']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specroute.bench.overhead import OverheadPlan, Window
-from specroute.bench.overhead_targets import family
+from specroute.bench.overhead_targets import family, processes
 
 Getter = Callable[[Window], float | None]
 FIGURES: dict[str, Getter] = {
@@ -79,9 +79,11 @@ def per_worker(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     cpu = {(r["mode"], r["level"], r["target"]): r["router_cpu_ms_per_request"] for r in rows}
     found = []
     for (mode, level, target), spread in cpu.items():
-        name = family(target)
-        count = int(target.rsplit("-w", 1)[1]) if "-w" in target else 1
-        if name is None or count == 1 or level % count or spread is None:
+        name = family(target)  # bare, bare-wN or specroute-wN: none with other flags
+        if name is None or spread is None:
+            continue
+        count = processes(target)
+        if count == 1 or level % count:
             continue
         alone = cpu.get((mode, level // count, one[name]))
         if alone is None or alone["median"] <= 0:

@@ -102,6 +102,11 @@ def family(name: str) -> str | None:
     return None if found is None else found.group(1) or found.group(2)
 
 
+def processes(name: str) -> int:
+    """The process count of a target that ``family`` names (``-wN``; bare alone is one)."""
+    return int(name.rsplit("-w", 1)[1]) if "-w" in name else 1
+
+
 def is_profiled(name: str) -> bool:
     """Whether ``--profile-dir`` samples this target: the one-process bare pass-through, the
     floor, and each ``specroute-wN``."""

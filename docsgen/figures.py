@@ -14,7 +14,7 @@ from docsgen.runs import FIGURES, RUNS
 from specroute.bench.compare_plot import plot_compare
 from specroute.bench.coverage_plot import plot_coverage
 from specroute.bench.online_plot import plot_online
-from specroute.bench.overhead_plot import plot_overhead
+from specroute.bench.overhead_plot import plot_overhead, plot_overhead_shares
 from specroute.profiler.plot import plot_profile
 
 PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
@@ -22,6 +22,7 @@ PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "coverage": plot_coverage,
     "compare": plot_compare,
     "overhead": plot_overhead,
+    "overhead-shares": plot_overhead_shares,
     "online": plot_online,
 }
 

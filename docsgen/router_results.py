@@ -406,6 +406,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
     "overhead-shares": overhead_shares,
+    "overhead-workers-shares": overhead_shares,
     "overhead-reference": overhead_reference,
     "overhead-profiled": overhead_reference,
     "overhead-lean": overhead_reference,
@@ -422,6 +423,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 RUN_OF = {
+    "overhead-workers-shares": "overhead-workers",
     "overhead-reference": "overhead",
     "overhead-wake": "overhead",
     "overhead-wakes": "overhead",

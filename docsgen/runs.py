@@ -242,6 +242,15 @@ RUNS: dict[str, Run] = {
         "2026-12-04",
         note="the reference before the online fit left the event loop",
     ),
+    "overhead-shares": Run(
+        "specroute bench overhead --levels 8,16,32,64,128,256,512 --workers 1,2 "
+        "--bare-workers 1,2 --repeats 2 --modes stream,whole --warmup 0.75 --seconds 1.5 "
+        "--chunks 16 --gap-ms 20 --gateways none --router-cores 4 --out overhead-shares.json",
+        "2026-12-05",
+        "overhead-shares.png",
+        "overhead-shares",
+        note="on a machine of 16 cores with an H100, where the reference's has an H200",
+    ),
     "overhead-tail": Run(
         "specroute bench overhead --levels 256,512 --workers 1,2,4 --out overhead-tail.json",
         "2026-12-04",

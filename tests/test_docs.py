@@ -103,6 +103,8 @@ def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> N
     assert ("stream", 1, "specroute-w4") not in shares  # 1 does not divide by 4
     assert ("stream", 64, "specroute-w2") not in shares  # 32 was not measured
     assert all(p["target"] not in ("bare", "specroute-w1", "direct") for p in shares.values())
+    flagged = [r | {"target": "specroute-w2-online-off"} for r in document["summary"]]
+    assert per_worker(flagged) == []  # a target served with other flags is no count of one
     text = overhead_shares(document)
     assert f"{four['ratio']:.2f}x (at 16)" in text
     same = cpu["stream", 64, "bare-w4"] / cpu["stream", 64, "bare"]
