@@ -69,7 +69,7 @@ def summarize(windows: Sequence[Window], targets: Sequence[str]) -> list[dict[st
     return rows
 
 
-def per_worker(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def same_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Router CPU per request of each target of several processes (``bare-wN``,
     ``specroute-wN``) at a level, over its family's one process at that level divided by N,
     where both were measured: the same load on each process. Near 1, the processes cost
@@ -156,7 +156,7 @@ def render(plan: OverheadPlan, rows: Sequence[dict[str, Any]], notes: Sequence[s
                 f"{_med(r['backend_cores'], 2):>7} "
                 f"{_med(r['client_cores'], 2):>5} {_med(r['errors'], 0):>6}"
             )
-        shares = per_worker(mine)
+        shares = same_load(mine)
         if shares:
             out += ["", "router CPU per request at the same load on each process:"]
             out += [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from docsgen.markdown import code, number, table
-from specroute.bench.overhead_report import per_worker
+from specroute.bench.overhead_report import same_load
 from specroute.bench.overhead_targets import family
 from specroute.loadgen import lag
 
@@ -330,8 +330,8 @@ def overhead_workers(document: dict[str, Any]) -> str:
 def overhead_shares(document: dict[str, Any]) -> str:
     """Per mode and level, each target of several processes' router CPU per request over
     its family's one process at the level that puts the same load on each process
-    (``per_worker``), and over one at the same level."""
-    shares = per_worker(document["summary"])
+    (``same_load``), and over one at the same level."""
+    shares = same_load(document["summary"])
     if not shares:
         return "Not measured in this run."
     rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}

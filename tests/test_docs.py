@@ -18,7 +18,7 @@ from docsgen.profile_reference import profile_reference
 from docsgen.router_results import overhead_reference, overhead_shares
 from docsgen.runs import FIGURES, RUNS
 from docsgen.settings_reference import settings_reference
-from specroute.bench.overhead_report import per_worker
+from specroute.bench.overhead_report import same_load
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -94,7 +94,7 @@ def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> N
         for r in document["summary"]
         if r["target"] != "direct"  # no router: no CPU of one
     }
-    shares = {(p["mode"], p["level"], p["target"]): p for p in per_worker(document["summary"])}
+    shares = {(p["mode"], p["level"], p["target"]): p for p in same_load(document["summary"])}
     four = shares["stream", 64, "bare-w4"]
     assert (four["against"], four["against_level"]) == ("bare", 16)
     assert four["ratio"] == pytest.approx(cpu["stream", 64, "bare-w4"] / cpu["stream", 16, "bare"])
@@ -104,7 +104,7 @@ def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> N
     assert ("stream", 64, "specroute-w2") not in shares  # 32 was not measured
     assert all(p["target"] not in ("bare", "specroute-w1", "direct") for p in shares.values())
     flagged = [r | {"target": "specroute-w2-online-off"} for r in document["summary"]]
-    assert per_worker(flagged) == []  # a target served with other flags is no count of one
+    assert same_load(flagged) == []  # a target served with other flags is no count of one
     text = overhead_shares(document)
     assert f"{four['ratio']:.2f}x (at 16)" in text
     same = cpu["stream", 64, "bare-w4"] / cpu["stream", 64, "bare"]
