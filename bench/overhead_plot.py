@@ -42,16 +42,8 @@ def plot_overhead(document: dict[str, Any], path: Path) -> None:
         cpu_ax.set_ylabel("CPU ms per request")
         levels = sorted({r["level"] for r in rows})
         for ax in (added_ax, cpu_ax):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(levels, [str(level) for level in levels])
-            ax.minorticks_off()
-            ax.set_xlabel("concurrent requests")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.suptitle(f"What a router adds on loopback ({document['machine']})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            _levels(ax, levels, "concurrent requests")
+    _save(fig, f"What a router adds on loopback ({document['machine']})", path)
 
 
 def plot_overhead_shares(document: dict[str, Any], path: Path) -> None:
@@ -80,17 +72,26 @@ def plot_overhead_shares(document: dict[str, Any], path: Path) -> None:
             ax.plot(*zip(*points, strict=True), "o-" if count == 1 else "s--", label=target)
         what = "streamed" if mode == "stream" else "whole answers"
         ax.set_title(f"{what}: router CPU per request")
-        ax.set_xscale("log", base=2)
-        ticks = sorted(
-            {r["level"] / processes(t) for r in rows for t in targets if r["target"] == t}
-        )
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.minorticks_off()
-        ax.set_xlabel("requests in flight on each process (level / processes)")
         ax.set_ylabel("CPU ms per request")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"The same load on each process ({document['machine']})", fontsize=10)
+        shares = {r["level"] / processes(t) for r in rows for t in targets if r["target"] == t}
+        _levels(ax, sorted(shares), "requests in flight on each process (level / processes)")
+    _save(fig, f"The same load on each process ({document['machine']})", path)
+
+
+def _levels(ax: Any, levels: Sequence[float], label: str) -> None:
+    """A concurrency axis, by powers of two, each level named; the grid and the legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [f"{level:g}" for level in levels])
+    ax.minorticks_off()
+    ax.set_xlabel(label)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _save(fig: Any, title: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,6 +12,7 @@ import pytest
 from docsgen.blocks import BLOCKS, render
 from docsgen.cli_reference import cli_reference
 from docsgen.compare_results import compare_table
+from docsgen.figures import PLOTS
 from docsgen.hooks import MARKER, fill
 from docsgen.metrics_reference import metrics_reference
 from docsgen.profile_reference import profile_reference
@@ -160,6 +161,17 @@ def test_every_run_has_its_json_and_every_figure_its_run() -> None:
     for page in DOCS.rglob("*.md"):
         for figure in re.findall(r"figures/([\w.-]+\.png)", page.read_text()):
             assert figure in drawn, (page, figure)
+
+
+def test_the_overhead_figures_are_drawn_from_their_runs(tmp_path: Path) -> None:
+    """The reference's figure and the same-load one, drawn again from their committed JSON
+    by the plots ``make figures`` uses."""
+    for name in ("overhead", "overhead-shares"):
+        run = RUNS[name]
+        assert run.figure is not None and run.plot is not None
+        out = tmp_path / run.figure
+        PLOTS[run.plot](json.loads(run.data(name).read_text()), out)
+        assert out.read_bytes()[:4] == b"\x89PNG", name
 
 
 def test_the_policy_parameters_and_import_layers_are_read_from_the_code() -> None:
