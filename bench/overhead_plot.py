@@ -55,15 +55,14 @@ def plot_overhead_shares(document: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specroute.bench.overhead_targets import family, processes
+    from specroute.bench.overhead_targets import counted
 
     rows: Sequence[dict[str, Any]] = document["summary"]
     modes = [m for m in document["plan"]["modes"] if any(r["mode"] == m for r in rows)]
-    targets = [t for t in document["targets"] if family(t) is not None]
+    targets = {t: c[1] for t in document["targets"] if (c := counted(t)) is not None}
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 3.8), squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
-        for target in targets:
-            count = processes(target)
+        for target, count in targets.items():
             points = sorted(
                 (r["level"] / count, r["router_cpu_ms_per_request"]["median"])
                 for r in rows
@@ -73,7 +72,7 @@ def plot_overhead_shares(document: dict[str, Any], path: Path) -> None:
         what = "streamed" if mode == "stream" else "whole answers"
         ax.set_title(f"{what}: router CPU per request")
         ax.set_ylabel("CPU ms per request")
-        shares = {r["level"] / processes(t) for r in rows for t in targets if r["target"] == t}
+        shares = {r["level"] / targets[r["target"]] for r in rows if r["target"] in targets}
         _levels(ax, sorted(shares), "requests in flight on each process (level / processes)")
     _save(fig, f"The same load on each process ({document['machine']})", path)
 

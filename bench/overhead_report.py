@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specroute.bench.overhead import OverheadPlan, Window
-from specroute.bench.overhead_targets import family, processes
+from specroute.bench.overhead_targets import counted
 
 Getter = Callable[[Window], float | None]
 FIGURES: dict[str, Getter] = {
@@ -79,10 +79,10 @@ def same_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     cpu = {(r["mode"], r["level"], r["target"]): r["router_cpu_ms_per_request"] for r in rows}
     found = []
     for (mode, level, target), spread in cpu.items():
-        name = family(target)  # bare, bare-wN or specroute-wN: none with other flags
-        if name is None or spread is None:
+        kind = counted(target)  # bare, bare-wN or specroute-wN: none with other flags
+        if kind is None or spread is None:
             continue
-        count = processes(target)
+        name, count = kind
         if count == 1 or level % count:
             continue
         alone = cpu.get((mode, level // count, one[name]))

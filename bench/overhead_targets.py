@@ -91,20 +91,25 @@ def bare_name(workers: int) -> str:
     return "bare" if workers == 1 else f"bare-w{workers}"
 
 
-_COUNTED = re.compile(r"(bare)(?:-w\d+)?|(specroute)-w\d+")  # bare, bare-wN, specroute-wN
+_COUNTED = re.compile(r"(bare)(?:-w(\d+))?|(specroute)-w(\d+)")  # bare, bare-wN, specroute-wN
+
+
+def counted(name: str) -> tuple[str, int] | None:
+    """``bare`` or ``specroute`` and its count of processes, for a target that is one of
+    them at a count (``bare``, ``bare-wN``, ``specroute-wN``); None for any other (direct, a
+    gateway, one served with other flags)."""
+    found = _COUNTED.fullmatch(name)
+    if found is None:
+        return None
+    if found.group(1):
+        return "bare", int(found.group(2) or 1)
+    return "specroute", int(found.group(4))
 
 
 def family(name: str) -> str | None:
-    """``bare`` or ``specroute`` for a target that is one of them at a count of processes
-    (``bare``, ``bare-wN``, ``specroute-wN``); None for any other (direct, a gateway, one
-    served with other flags)."""
-    found = _COUNTED.fullmatch(name)
-    return None if found is None else found.group(1) or found.group(2)
-
-
-def processes(name: str) -> int:
-    """The process count of a target that ``family`` names (``-wN``; bare alone is one)."""
-    return int(name.rsplit("-w", 1)[1]) if "-w" in name else 1
+    """``counted``'s name of the target, alone."""
+    found = counted(name)
+    return None if found is None else found[0]
 
 
 def is_profiled(name: str) -> bool:
