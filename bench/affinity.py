@@ -6,7 +6,9 @@ every system prompt, behind one router routing by the crossover; the same reques
 same moments (Poisson arrivals from the seed) with each placement, on fresh servers each
 time. What a user sees is measured at the client: the time to the first token, the share
 of prompt tokens the servers found cached (the usage's ``cached_tokens``), and the share
-sent to the speculative pool.
+sent to the speculative pool. With prefix affinity, how many system prompts the hash gave
+each speculative server is reported beside them: it is set by the servers' names, and a
+server given more than its cache holds finds few of them cached.
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ import aiohttp
 
 from specroute.loadgen import lag
 from specroute.loadgen.spawn import NO_DRAIN, spawned
+from specroute.policies.decision import Decision
+from specroute.policies.placement import PrefixAffinity
+from specroute.policies.view import BackendView, ConcurrencySource, View
+from specroute.router.backend import backend_name
+from specroute.router.request import request_info
 
 PLACEMENTS = ("least-load", "prefix-affinity")
+_CHAT = "/v1/chat/completions"
 _WORDS = [
     "the",
     "model",
@@ -111,10 +119,15 @@ class Result:
     ttft_p90: float
     by_backend: dict[str, int]
     emulator_lag: float | None = None  # the servers' together (``loadgen.lag.overall``)
+    split: list[int] | None = None  # the system prompts the hash gives each spec server
 
     @classmethod
     def of(
-        cls, placement: str, samples: Sequence[Sample], emulator_lag: float | None = None
+        cls,
+        placement: str,
+        samples: Sequence[Sample],
+        emulator_lag: float | None = None,
+        split: Sequence[int] | None = None,
     ) -> Result:
         ttfts = sorted(s.ttft for s in samples)
         prompt = sum(s.prompt_tokens for s in samples)
@@ -130,6 +143,7 @@ class Result:
             ttfts[int(len(ttfts) * 0.9)],
             dict(sorted(served.items())),
             None if emulator_lag is None else round(emulator_lag, 4),
+            None if split is None else list(split),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -158,6 +172,19 @@ def chats(plan: AffinityPlan) -> list[dict[str, Any]]:
     ]
 
 
+def split(bodies: Sequence[dict[str, Any]], names: Sequence[str]) -> list[int]:
+    """How many of the chats' distinct system prompts prefix affinity's hash gives each of
+    the servers ``names``, in their order. Set by the names: few prompts can split unevenly."""
+    affinity = PrefixAffinity()
+    view = View(tuple(BackendView(n, "spec", True, 0) for n in names), ConcurrencySource.ROUTER)
+    policy_pick = Decision("spec", names[0], "below_crossover")
+    homes = Counter(
+        affinity.place(policy_pick, request_info(_CHAT, b, affinity.prefix_bytes), view)[0].backend
+        for b in {b["messages"][0]["content"]: b for b in bodies}.values()
+    )
+    return [homes[n] for n in names]
+
+
 async def play(url: str, bodies: Sequence[dict[str, Any]], rate: float, seed: int) -> list[Sample]:
     """The requests through the router at ``url`` in order, arriving at ``rate`` a second
     (a Poisson process drawn from ``seed``: the same arrivals for every placement)."""
@@ -176,7 +203,7 @@ async def _one(s: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Samp
     started = time.monotonic()
     first: float | None = None
     usage: dict[str, Any] = {}
-    async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+    async with s.post(f"{url}{_CHAT}", json=body) as r:
         r.raise_for_status()
         backend = r.headers["x-specroute-backend"]
         async for line in r.content:
@@ -226,28 +253,36 @@ async def measure_affinity(plan: AffinityPlan, note: Callable[[str], None]) -> l
                 )
             )
             urls = [s.url for pair in servers.values() for s in pair]
+            names = [backend_name(s.url, "spec") for s in servers["spec"]]
+            hashed = split(bodies, names) if placement == "prefix-affinity" else None
             async with aiohttp.ClientSession() as session:
                 before = await lag.clocks(session, urls)
                 samples = await play(router.url, bodies, plan.wall_rate, plan.seed)
                 behind = lag.overall(before, await lag.clocks(session, urls))
             if behind is not None and behind > lag.LIMIT:
                 note(f"{placement}: {lag.late(behind)}")
-            results.append(Result.of(placement, samples, behind))
+            results.append(Result.of(placement, samples, behind, hashed))
     return results
 
 
 def render(results: Sequence[Result]) -> str:
     lines = [
         "| placement | cache hit rate | TTFT mean (s) | TTFT p50 | TTFT p90 | speculative share "
-        "| emulator lag |",
-        "|---|---|---|---|---|---|---|",
+        "| system prompts per speculative server (hash) | emulator lag |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.placement} | {r.hit_rate:.1%} | {r.ttft_mean:.3f} | {r.ttft_p50:.3f} | "
-            f"{r.ttft_p90:.3f} | {r.spec_share:.1%} | {lag.shown(r.emulator_lag)} |"
+            f"{r.ttft_p90:.3f} | {r.spec_share:.1%} | {shown_split(r.split)} | "
+            f"{lag.shown(r.emulator_lag)} |"
         )
     behind = [r.emulator_lag for r in results if r.emulator_lag is not None]
     if behind and max(behind) > lag.LIMIT:
         lines.append(f"\nNOT KEPT TIME: {lag.late(max(behind))}")
     return "\n".join(lines)
+
+
+def shown_split(split: Sequence[int] | None) -> str:
+    """The hash's split as a table shows it: ``4 / 4``, and - for least load."""
+    return "-" if split is None else " / ".join(str(n) for n in split)

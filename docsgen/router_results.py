@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from docsgen.markdown import code, number, table
+from specroute.bench.affinity import shown_split
 from specroute.bench.overhead_report import same_load
 from specroute.bench.overhead_targets import family
 from specroute.loadgen import lag
@@ -207,6 +208,7 @@ def affinity(document: dict[str, Any]) -> str:
             f"{r['ttft_p50'] * 1000:.1f}",
             f"{r['ttft_p90'] * 1000:.1f}",
             f"{r['spec_share']:.1%}",
+            shown_split(r.get("split")),
             lag.shown(r.get("emulator_lag")),
         ]
         for r in document["results"]
@@ -220,7 +222,8 @@ def affinity(document: dict[str, Any]) -> str:
         "milliseconds at that scale, router and HTTP included)\n"
     )
     header = ["placement", "cache hit rate", "TTFT mean, ms", "p50", "p90", "speculative share"]
-    return "\n".join([about, table([*header, "emulator lag"], rows, "lrrrrrr")])
+    header += ["system prompts per speculative server (hash)", "emulator lag"]
+    return "\n".join([about, table(header, rows, "lrrrrrrr")])
 
 
 def _counts(counts: dict[str, Any]) -> str:

@@ -200,7 +200,7 @@ RUNS: dict[str, Run] = {
         "2026-12-01",
     ),
     "replicas": Run("specroute bench replicas --out replicas.json", "2026-12-04"),
-    "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-04"),
+    "affinity": Run("specroute bench affinity --out affinity.json", "2026-12-05"),
     "overhead": Run(
         "specroute bench overhead --out overhead.json --plot overhead.png",
         "2026-12-05",

@@ -308,7 +308,8 @@ def _add_affinity(commands: Subcommands) -> None:
         description="Two speculative and two plain emulated servers with radix caches, a "
         "router routing by the crossover, and the same chats (a few system prompts, a "
         "question each) with each placement on fresh servers: cache hit rate, time to first "
-        "token and the speculative share.",
+        "token, the speculative share, and how many system prompts prefix affinity's hash "
+        "gave each speculative server.",
     )
     affinity.add_argument("--requests", type=positive(int), default=400)
     affinity.add_argument(
