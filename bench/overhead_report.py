@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specroute.bench.overhead import OverheadPlan, Window
-from specroute.bench.overhead_targets import counted
+from specroute.bench.overhead_targets import counted, named
 
 Getter = Callable[[Window], float | None]
 FIGURES: dict[str, Getter] = {
@@ -75,7 +75,6 @@ def same_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     where both were measured: the same load on each process. Near 1, the processes cost
     what one costs at its share of the load (what more cost at the same total load is the
     spread itself); above, each process adds work of its own."""
-    one = {"bare": "bare", "specroute": "specroute-w1"}
     cpu = {(r["mode"], r["level"], r["target"]): r["router_cpu_ms_per_request"] for r in rows}
     found = []
     for (mode, level, target), spread in cpu.items():
@@ -85,7 +84,8 @@ def same_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         name, count = kind
         if count == 1 or level % count:
             continue
-        alone = cpu.get((mode, level // count, one[name]))
+        against = named(name, 1)
+        alone = cpu.get((mode, level // count, against))
         if alone is None or alone["median"] <= 0:
             continue
         found.append(
@@ -93,7 +93,7 @@ def same_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "mode": mode,
                 "level": level,
                 "target": target,
-                "against": one[name],
+                "against": against,
                 "against_level": level // count,
                 "ratio": spread["median"] / alone["median"],
             }

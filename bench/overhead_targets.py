@@ -87,8 +87,10 @@ async def _every_worker_listening(url: str, workers: int, bare: bool = False) ->
     raise RuntimeError(f"only workers {sorted(seen)} of {workers} answered at {url}")
 
 
-def bare_name(workers: int) -> str:
-    return "bare" if workers == 1 else f"bare-w{workers}"
+def named(family: str, workers: int) -> str:
+    """The target of ``family`` (``bare`` or ``specroute``) served by ``workers``
+    processes: ``counted`` reads it back."""
+    return "bare" if (family, workers) == ("bare", 1) else f"{family}-w{workers}"
 
 
 _COUNTED = re.compile(r"(bare)(?:-w(\d+))?|(specroute)-w(\d+)")  # bare, bare-wN, specroute-wN
@@ -163,7 +165,7 @@ async def start_targets(
     spread = ("--spec", first, "--spec", second, "--base", backends.idle)
     targets = [Target("direct", backends.urls, None)]
     floors: list[tuple[str, str, int, tuple[str, ...]]] = [
-        (bare_name(n), BARE, n, ("--workers", str(n))) for n in bare_workers
+        (named("bare", n), BARE, n, ("--workers", str(n))) for n in bare_workers
     ]
     if lean:
         floors.append(("lean", LEAN, 1, ()))
@@ -173,15 +175,15 @@ async def start_targets(
         await _every_worker_listening(floor.url, n, bare=True)
         targets.append(Target(name, (floor.url,), floor.process.pid))
     serves: list[tuple[str, int, tuple[str, ...]]] = [
-        (f"specroute-w{n}", n, spread) for n in workers
+        (named("specroute", n), n, spread) for n in workers
     ]
     if online_off:
-        serves.append((f"specroute-w1{ONLINE_OFF}", 1, (*spread, "--online", "off")))
+        serves.append((named("specroute", 1) + ONLINE_OFF, 1, (*spread, "--online", "off")))
     if aiohttp_front:
-        serves.append((f"specroute-w1{AIOHTTP_FRONT}", 1, (*spread, "--front", "aiohttp")))
+        serves.append((named("specroute", 1) + AIOHTTP_FRONT, 1, (*spread, "--front", "aiohttp")))
     if one_backend:
         serves += [
-            (f"specroute-w{n}{ONE_BACKEND}", n, ("--spec", first, "--base", second))
+            (named("specroute", n) + ONE_BACKEND, n, ("--spec", first, "--base", second))
             for n in workers
         ]
     for name, n, more in serves:
