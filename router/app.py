@@ -72,6 +72,7 @@ from specroute.router.state import RouterState
 from specroute.router.stored_responses import PATH as RESPONSES_PATH
 from specroute.router.stored_responses import stored
 from specroute.router.tracing import Tracing
+from specroute.router.upstream_answer import Dropped
 from specroute.router.upstream_pool import UpstreamPool
 from specroute.router.verdicts import Verdicts
 from specroute.router.worker_sync import WorkerSync
@@ -202,37 +203,54 @@ def create_app(
         ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
     app.on_response_prepare.append(stamp)
 
+    # every route answers an expectation it cannot meet as an OpenAI-shaped 417
+    get = functools.partial(app.router.add_get, expect_handler=_expectation)
+    post = functools.partial(app.router.add_post, expect_handler=_expectation)
+    route = functools.partial(app.router.add_route, expect_handler=_expectation)
     for path in PROXIED:
-        app.router.add_post(path, proxy(state))
-    app.router.add_post(ABORT_PATH, functools.partial(abort_request, state=state))
+        post(path, proxy(state))
+    post(ABORT_PATH, functools.partial(abort_request, state=state))
     for method, stored_path in (("GET", ""), ("POST", "/cancel")):
         path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
-        app.router.add_route(method, path, functools.partial(stored, state=state))
-    app.router.add_get("/v1/models", _models)
-    app.router.add_get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
+        route(method, path, functools.partial(stored, state=state))
+    get("/v1/models", _models)
+    get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
     for names in (SERVER_INFO, MODEL_INFO):
         for name in names:
-            app.router.add_get(name, functools.partial(relay_info, state=state, names=names))
+            get(name, functools.partial(relay_info, state=state, names=names))
     for path in LOADS_PATHS:  # SGLang's name, and SMG's
-        app.router.add_get(path, functools.partial(loads, state=state))
+        get(path, functools.partial(loads, state=state))
     for method in ("GET", "POST"):  # SGLang takes either
         for path, handler in (
             (FLUSH_PATH, flush_cache),
             (PROFILE_START, start_profile),
             (PROFILE_STOP, stop_profile),
         ):
-            app.router.add_route(method, path, functools.partial(handler, state=state))
-    app.router.add_get("/health", _health)
+            route(method, path, functools.partial(handler, state=state))
+    get("/health", _health)
     for path in ("/ready", "/health_generate"):  # SGLang's probe that a generation works
-        app.router.add_get(path, _ready)
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/router/status", _status)
-    app.router.add_post("/router/profile", _swap_profile)
-    app.router.add_get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
-    app.router.add_get(SAMPLES_PATH, functools.partial(online_samples_endpoint, state=state))
-    app.router.add_get("/openapi.json", _openapi)
+        get(path, _ready)
+    get("/metrics", _metrics)
+    get("/router/status", _status)
+    post("/router/profile", _swap_profile)
+    get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
+    get(SAMPLES_PATH, functools.partial(online_samples_endpoint, state=state))
+    get("/openapi.json", _openapi)
     app.cleanup_ctx.append(_background)
     return app
+
+
+async def _expectation(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue`` met as aiohttp's server meets it; any other refused."""
+    if request.version < aiohttp.HttpVersion11:
+        return None  # HTTP/1.0 knows no expectation
+    if request.headers.get("Expect", "").lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's size counts from its own head
+        return None
+    refused = error_response(417, "Only the expectation 100-continue is met here.")
+    refused.force_close()  # its body, never asked for, is not read
+    return refused
 
 
 async def _background(app: web.Application) -> AsyncIterator[None]:
@@ -245,7 +263,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers, trace_configs=traced
     )
-    state.pool = UpstreamPool(headers)
+    state.pool = UpstreamPool(headers, settings.max_upstream_head_bytes, _dropped(state))
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
         discovery = None
@@ -282,6 +300,21 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.pool.close()
     if state.tracing is not None:
         await state.tracing.close()
+
+
+def _dropped(state: RouterState) -> Callable[[str, Dropped], None]:
+    """What a backend sent that the pool dropped, counted by the backend's name (its URL
+    while no backend has that URL: one removed since)."""
+    dropped = state.metrics.upstream_dropped
+
+    def told(base: str, reason: Dropped) -> None:
+        named = (b.name for b in state.roster.backends if b.url == base)
+        name = next(named, None) or without_credentials(base)
+        if reason is not Dropped.INTERIM:
+            _HTTP_LOG.warning("Closed a connection to %s: %s", name, reason)
+        dropped.labels(backend=name, reason=reason).inc()
+
+    return told
 
 
 def _discovery(state: RouterState) -> Discovery:

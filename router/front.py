@@ -73,7 +73,9 @@ def front(
 def _client_error(request: web.Request, exc: BaseException) -> web.Response | None:
     """What a client sent wrong, as an OpenAI-shaped error; None: not the client's."""
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return error_response(413, f"The request body is larger than the limit: {exc.text}")
+        refused = error_response(413, f"The request body is larger than the limit: {exc.text}")
+        refused.force_close()  # the rest of the body is not read: the connection ends
+        return refused
     if isinstance(exc, web.HTTPNotFound):
         return error_response(404, f"Unknown path {request.path!r}.", "not_found")
     if isinstance(exc, web.HTTPMethodNotAllowed):

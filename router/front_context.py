@@ -8,11 +8,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from aiohttp import web
+
 from specroute.router.app import PROXIED
 from specroute.router.auth import Keys
+from specroute.router.errors import error_response
 from specroute.router.front_gate import served
 from specroute.router.front_request import FrontRequest
 from specroute.router.state import RouterState
+
+LIMITS = ("pipelined_requests", "pipelined_bytes", "write_timeout")
 
 
 class Connection(Protocol):
@@ -39,12 +44,22 @@ class Front:
         self.max_head = settings.max_header_bytes * (settings.max_headers + 2)
         self.max_body = settings.max_body_bytes
         self.idle_seconds = settings.client_idle_timeout
+        self.write_seconds = settings.client_write_timeout
+        self.max_ahead = settings.max_pipelined_requests
+        self.max_ahead_bytes = settings.max_pipelined_bytes
+        limits = state.metrics.client_limits
+        self._limits = {limit: limits.labels(limit=limit) for limit in LIMITS}
 
     async def served(self, request: FrontRequest) -> None:
         await served(request, self.state, self.keys)
 
-    def too_large(self, size: int) -> str:
-        return (
+    def limited(self, limit: str) -> None:
+        """A connection held to one of ``LIMITS``."""
+        self._limits[limit].inc()
+
+    def too_large(self, size: int) -> web.Response:
+        said = (
             "The request body is larger than the limit: Maximum request body size "
             f"{self.max_body} exceeded, actual body size {size}"
         )
+        return error_response(413, said)

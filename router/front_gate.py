@@ -34,7 +34,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
         if refusal is None:
             refusal = await serve(request, state)
         if refusal is not None:
-            if not request.arrived or refusal.keep_alive is False:
+            if not request.intact or refusal.keep_alive is False:
                 reply.keep_alive = False  # its body is not read: the connection ends
             reply.whole(refusal)
         status = reply.status
@@ -71,5 +71,5 @@ async def _whole_body(request: FrontRequest, seconds: float) -> web.Response | N
     except TimeoutError:
         return error_response(408, f"The request body took longer than {seconds:g} s.")
     except BodyRefused as exc:
-        return error_response(413, str(exc))
+        return exc.answer
     return None

@@ -38,7 +38,12 @@ class Wire(Protocol):
 
 
 class BodyRefused(Exception):
-    """The body is past the size limit: it is not read."""
+    """The body is not taken (past the size limit, or malformed): the request is answered
+    ``answer``, and its connection ends."""
+
+    def __init__(self, answer: web.Response) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
 
 
 class FrontRequest:
@@ -50,6 +55,7 @@ class FrontRequest:
         self.method, self.path = method, path
         self.headers = CIMultiDictProxy(headers)
         self.readable = True  # every header's value is UTF-8
+        self.ahead = 0  # bytes of it read while another request of its connection was answered
         self.answer = FrontReply(keep_alive, wire)
         self._wire = wire
         self._body: list[bytes] = []
@@ -84,7 +90,13 @@ class FrontRequest:
 
     @property
     def arrived(self) -> bool:
+        """Nothing more of the body is waited for: it came whole, or it was refused."""
         return self._whole.done()
+
+    @property
+    def intact(self) -> bool:
+        """The body came whole: the connection can carry the next request."""
+        return self._whole.done() and self._whole.exception() is None
 
     async def read(self) -> bytes:
         if self._whole.done():  # as it mostly is: the body came with the head
@@ -107,11 +119,11 @@ class FrontReply:
         self.ended = False
 
     async def begin(self, status: int, headers: Mapping[str, str], length: int | None) -> None:
-        self.status, self._chunked = status, length is None
+        self.status, self._chunked = status, length is None and not bodiless(status)
         self._head = head(status, headers, length, self.request_id, self.keep_alive)
 
     async def write(self, data: bytes) -> None:
-        if not data:
+        if not data or bodiless(self.status):
             return
         sent = framed(data) if self._chunked else data
         self._wire.send(self._head + sent if self._head else sent)
@@ -155,6 +167,11 @@ def framed(chunk: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b""
 
 
+def bodiless(status: int | None) -> bool:
+    """An answer that has no body and no framing (RFC 9112 section 6.3): 1xx, 204, 304."""
+    return status is not None and (status < 200 or status in (204, 304))
+
+
 def head(
     status: int,
     headers: Mapping[str, str],
@@ -163,12 +180,15 @@ def head(
     keep_alive: bool,
 ) -> bytes:
     """The answer's status line and headers: the request's id (its header, its value), its
-    length or chunked, and ``Connection: close`` when the connection ends with it."""
+    length or chunked (neither where it has no body), and ``Connection: close`` when the
+    connection ends with it."""
     lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
     lines.extend(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
     if request_id is not None:
         lines.append(b"%s: %s\r\n" % (request_id[0].encode(), request_id[1].encode()))
-    if length is None:
+    if bodiless(status):
+        pass  # no framing at all
+    elif length is None:
         lines.append(b"Transfer-Encoding: chunked\r\n")
     else:
         lines.append(b"Content-Length: %d\r\n" % length)

@@ -103,6 +103,24 @@ class RouterMetrics:
             "Upstream failures, by backend and kind.",
             ("backend", "kind"),
         )
+        self.upstream_dropped = self._counter(
+            "specroute_upstream_dropped",
+            "What the router dropped of a backend's bytes, by backend and reason: an interim "
+            "answer (1xx) before the final one, the connection kept (interim); a connection "
+            "closed because the backend broke HTTP/1.1: bytes after an answer's end "
+            "(trailing_bytes), bytes while no request waited (unasked), a 101 "
+            "(switched_protocols), a head past max_upstream_head_bytes (head_too_large), "
+            "what is not HTTP (malformed).",
+            ("backend", "reason"),
+        )
+        self.client_limits = self._counter(
+            "specroute_client_limits",
+            "Clients held to a bound, by limit: a connection no longer read while it had "
+            "max_pipelined_requests (pipelined_requests) or max_pipelined_bytes "
+            "(pipelined_bytes) sent ahead of its answers; a client cut off that read nothing "
+            "for client_write_timeout (write_timeout).",
+            ("limit",),
+        )
 
         self.admission_refusals = self._counter(
             "specroute_admission_refusals",

@@ -49,8 +49,11 @@ STORED = "stored"  # a decision's reason: the server that holds what the request
 def proxy(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The handler of the proxied paths on aiohttp's server."""
 
+    seconds = state.settings.client_write_timeout
+    unread = state.metrics.client_limits.labels(limit="write_timeout").inc
+
     async def handler(request: web.Request) -> web.StreamResponse:
-        asked = AiohttpProxied(request)
+        asked = AiohttpProxied(request, seconds, unread)
         refusal = await serve(asked, state)
         if refusal is not None:
             return refusal

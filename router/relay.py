@@ -34,8 +34,10 @@ async def relay(
     direct = passing.direct
     chunk, held = first, b""  # held: the start of an event not yet whole
     flight.status = upstream.status
+    # events go chunked, whatever length the backend gave: an error event may have to follow
+    length = None if events else upstream.content_length
     try:
-        await _to_client(reply.begin(upstream.status, headers, upstream.content_length))
+        await _to_client(reply.begin(upstream.status, headers, length))
         if chunk:
             flight.first_byte()
         while chunk:

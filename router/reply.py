@@ -5,7 +5,8 @@ gone."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from aiohttp import web
@@ -30,12 +31,18 @@ class Reply(Protocol):
 
 
 class AiohttpReply:
-    """A reply through aiohttp's server: ``response`` is what the handler returns."""
+    """A reply through aiohttp's server: ``response`` is what the handler returns. A write
+    that may wait for the client (one that can take the transport's buffer past its high
+    mark) waits ``write_seconds`` at most: then the client is cut off (``unread``) and the
+    write raises ``ConnectionError``."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(
+        self, request: web.Request, write_seconds: float, unread: Callable[[], None]
+    ) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
         self.status: int | None = None
+        self._write_seconds, self._unread = write_seconds, unread
 
     async def begin(self, status: int, headers: Mapping[str, str], length: int | None) -> None:
         self.status = status
@@ -46,7 +53,19 @@ class AiohttpReply:
 
     async def write(self, data: bytes) -> None:
         assert self.response is not None
-        await self.response.write(data)
+        transport = self.request.transport
+        if transport is None or (
+            transport.get_write_buffer_size() + len(data) <= transport.get_write_buffer_limits()[1]
+        ):
+            await self.response.write(data)  # it cannot fill the buffer: it does not wait
+            return
+        try:
+            async with asyncio.timeout(self._write_seconds):
+                await self.response.write(data)
+        except TimeoutError:
+            self._unread()
+            transport.abort()
+            raise ConnectionResetError("the client read nothing of its answer") from None
 
     def push(self, data: bytes) -> bool:
         return False  # aiohttp's writes are awaited, each
@@ -63,11 +82,13 @@ class AiohttpReply:
 class AiohttpProxied:
     """A proxied request as aiohttp carried it (``asked.Proxied``)."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(
+        self, request: web.Request, write_seconds: float, unread: Callable[[], None]
+    ) -> None:
         self.request = request
         self.method, self.path, self.headers = request.method, request.path, request.headers
         self.content_type = request.content_type
-        self.answer = AiohttpReply(request)
+        self.answer = AiohttpReply(request, write_seconds, unread)
 
     async def read(self) -> bytes:
         return await self.request.read()

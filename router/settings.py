@@ -32,7 +32,7 @@ from specroute.router.online import (
     Sureness,
 )
 from specroute.router.tracing import available as tracing_available
-from specroute.router.upstream_pool import Limits
+from specroute.router.upstream_pool import MAX_HEAD, Limits
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
 _DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"
@@ -171,6 +171,30 @@ class RouterSettings(BaseSettings):
         8190, ge=1024, description="longest target in a request line, longest header name or value"
     )
     max_headers: int = Field(128, ge=8, description="most headers in one request")
+    max_pipelined_requests: int = Field(
+        32,
+        ge=1,
+        description="requests a client may send on one connection ahead of the answer it "
+        "waits for: past them the connection is not read until answers catch up",
+    )
+    max_pipelined_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description="bytes of requests a client may send on one connection ahead of the "
+        "answer it waits for: past them the connection is not read until answers catch up",
+    )
+    client_write_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="a client that reads nothing of its answer this long is cut off, and its "
+        "request at the backend aborted",
+    )
+    max_upstream_head_bytes: int = Field(
+        MAX_HEAD,
+        ge=1024,
+        description="longest head of a backend's answer (its status line and headers); a "
+        "longer one is a broken answer",
+    )
     front: Literal["own", "aiohttp"] = Field(
         "own",
         description="what serves the proxied paths: the router's own HTTP/1.1 front (llhttp "

@@ -7,12 +7,20 @@ comes (``chunk``: all there is, or the next bytes to arrive); reading stops whil
 Its failures are aiohttp's exception classes, so that ``upstream`` tells them apart as it
 did (no connection, no answer, a malformed one, one cut short, silence), and the outcomes,
 counters and error answers are the ones the router had with aiohttp's client.
+
+A connection carries one answer and nothing else (RFC 9110 section 15.2, RFC 9112 section
+9.3): an interim answer (1xx) before it is read and dropped, a 101 is a broken answer (the
+router asked for no new protocol), a head past its limit is a broken answer, and a byte
+that comes after the answer's end, or while the connection is idle, is a backend that
+cannot be trusted with another request: the connection is closed, never pooled, and what
+the answer was stays whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from enum import StrEnum
 from typing import cast
 
 import aiohttp
@@ -217,18 +225,48 @@ class Answer:
             waiter.set_result(None)
 
 
+class Dropped(StrEnum):
+    """What the router dropped of a backend's bytes (``specroute_upstream_dropped_total``):
+    an interim answer, or, every other reason, the connection, closed because the backend
+    broke HTTP/1.1."""
+
+    INTERIM = "interim"  # a 1xx before the answer: dropped, the connection kept
+    SWITCHED = "switched_protocols"  # a 101: the router asked for no other protocol
+    HEAD_TOO_LARGE = "head_too_large"  # an answer's head past its limit
+    MALFORMED = "malformed"  # not HTTP/1.1 this router can parse
+    TRAILING = "trailing_bytes"  # bytes after the answer's end
+    UNASKED = "unasked"  # bytes while no request was waiting for an answer
+
+
+class _Unwanted(Exception):
+    """Raised in llhttp's callbacks: the backend sent what ends the connection."""
+
+    def __init__(self, dropped: Dropped, said: str) -> None:
+        super().__init__(said)
+        self.dropped = dropped
+
+
+Told = Callable[["UpstreamConnection", Dropped], None]
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a backend, carrying one answer at a time. ``returned``
-    is told when an answer let it go: reusable, or to be forgotten (it closes)."""
+    is told when an answer let it go: reusable, or to be forgotten (it closes); ``told``
+    when the backend sent what the router drops or what ends the connection."""
 
-    def __init__(self, returned: Callable[[UpstreamConnection, bool], None]) -> None:
-        self._returned = returned
+    def __init__(
+        self, returned: Callable[[UpstreamConnection, bool], None], told: Told, max_head: int
+    ) -> None:
+        self._returned, self._told, self._max_head = returned, told, max_head
         self.transport: asyncio.Transport | None = None
         self.answer: Answer | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._headers: dict[str, str] = {}
+        self._head = 0  # bytes read before the answer's final head was whole
+        self._fields = 0  # bytes of its headers, interim answers' too
         self._paused = False
         self._keep = False  # the backend keeps the connection open after this answer
+        self._interim = False  # the message being parsed is a 1xx, dropped
         self._finished = False  # the current answer's body ended (its length was known)
 
     # asyncio's side
@@ -237,17 +275,33 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
-        if self.answer is None:  # bytes nobody asked for: not HTTP this router can trust
+        answer = self.answer
+        if answer is None or self._finished:  # bytes nobody asked for: not to be trusted
+            self._told(self, Dropped.TRAILING if answer is not None else Dropped.UNASKED)
             self.abandon()
             return
+        if not answer._head_done:
+            self._head += len(data)
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            unwanted = exc.__context__
+            if not isinstance(unwanted, _Unwanted):
+                raise
+            self._broken(unwanted.dropped, aiohttp.ClientPayloadError(str(unwanted)))
         except httptools.HttpParserUpgrade:
-            self._broken(aiohttp.ClientPayloadError("the backend switched protocols"))
+            self._broken(
+                Dropped.SWITCHED, aiohttp.ClientPayloadError("the backend switched protocols")
+            )
         except httptools.HttpParserError as exc:
-            self._broken(aiohttp.ClientPayloadError(f"a malformed answer: {exc}"))
+            self._broken(
+                Dropped.MALFORMED, aiohttp.ClientPayloadError(f"a malformed answer: {exc}")
+            )
         else:
-            if self.answer is not None:
+            if not answer._head_done and self._head > self._max_head:
+                said = f"the answer's head is longer than {self._max_head} bytes"
+                self._broken(Dropped.HEAD_TOO_LARGE, aiohttp.ClientPayloadError(said))
+            elif self.answer is not None:
                 self.answer._read()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -267,15 +321,27 @@ class UpstreamConnection(asyncio.Protocol):
 
     # llhttp's callbacks
 
+    def on_message_begin(self) -> None:
+        if self._finished:  # a second message after the answer, in the same read
+            raise _Unwanted(Dropped.TRAILING, "bytes after the answer's end")
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += len(name) + len(value)
+        if self._fields > self._max_head:
+            said = f"the answer's head is longer than {self._max_head} bytes"
+            raise _Unwanted(Dropped.HEAD_TOO_LARGE, said)
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
-        if self.answer is None:
-            return
-        self._keep = self._parser.should_keep_alive()
+        status = self._parser.get_status_code()
         headers, self._headers = self._headers, {}
-        self.answer._headed(self._parser.get_status_code(), headers)
+        if status == 101:
+            raise _Unwanted(Dropped.SWITCHED, "the backend switched protocols")
+        self._interim = status < 200
+        if self._interim or self.answer is None:
+            return  # an interim answer: read and dropped
+        self._keep = self._parser.should_keep_alive()
+        self.answer._headed(status, headers)
 
     def on_body(self, body: bytes) -> None:
         if self.answer is not None and self.answer._data(body) and self.transport is not None:
@@ -283,6 +349,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            self._told(self, Dropped.INTERIM)
+            return
         self._finished = True
         if self.answer is not None:
             self.answer._ended()
@@ -291,6 +361,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def start(self, answer: Answer, request: bytes) -> None:
         self.answer, self._finished, self._headers = answer, False, {}
+        self._head = self._fields = 0
         if self.transport is None:  # the backend closed it as it was taken
             answer.fail(aiohttp.ServerDisconnectedError())
             return
@@ -326,7 +397,10 @@ class UpstreamConnection(asyncio.Protocol):
             or "chunked" in answer.headers.get("transfer-encoding", "").lower()
         )
 
-    def _broken(self, exc: BaseException) -> None:
+    def _broken(self, dropped: Dropped, exc: BaseException) -> None:
+        """The backend broke HTTP/1.1: its answer fails if it is not whole (a whole one stays
+        as it came), and the connection is closed."""
+        self._told(self, dropped)
         if self.answer is not None:
             self.answer.fail(exc)
         self.abandon()

@@ -22,9 +22,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from specroute.router.upstream_answer import Answer, UpstreamConnection
+from specroute.router.upstream_answer import Answer, Dropped, UpstreamConnection
 
 KEEPALIVE = 4.0  # seconds: below uvicorn's 5 s (SGLANG_TIMEOUT_KEEP_ALIVE)
+MAX_HEAD = 64 * 1024  # bytes of an answer's head; SGLang's are a few hundred
+
+Told = Callable[[str, Dropped], None]  # a backend's base URL, what was dropped of it
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,17 @@ class Limits:
 
 
 class UpstreamPool:
-    """One per router process. ``headers`` go with every request (the backends' key)."""
+    """One per router process. ``headers`` go with every request (the backends' key);
+    ``max_head``: the bytes of an answer's head; ``told``: what the backend at a base URL
+    sent that was dropped (``upstream_answer.Dropped``)."""
 
-    def __init__(self, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, headers: Mapping[str, str], max_head: int = MAX_HEAD, told: Told | None = None
+    ) -> None:
         self._common = _head_lines(headers)
         self._origins: dict[str, _Origin] = {}
         self._tls: ssl.SSLContext | None = None
+        self._max_head, self._told = max_head, told
 
     async def send(
         self, base: str, path: str, body: bytes, headers: Mapping[str, str], limits: Limits
@@ -54,7 +62,7 @@ class UpstreamPool:
         aiohttp would when no connection opens."""
         origin = self._origins.get(base)
         if origin is None:
-            origin = self._origins[base] = _Origin(base, self._context)
+            origin = self._origins[base] = _Origin(base, self._context, self._max_head, self._told)
         loop = asyncio.get_running_loop()
         sent = loop.time()
         connection = origin.idle_one() or await origin.connect(limits.connect)
@@ -90,8 +98,11 @@ class UpstreamPool:
 class _Origin:
     """The connections to one backend: the idle ones by when they went idle, oldest first."""
 
-    def __init__(self, base: str, tls: Callable[[], ssl.SSLContext]) -> None:
+    def __init__(
+        self, base: str, tls: Callable[[], ssl.SSLContext], max_head: int, told: Told | None
+    ) -> None:
         url = urlsplit(base)
+        self.base, self._max_head, self._told_pool = base, max_head, told
         self.host, self.port = (
             url.hostname or "",
             url.port or (443 if url.scheme == "https" else 80),
@@ -115,7 +126,7 @@ class _Origin:
         loop = asyncio.get_running_loop()
         tls = self._tls() if self.https else None
         opening = loop.create_connection(
-            lambda: UpstreamConnection(self.returned),
+            lambda: UpstreamConnection(self.returned, self._told, self._max_head),
             self.host,
             self.port,
             ssl=tls,
@@ -132,6 +143,10 @@ class _Origin:
                 exc.errno, f"Cannot connect to host {self.host}:{self.port}: {exc.strerror or exc}"
             ) from None
         return protocol
+
+    def _told(self, connection: UpstreamConnection, dropped: Dropped) -> None:
+        if self._told_pool is not None:
+            self._told_pool(self.base, dropped)
 
     def returned(self, connection: UpstreamConnection, keep: bool) -> None:
         if not keep:
