@@ -56,8 +56,18 @@ LOG = logging.getLogger("specroute.router.http")
 _NOT_OWN = (b"content-length", b"transfer-encoding", b"upgrade")
 # the fields RFC 9110 allows once in a request's head, as aiohttp's server holds them
 _SINGLETONS = frozenset(
-    (b"content-length", b"content-location", b"content-range", b"content-type", b"etag")
-    + (b"host", b"max-forwards", b"server", b"transfer-encoding", b"user-agent")
+    {
+        b"content-length",
+        b"content-location",
+        b"content-range",
+        b"content-type",
+        b"etag",
+        b"host",
+        b"max-forwards",
+        b"server",
+        b"transfer-encoding",
+        b"user-agent",
+    }
 )
 LINGER = 2.0  # seconds a connection ending after its answer reads and drops what still comes
 # Once a connection's requests are aiohttp's, one that cannot be taken is told by aiohttp's

@@ -7,6 +7,7 @@ error behind valid pipelined requests are each answered as HTTP asks, at once.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import socket
@@ -181,8 +182,11 @@ async def test_requests_sent_ahead_of_their_answers_are_read_only_to_the_bounds(
 
     def script(marker: str) -> Script:
         if marker == "slow":
-            events: Script = [event("slow"), 0.5, event("slow"), 0.5, b"data: [DONE]\n\n"]
-            framed = [p if isinstance(p, float) else b"%x\r\n%s\r\n" % (len(p), p) for p in events]
+            events: list[bytes | float] = [event("slow"), 0.5, event("slow"), 0.5]
+            events.append(b"data: [DONE]\n\n")
+            framed: Script = [
+                p if isinstance(p, float) else b"%x\r\n%s\r\n" % (len(p), p) for p in events
+            ]
             head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             return [head + b"Transfer-Encoding: chunked\r\n\r\n", *framed, b"0\r\n\r\n"]
         return [whole(completion(marker))]
@@ -198,10 +202,8 @@ async def test_requests_sent_ahead_of_their_answers_are_read_only_to_the_bounds(
         loop = asyncio.get_running_loop()
         start = time.monotonic()
         while time.monotonic() - start < 1.0:  # the router reads meanwhile, what it will
-            try:
+            with contextlib.suppress(BlockingIOError):
                 written += wire.sock.send(requests[written : written + (1 << 16)])
-            except BlockingIOError:
-                pass
             await asyncio.sleep(0.001)
         assert backend.bodies == [chat("slow", stream=True)]  # nothing else while it streams
         if size:
@@ -472,10 +474,8 @@ async def refused_after_one(port: int, bad: bytes, together: bool) -> list[Any]:
             await asyncio.to_thread(wire.send, good)
             answers = [await asyncio.to_thread(wire.answer)]
             await asyncio.to_thread(wire.send, bad)
-        try:
+        with contextlib.suppress(EOFError):
             answers.append(await asyncio.to_thread(wire.answer))
-        except EOFError:
-            pass
         return [*answers, await asyncio.to_thread(wire.closed)]
 
 
