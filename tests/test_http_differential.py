@@ -21,19 +21,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import h11
-import pytest
 from aiohttp import http_exceptions, http_parser
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.streams import StreamReader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.routers import running_router
 from tests.test_router import settled
-from tests.wire import Backend, Client, Script, chat, completion, whole
+from tests.wire import Backend, Client, Script, chat, completion, routed, whole
 
 EXAMPLES = int(os.environ.get("SPECROUTE_DIFFERENTIAL_EXAMPLES", "500"))
 RUN = settings(
@@ -354,18 +351,9 @@ def judge_front(port: int, backend: Backend, sent: list[Sent], cuts: list[int]) 
     return verdict
 
 
-@pytest.mark.paced
 async def test_the_own_front_takes_what_strict_parsers_take_and_refuses_the_rest() -> None:
     backend = Backend()
-    async with (
-        backend.serving() as url,
-        running_router(spec=[url], base=[url], policy="always-spec", front="own") as (
-            router,
-            state,
-        ),
-    ):
-        port = urlsplit(router).port
-        assert port is not None
+    async with routed(backend, "own") as (_, port, state):
         verdicts: dict[str, int] = {}
 
         @RUN
@@ -466,21 +454,12 @@ def by_h11_client(pieces: Script) -> tuple[int, bytes] | None:
         return None
 
 
-@pytest.mark.paced
 async def test_the_upstream_client_reads_what_h11_reads_and_no_answer_reaches_another_client() -> (
     None
 ):
     scripts: dict[str, Script] = {}
     backend = Backend(lambda marker: scripts.get(marker, [whole(completion(marker))]))
-    async with (
-        backend.serving() as url,
-        running_router(spec=[url], base=[url], policy="always-spec", front="own") as (
-            router,
-            state,
-        ),
-    ):
-        port = urlsplit(router).port
-        assert port is not None
+    async with routed(backend, "own") as (_, port, state):
         counts = {"relayed": 0, "refused": 0, "trailing": 0}
         serial = iter(range(10**9))
 

@@ -13,8 +13,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,32 +20,14 @@ import aiohttp
 import openai
 import pytest
 
-from specroute.router.state import RouterState
 from tests.apps import listening
 from tests.routers import running_router
 from tests.test_emulator_api import client
 from tests.test_router import settled
 from tests.test_router_ops import samples
-from tests.wire import Backend, Client, Script, chat, completion, event, post, whole
+from tests.wire import Backend, Client, Script, chat, completion, event, post, routed, whole
 
 FRONTS = pytest.mark.parametrize("front", ["own", "aiohttp"])
-
-
-@asynccontextmanager
-async def routed(
-    backend: Backend, front: str, **settings: Any
-) -> AsyncIterator[tuple[str, int, RouterState]]:
-    """A router whose every request goes to ``backend``."""
-    async with (
-        backend.serving() as url,
-        running_router(spec=[url], base=[url], policy="always-spec", front=front, **settings) as (
-            router,
-            state,
-        ),
-    ):
-        port = urlsplit(router).port
-        assert port is not None
-        yield router, port, state
 
 
 async def metric(router: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -17,10 +17,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 import h11
 
+from specroute.router.state import RouterState
 from tests.apps import listening
+from tests.routers import running_router
 
 
 @dataclass(frozen=True)
@@ -240,3 +244,20 @@ def marker_of(body: bytes) -> str:
         return str(json.loads(body)["messages"][0]["content"]).strip()
     except (ValueError, LookupError, TypeError):
         return ""
+
+
+@asynccontextmanager
+async def routed(
+    backend: Backend, front: str, **settings: Any
+) -> AsyncIterator[tuple[str, int, RouterState]]:
+    """A router whose every request goes to ``backend``."""
+    async with (
+        backend.serving() as url,
+        running_router(spec=[url], base=[url], policy="always-spec", front=front, **settings) as (
+            router,
+            state,
+        ),
+    ):
+        port = urlsplit(router).port
+        assert port is not None
+        yield router, port, state
