@@ -307,8 +307,7 @@ class FrontConnection(asyncio.Protocol):
         if message.request is not None:
             message.request.whole()
             return
-        sent = _as_sent(parser, message)
-        self._queue(sent, len(sent))
+        self._queue(_as_sent(parser, message))
         if parser.get_method() == b"CONNECT":
             self.closing = True  # what follows is a tunnel's, not requests: aiohttp refuses it
 
@@ -346,10 +345,14 @@ class FrontConnection(asyncio.Protocol):
                 self._fail(_malformed(str(exc)))
                 return
 
-    def _queue(self, item: FrontRequest | bytes, size: int) -> None:
+    def _queue(self, item: FrontRequest | bytes, head: int = 0) -> None:
+        """``item`` waits its turn; its bytes (a request's head, so far) count as read ahead
+        until it is started or given."""
         if isinstance(item, FrontRequest):
-            item.ahead += size
-        self._ahead += size
+            item.ahead += head
+            self._ahead += head
+        else:
+            self._ahead += len(item)
         self._pending.append(item)
 
     def _next(self) -> None:
@@ -480,7 +483,7 @@ class FrontConnection(asyncio.Protocol):
         if request is not None and not request.arrived:
             request.refuse(BodyRefused(answer))
         elif self._giving:
-            self._queue(_REFUSED_BY_AIOHTTP, 0)
+            self._queue(_REFUSED_BY_AIOHTTP)
         else:
             self._pending.append(answer)
         self._next()
