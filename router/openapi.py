@@ -16,12 +16,16 @@ _ERROR = {"$ref": "#/components/schemas/Error"}
 _BACKEND_ERROR = {"$ref": "#/components/schemas/BackendError"}
 _CLIENT: list[dict[str, list[str]]] = [{"clientKey": []}, {"adminKey": []}]  # either serves
 _ERRORS = {
-    400: "The body is not a JSON object, is not JSON, or nests too deeply.",
+    400: "The body is not a JSON object, is not JSON, or nests too deeply; or the request "
+    "could not be parsed (a malformed head or chunked body, no Host, a field HTTP allows "
+    "once given twice), and the connection ends.",
     401: "A key is configured and this one is missing or wrong.",
     404: "Unknown path.",
     405: "Method not allowed on this path.",
     408: "The body did not arrive within `body_timeout`.",
-    413: "The body is larger than `max_body_bytes`.",
+    413: "The body is larger than `max_body_bytes`; the connection ends.",
+    417: "An expectation other than `100-continue`.",
+    505: "An HTTP version other than 1.0 or 1.1; the connection ends.",
 }
 _UPSTREAM = {
     502: "The backend failed before its first byte, here and on retry; the message names it.",
@@ -97,7 +101,7 @@ def _proxied(summary: str, schema: str) -> dict[str, Any]:
                     "description": "The backend's refusal, relayed with its status and body.",
                     "content": {_JSON: {"schema": _BACKEND_ERROR}},
                 },
-                **_errors(401, 404, 405, 408, 413, 502, 503, 504),
+                **_errors(401, 404, 405, 408, 413, 417, 502, 503, 504, 505),
             },
         }
     }
