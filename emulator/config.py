@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from specroute.emulator.accept_schedule import AcceptChange
 from specroute.emulator.acceptance import Acceptance
+from specroute.emulator.adaptive import AdaptiveDepth, read_schedule, spec_graph_batch_sizes
 from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
 from specroute.emulator.hardware import HardwareModel
@@ -41,6 +42,9 @@ class EmulatorConfig:
     enable_cache_report: bool = False  # SGLang's flag: cached tokens in the OpenAI usage
     enable_response_store: bool = False  # SGLang's flag: /v1/responses kept, and continued
     accept_schedule: tuple[AcceptChange, ...] = ()  # accept length changes in emulated time
+    speculative_adaptive: bool = False  # SGLang's flag: the draft depth chosen per batch
+    speculative_adaptive_config: str | None = None  # its schedule's file; None: the default
+    skip_zero_step_draft_extend: bool = False  # SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND
 
     @property
     def speculative(self) -> bool:
@@ -66,6 +70,18 @@ class EmulatorConfig:
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         return min(self.hardware.cuda_graph_max_bs, self.effective_max_running)
+
+    @property
+    def adaptive(self) -> bool:
+        """Adaptive speculation in force: asked for, on a speculative server (SGLang falls
+        back to a fixed depth, with a warning, where it is unsupported)."""
+        return self.speculative_adaptive and self.speculative
+
+    def adaptive_refusal(self) -> str | None:
+        """Why SGLang would turn ``--speculative-adaptive`` off here, in its words' sense."""
+        if self.speculative_adaptive and not self.speculative:
+            return "speculative_algorithm=None (only EAGLE/EAGLE3 are supported)"
+        return None
 
     @property
     def model_path(self) -> str:
@@ -98,6 +114,8 @@ class EmulatorConfig:
             "speculative_num_steps": steps if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": steps + 1 if spec else None,
+            "speculative_adaptive": self.adaptive,
+            "speculative_adaptive_config": self.speculative_adaptive_config,
             "disable_radix_cache": self.radix_cache_tokens == 0,
             "enable_cache_report": self.enable_cache_report,
             "enable_response_store": self.enable_response_store,
@@ -114,6 +132,10 @@ class EmulatorConfig:
         words += [f"--host {self.host}", f"--port {self.port}"]
         if self.speculative:
             words.append("--speculative-algorithm EAGLE3")
+        if self.speculative_adaptive:
+            words.append("--speculative-adaptive")
+        if self.speculative_adaptive_config is not None:
+            words.append(f"--speculative-adaptive-config {self.speculative_adaptive_config}")
         if self.api_key is not None:
             words.append(f"--api-key {self.api_key}")
         return " ".join(words)
@@ -129,4 +151,13 @@ class EmulatorConfig:
             seed=self.seed,
             noise=self.noise,
             cache=RadixCache(self.radix_cache_tokens) if self.radix_cache_tokens else None,
+            adaptive=self._adaptive_depth(),
+            skip_zero_extend=self.skip_zero_step_draft_extend,
         )
+
+    def _adaptive_depth(self) -> AdaptiveDepth | None:
+        if not self.adaptive:
+            return None
+        schedule = read_schedule(self.speculative_adaptive_config)
+        graphs = spec_graph_batch_sizes(self.effective_cuda_graph_max_bs)
+        return AdaptiveDepth(self.acceptance.steps, schedule, graphs)

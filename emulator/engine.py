@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from specroute.emulator.acceptance import Acceptance, accepted_drafts
+from specroute.emulator.adaptive import AdaptiveDepth
 from specroute.emulator.hardware import HardwareModel
 from specroute.emulator.noise import Noise, NoiseSource
 from specroute.emulator.radix_cache import RadixCache
@@ -50,6 +51,7 @@ class Sequence:
     finish: Finish | None = None
     aborted: bool = False
     accept_rate: float = 0.0
+    cold: bool = False  # its draft's state went stale at depth 0 (the extend skipped)
     listener: Callable[[Sequence, int], None] | None = None
     _tokens: random.Random = field(default_factory=random.Random, repr=False)
     _accepts: random.Random = field(default_factory=random.Random, repr=False)
@@ -131,6 +133,8 @@ class Engine:
         chunked_prefill_size: int = 8192,
         noise: Noise | None = None,
         cache: RadixCache | None = None,
+        adaptive: AdaptiveDepth | None = None,
+        skip_zero_extend: bool = False,
     ) -> None:
         self.hardware = hardware
         self.speculative = speculative
@@ -143,6 +147,9 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.cache = cache  # None: every prompt is prefilled whole
+        self.adaptive = adaptive  # None: every decode drafts to ``steps``
+        self.skip_zero_extend = skip_zero_extend
+        self.depth = steps if speculative else 0  # the last decode's drafting depth
         mode = "spec" if speculative else "base"
         self.noise = None if noise is None or noise.off else NoiseSource(noise, f"{seed}|{mode}")
 
@@ -215,18 +222,28 @@ class Engine:
     def _decode(self) -> Step:
         batch = len(self.running)
         kv = sum(seq.context_tokens for seq in self.running)
-        if self.speculative:
-            ms = self.hardware.speculative_ms(batch, self.steps, kv, self.cuda_graph_max_bs)
-        else:
+        if not self.speculative:
             ms = self.hardware.decode_ms(batch, kv, self.cuda_graph_max_bs)
-        emitted = []
+            emitted = tuple(_advance(seq, 1) for seq in self.running)
+            return Step("decode", ms / 1000.0, batch, emitted)
+        depth = self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
+        skipped = depth == 0 and self.skip_zero_extend
+        self.depth = depth
+        ms = self.hardware.speculative_ms(
+            batch, depth, kv, self.cuda_graph_max_bs, extend=not skipped
+        )
+        accepted = []
         for seq in self.running:
-            n = 1
-            if self.speculative:
-                seq.verify_ct += 1
-                n += accepted_drafts(seq._accepts, seq.accept_rate, self.steps)
-            emitted.append(_advance(seq, n))
-        return Step("decode", ms / 1000.0, batch, tuple(emitted))
+            seq.verify_ct += 1
+            drafts = accepted_drafts(seq._accepts, seq.accept_rate, depth)
+            if seq.cold and depth > 0:  # drafted from a stale state: nothing matches
+                drafts, seq.cold = 0, False
+            seq.cold = seq.cold or skipped
+            accepted.append(drafts)
+        emitted = tuple(_advance(seq, 1 + n) for seq, n in zip(self.running, accepted, strict=True))
+        if self.adaptive is not None:
+            self.adaptive.verified(accepted, batch)
+        return Step("decode", ms / 1000.0, batch, emitted)
 
 
 def _advance(seq: Sequence, n: int) -> Emission:

@@ -197,15 +197,22 @@ class HardwareModel:
         return self._graph(batch, self.forward_ms(batch, 1, kv_tokens), graph_max_bs)
 
     def speculative_ms(
-        self, batch: int, steps: int, kv_tokens: int, graph_max_bs: int | None = None
+        self,
+        batch: int,
+        steps: int,
+        kv_tokens: int,
+        graph_max_bs: int | None = None,
+        extend: bool = True,
     ) -> float:
-        """An EAGLE chain step: ``steps`` draft forwards, one verify, one draft extend."""
+        """An EAGLE chain step: ``steps`` draft forwards, one verify of ``steps + 1`` tokens
+        a request, one draft extend over as many (at depth 0 an adaptive server may skip
+        it: ``extend``)."""
         width = steps + 1
-        ms = (
-            steps * self.draft_forward_ms(batch, 1, kv_tokens)
-            + self.forward_ms(batch, width, kv_tokens)
-            + self.draft_forward_ms(batch, width, kv_tokens)
+        ms = steps * self.draft_forward_ms(batch, 1, kv_tokens) + self.forward_ms(
+            batch, width, kv_tokens
         )
+        if extend:
+            ms += self.draft_forward_ms(batch, width, kv_tokens)
         return self._graph(batch, ms, graph_max_bs)
 
     def prefill_ms(self, tokens: int, speculative: bool) -> float:

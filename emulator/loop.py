@@ -231,6 +231,8 @@ class EngineLoop:
             accepted = self.last_accept_length
             m.bound(m.spec_accept_length, *labels).set(accepted)
             m.bound(m.spec_accept_rate, *labels).set(max(0.0, accepted - 1) / self.engine.steps)
+            m.bound(m.spec_num_steps, *labels).set(self.engine.depth)  # the last decode's
+            m.bound(m.spec_num_draft_tokens, *labels).set(self.engine.depth + 1)
         m.bound(m.num_running_reqs, *labels).set(len(self.engine.running))
         m.bound(m.num_queue_reqs, *labels).set(len(self.engine.waiting))
         used = sum(s.context_tokens for s in self.engine.running)

@@ -82,6 +82,10 @@ class EngineMetrics:
         self.spec_accept_rate = gauge(
             "spec_accept_rate", "The average acceptance rate of speculative decoding."
         )
+        self.spec_num_steps = gauge("spec_num_steps", "Currently active speculative_num_steps.")
+        self.spec_num_draft_tokens = gauge(
+            "spec_num_draft_tokens", "Currently active speculative_num_draft_tokens."
+        )
         self.cache_hit_rate = gauge("cache_hit_rate", "The prefix cache hit rate.")
         self.prefill_effective_tokens = Counter(
             "sglang:prefill_effective_tokens",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hmac
+import logging
 import re
 import sys
 import time
@@ -82,6 +83,11 @@ def _api_key(key: str) -> Middleware:
 
 
 def create_app(config: EmulatorConfig) -> web.Application:
+    if (refusal := config.adaptive_refusal()) is not None:  # as SGLang warns, and goes on
+        logging.getLogger("sglang.srt.arg_groups.speculative_hook").warning(
+            "speculative_adaptive disabled: %s. Falling back to static speculative params.",
+            refusal,
+        )
     metrics = EngineMetrics(config.model_path)
     loop = EngineLoop(
         config.engine(),
@@ -364,6 +370,9 @@ def serve(config: EmulatorConfig) -> None:
         if config.speculative
         else "no speculation"
     )
+    if config.adaptive:
+        speculation += ", adaptive depth"
+
     banner = (
         f"specroute emulator: {config.hardware.name} ({speculation}), time scale "
         f"{config.time_scale:g}, on http://{config.host}:{config.port}"

@@ -4,11 +4,13 @@ settings they resolve to, shared by ``emulate`` and the offline comparison."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import Literal
 
 from specroute.emulator.accept_schedule import parse_schedule
 from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
+from specroute.emulator.adaptive import SKIP_ZERO_STEP_DRAFT_EXTEND, read_schedule
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.faults import parse_faults
 from specroute.emulator.hardware import load_hardware
@@ -61,6 +63,19 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         'server started, each in turn (e.g. "0:3.0,30:1.6")',
     )
     p.add_argument("--speculative-num-steps", type=positive(int), metavar="S")
+    p.add_argument(
+        "--speculative-adaptive",
+        action="store_true",
+        help="choose the draft depth per decode batch as SGLang 0.5.23's flag does (EAGLE "
+        "servers only; SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 skips the draft's extend "
+        "at depth 0, as SGLang's)",
+    )
+    p.add_argument(
+        "--speculative-adaptive-config",
+        metavar="FILE",
+        help="the adaptive schedule, as SGLang's flag (JSON: candidate depths by batch size); "
+        "default: SGLang's",
+    )
     p.add_argument(
         "--max-running-requests",
         type=positive(int),
@@ -155,7 +170,28 @@ def emulator_config(
         enable_cache_report=getattr(args, "enable_cache_report", False),
         enable_response_store=getattr(args, "enable_response_store", False),
         accept_schedule=parse_schedule(args.accept_schedule, steps) if args.accept_schedule else (),
+        speculative_adaptive=getattr(args, "speculative_adaptive", False),
+        speculative_adaptive_config=_schedule_file(
+            getattr(args, "speculative_adaptive_config", None)
+        ),
+        skip_zero_step_draft_extend=_env_flag(SKIP_ZERO_STEP_DRAFT_EXTEND),
     )
+
+
+def _schedule_file(path: str | None) -> str | None:
+    """The schedule's file, checked now: SGLang refuses a bad one at start."""
+    if path is not None:
+        read_schedule(path)
+    return path
+
+
+def _env_flag(name: str) -> bool:
+    """As SGLang reads a boolean from its environment: a value it cannot read stops the
+    start."""
+    value = os.environ.get(name, "false").lower()
+    if value not in ("true", "1", "yes", "y", "false", "0", "no", "n"):
+        raise ValueError(f"{name}={value!r} is not a valid boolean value")
+    return value in ("true", "1", "yes", "y")
 
 
 def _cache_size(tokens: int) -> int:
