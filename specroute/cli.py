@@ -50,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
         serve_command.add_serve,
         measure.add_calibrate,
         measure.add_profile,
+        measure.add_adaptive_config,
         bench_commands.add_bench,
         _add_emulate,
         _add_demo,

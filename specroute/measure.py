@@ -56,6 +56,53 @@ def add_profile(sub: Subcommands) -> None:
     profile.set_defaults(handler=_profile)
 
 
+def add_adaptive_config(sub: Subcommands) -> None:
+    adaptive = sub.add_parser(
+        "adaptive-config",
+        help="write a profile as SGLang's --speculative-adaptive-config schedule",
+        description="The speculative server's own adaptive schedule (SGLang 0.5.23's "
+        "--speculative-adaptive) from a profile: the calibrated depth at the batch sizes "
+        "where speculation pays, depth 0 elsewhere, each slot at a captured CUDA-graph batch "
+        "size. Printed, or written to --output.",
+    )
+    adaptive.add_argument("profile", metavar="PROFILE", help="a specroute.profile file")
+    adaptive.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    adaptive.add_argument(
+        "--steps",
+        type=int,
+        metavar="S",
+        help="the depth where speculation pays (default: the speculative server's "
+        "speculative_num_steps, as the profile records it)",
+    )
+    adaptive.add_argument(
+        "--cuda-graph-max-bs",
+        type=int,
+        metavar="N",
+        help="the server's largest captured batch (default: as the profile records it)",
+    )
+    adaptive.set_defaults(handler=_adaptive_config)
+
+
+def _adaptive_config(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from specroute.policies.profile import load_profile
+    from specroute.profiler.adaptive_schedule import adaptive_schedule, describe, settings_of
+
+    profile = load_profile(args.profile)
+    schedule = adaptive_schedule(profile, args.steps, args.cuda_graph_max_bs)
+    text = json.dumps(schedule, indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text)
+    graphs = args.cuda_graph_max_bs or settings_of(profile)[1]
+    assert graphs is not None  # the schedule was written with it
+    print(describe(schedule, graphs), file=sys.stderr)
+    return 0
+
+
 def add_calibrate(sub: Subcommands) -> None:
     calibrate = sub.add_parser(
         "calibrate",

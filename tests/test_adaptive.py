@@ -15,17 +15,21 @@ from typing import Any
 import aiohttp
 import pytest
 
+from specroute.cli import main
 from specroute.emulator.acceptance import Acceptance, accept_rate, accepted_drafts
 from specroute.emulator.adaptive import (
     DEFAULT_SCHEDULE,
     AdaptiveDepth,
     ScheduleError,
     candidate_depths,
+    read_schedule,
     slots,
     spec_graph_batch_sizes,
 )
 from specroute.emulator.engine import Engine, Sequence
 from specroute.emulator.hardware import load_hardware
+from specroute.policies.profile import ProfileError, load_profile
+from specroute.profiler.adaptive_schedule import adaptive_schedule, settings_of
 from tests.emulators import FAST, running_emulator
 from tests.sglang_launch import DEPLOY_PYTHON, REPO
 from tests.test_router_ops import samples
@@ -214,3 +218,66 @@ async def test_a_plain_server_refuses_adaptive_with_sglangs_reason(
     ):
         assert (await r.json())["speculative_adaptive"] is False
     assert "speculative_adaptive disabled: speculative_algorithm=None" in caplog.text
+
+
+# A profile written as the server's own schedule
+
+RESULTS = REPO / "docs" / "results" / "data"
+
+
+@pytest.mark.parametrize("name", ["kimi-bands", "llama-crossover"])
+def test_a_profile_written_as_a_schedule_drafts_where_it_pays_in_sglang_and_the_emulator(
+    name: str, tmp_path: Path
+) -> None:
+    """The committed calibrations (a band; a crossover) as schedules, read by SGLang's own
+    loader and driven through its policy: every batch from 1 to 300 drafts to the
+    calibrated depth exactly where the profile says speculation pays at the batch size its
+    CUDA graph runs at, and not at all elsewhere; the emulator reads the same file."""
+    path = tmp_path / "adaptive.json"
+    assert main(["adaptive-config", str(RESULTS / f"{name}.json"), "-o", str(path)]) == 0
+    schedule = json.loads(path.read_text())
+    profile = load_profile(RESULTS / f"{name}.json")
+    steps, graph_max_bs = settings_of(profile)
+    assert steps == 3 and graph_max_bs is not None
+    graphs = spec_graph_batch_sizes(graph_max_bs)
+    batches = list(range(1, 301))
+    events = [[b, [steps] * b] for b in batches]
+    case = {"name": name, "schedule": schedule, "initial": steps, "graph_bs": graphs}
+    theirs = in_sglang([{**case, "events": events}])[name]["depths"]
+    padded = [next((g for g in graphs if g >= b), b) for b in batches]
+    bands = profile.crossover.bands
+    pays = [
+        any((lo is None or p >= lo) and (hi is None or p < hi) for lo, hi in bands) for p in padded
+    ]
+    assert theirs == [steps if p else 0 for p in pays]
+    assert read_schedule(str(path)) == schedule
+    ours = AdaptiveDepth(steps, schedule, graphs)
+    assert [ours.depth_for(b) for b in batches] == theirs
+    assert 0 < sum(pays) < len(pays)
+
+
+def test_a_profile_that_does_not_say_its_depth_needs_one(tmp_path: Path) -> None:
+    data = json.loads((RESULTS / "llama-crossover.json").read_text())
+    del data["servers"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="speculative_num_steps"):
+        adaptive_schedule(load_profile(bare))
+    assert main(["adaptive-config", str(bare)]) == 2
+    out = tmp_path / "out.json"
+    assert (
+        main(
+            [
+                "adaptive-config",
+                str(bare),
+                "--steps",
+                "4",
+                "--cuda-graph-max-bs",
+                "32",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert candidate_depths(json.loads(out.read_text())) == [0, 4]
