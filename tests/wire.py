@@ -193,24 +193,25 @@ class Backend:
     async def serving(self) -> AsyncIterator[str]:
         """Its URL until the block ends; then every connection is closed and its handler
         ended, none left to the event loop's close."""
-        handlers: set[asyncio.Task[None]] = set()
+        handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
-            handlers.add(task)
+            handlers[task] = writer
             try:
                 await self._serve(reader, writer)
             finally:
-                handlers.discard(task)
+                handlers.pop(task, None)
 
         async with listening(serve) as url:
             try:
                 yield url
-            finally:
-                for task in list(handlers):
-                    task.cancel()
-                await asyncio.gather(*handlers, return_exceptions=True)
+            finally:  # each connection closed: its handler reads its end and returns
+                for writer in handlers.values():
+                    writer.close()
+                if handlers:
+                    await asyncio.wait(list(handlers), timeout=5)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         posted = False
