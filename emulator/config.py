@@ -11,6 +11,7 @@ from specroute.emulator.adaptive import AdaptiveDepth, read_schedule, spec_graph
 from specroute.emulator.engine import Engine
 from specroute.emulator.faults import Fault
 from specroute.emulator.hardware import HardwareModel
+from specroute.emulator.memory import default_fraction, token_capacity
 from specroute.emulator.noise import NO_NOISE, Noise
 from specroute.emulator.radix_cache import RadixCache
 
@@ -45,6 +46,10 @@ class EmulatorConfig:
     speculative_adaptive: bool = False  # SGLang's flag: the draft depth chosen per batch
     speculative_adaptive_config: str | None = None  # its schedule's file; None: the default
     skip_zero_step_draft_extend: bool = False  # SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND
+    # SGLang's flag: the KV cache sized from the hardware model's memory; None: no limit
+    # (0 for SGLang's own default fraction)
+    mem_fraction_static: float | None = None
+    memory_taken_gib: float = 0.0  # each GPU's, held by servers started before on its GPUs
 
     @property
     def speculative(self) -> bool:
@@ -84,6 +89,31 @@ class EmulatorConfig:
         return None
 
     @property
+    def resolved_mem_fraction(self) -> float | None:
+        """The fraction of each GPU's free memory the server takes, as SGLang resolves it;
+        None where the KV cache is no limit."""
+        memory = self.hardware.memory
+        if self.mem_fraction_static is None or memory is None:
+            return None
+        if self.mem_fraction_static > 0:
+            return self.mem_fraction_static
+        return default_fraction(memory, self.tp_size, self.effective_cuda_graph_max_bs)
+
+    @property
+    def tp_size(self) -> int:
+        return int(self.hardware.raw.get("tp_size", 1))
+
+    @property
+    def max_total_tokens(self) -> int | None:
+        """The KV cache's size in tokens, from memory; None where it is no limit."""
+        fraction, memory = self.resolved_mem_fraction, self.hardware.memory
+        if fraction is None or memory is None:
+            return None
+        return token_capacity(
+            memory, self.tp_size, fraction, self.speculative, self.memory_taken_gib
+        )
+
+    @property
     def model_path(self) -> str:
         return str(self.hardware.raw.get("model_path", self.hardware.name))
 
@@ -96,7 +126,8 @@ class EmulatorConfig:
             "served_model_name": self.model_path,
             "host": self.host,
             "port": self.port,
-            "tp_size": int(self.hardware.raw.get("tp_size", 1)),
+            "tp_size": self.tp_size,
+            "mem_fraction_static": self.resolved_mem_fraction,
             "dp_size": 1,
             "context_length": self.context_length,
             "max_running_requests": self.resolved_max_running,
@@ -153,6 +184,7 @@ class EmulatorConfig:
             cache=RadixCache(self.radix_cache_tokens) if self.radix_cache_tokens else None,
             adaptive=self._adaptive_depth(),
             skip_zero_extend=self.skip_zero_step_draft_extend,
+            max_total_tokens=self.max_total_tokens,
         )
 
     def _adaptive_depth(self) -> AdaptiveDepth | None:

@@ -45,6 +45,7 @@ class Sequence:
     sampling_seed: str = ""
     prompt_ids: tuple[str, ...] = ()  # the prompt's tokens, for the radix cache
     cached_tokens: int = 0  # of the prompt, found in the radix cache at prefill
+    retracted: bool = False  # its KV freed under memory pressure: prefilled again, output too
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     verify_ct: int = 0
@@ -135,6 +136,7 @@ class Engine:
         cache: RadixCache | None = None,
         adaptive: AdaptiveDepth | None = None,
         skip_zero_extend: bool = False,
+        max_total_tokens: int | None = None,
     ) -> None:
         self.hardware = hardware
         self.speculative = speculative
@@ -150,6 +152,11 @@ class Engine:
         self.adaptive = adaptive  # None: every decode drafts to ``steps``
         self.skip_zero_extend = skip_zero_extend
         self.depth = steps if speculative else 0  # the last decode's drafting depth
+        self.max_total_tokens = max_total_tokens  # the KV cache's size; None: no limit
+        self.ratio = NewTokenRatio()
+        self.retracted = 0  # requests retracted since the start
+        self.retracted_input_tokens = 0  # and the prompt tokens they held
+        self.last_retracted = 0  # at the last retraction
         mode = "spec" if speculative else "base"
         self.noise = None if noise is None or noise.off else NoiseSource(noise, f"{seed}|{mode}")
 
@@ -166,13 +173,21 @@ class Engine:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    @property
+    def held_tokens(self) -> int:
+        """The KV cache's tokens the running requests hold."""
+        return sum(seq.context_tokens for seq in self.running)
+
     def step(self) -> Step | None:
         self._drop_finished()
+        if not self.running:
+            self.ratio.reset()
+        step = None
         if self.waiting and len(self.running) < self.max_running_requests:
             step = self._prefill()
-        elif self.running:
+        if step is None and self.running:
             step = self._decode()
-        else:
+        if step is None:
             if self.noise is not None:
                 self.noise.idle()
             return None
@@ -190,22 +205,32 @@ class Engine:
                 seq.finish = Finish("abort")
         self.running = [s for s in self.running if s.finish is None]
 
-    def _prefill(self) -> Step:
-        """Admit from the queue's head while the chunk has room; a prompt's prefix in the
-        radix cache is not computed (at least its last token is, for the logits), and the
-        prompts admitted go into the cache after the step, as SGLang caches them."""
+    def _prefill(self) -> Step | None:
+        """Admit from the queue's head while the chunk has room and, with a KV cache of a
+        size, while it has room too; a prompt's prefix in the radix cache is not computed
+        (at least its last token is, for the logits), and the prompts admitted go into the
+        cache after the step, as SGLang caches them. None: none could be admitted."""
         admitted: list[Sequence] = []
         tokens = cached = 0
         room = self.max_running_requests - len(self.running)
+        free = self._free_tokens()
         while self.waiting and len(admitted) < room:
             nxt = self.waiting[0]
-            hit = self._cached(nxt)
-            if admitted and tokens + nxt.prompt_tokens - hit > self.chunked_prefill_size:
+            hit = 0 if nxt.retracted else self._cached(nxt)
+            fill = nxt.context_tokens - hit  # a retracted request's output is filled again
+            if admitted and tokens + fill > self.chunked_prefill_size:
                 break
+            need = nxt.context_tokens + self._reserve(nxt)
+            if free is not None and need > free and (admitted or self.running):
+                break  # it waits for room, as SGLang's scheduler has it wait
             admitted.append(self.waiting.popleft())
-            nxt.cached_tokens = hit
-            tokens += nxt.prompt_tokens - hit
+            nxt.cached_tokens, nxt.retracted = hit, False
+            tokens += fill
             cached += hit
+            if free is not None:
+                free -= need
+        if not admitted:
+            return None
         duration = self.hardware.prefill_ms(max(tokens, 1), self.speculative) / 1000.0
         if self.cache is not None:
             for seq in admitted:
@@ -219,14 +244,60 @@ class Engine:
             return 0
         return min(self.cache.match(seq.prompt_ids), seq.prompt_tokens - 1)
 
+    def _free_tokens(self) -> float | None:
+        """The KV cache's tokens neither held nor set aside for the running requests' next
+        tokens (SGLang's ``rem_total_tokens``); None where its size is no limit."""
+        if self.max_total_tokens is None:
+            return None
+        reserved = sum(self._reserve(seq) for seq in self.running)
+        return self.max_total_tokens - self.held_tokens - reserved
+
+    def _reserve(self, seq: Sequence) -> float:
+        """What SGLang sets aside for a request's tokens to come: its remaining budget (at
+        most 4,096) times the new-token ratio (1 for a request that ignores EOS)."""
+        left = min(seq.max_new_tokens - len(seq.output_ids), CLIP_MAX_NEW_TOKENS)
+        return left * (1.0 if seq.ignore_eos else self.ratio.current)
+
+    def _fit(self, per_request: int) -> bool:
+        """With a KV cache of a size: running requests retracted, those with the least output
+        (the longest prompt among equals) first, until the next decode's ``per_request``
+        tokens each fit, as SGLang's ``retract_decode`` does; each goes back to the queue's
+        head, its KV freed. Whether any was."""
+        if self.max_total_tokens is None:
+            return False
+        keep = sorted(self.running, key=lambda s: (len(s.output_ids), -s.prompt_tokens))
+        keep.reverse()
+        retracted = []
+        while len(keep) > 1 and (
+            sum(s.context_tokens for s in keep) + per_request * len(keep) > self.max_total_tokens
+        ):
+            seq = keep.pop()
+            seq.retracted = True
+            retracted.append(seq)
+        if not retracted:
+            return False
+        self.running = [s for s in self.running if not s.retracted]
+        self.waiting.extendleft(reversed(retracted))
+        self.retracted += len(retracted)
+        self.retracted_input_tokens += sum(s.prompt_tokens for s in retracted)
+        self.last_retracted = len(retracted)
+        self.ratio.after_retraction(self.running)
+        return True
+
     def _decode(self) -> Step:
+        if not self.speculative:
+            self._fit(1)
         batch = len(self.running)
-        kv = sum(seq.context_tokens for seq in self.running)
+        kv = self.held_tokens
+        self.ratio.decay()
         if not self.speculative:
             ms = self.hardware.decode_ms(batch, kv, self.cuda_graph_max_bs)
             emitted = tuple(_advance(seq, 1) for seq in self.running)
             return Step("decode", ms / 1000.0, batch, emitted)
         depth = self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
+        if self._fit(depth + 1):  # requests retracted: the batch and its depth again
+            batch, kv = len(self.running), self.held_tokens
+            depth = self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
         skipped = depth == 0 and self.skip_zero_extend
         self.depth = depth
         ms = self.hardware.speculative_ms(
@@ -244,6 +315,33 @@ class Engine:
         if self.adaptive is not None:
             self.adaptive.verified(accepted, batch)
         return Step("decode", ms / 1000.0, batch, emitted)
+
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+
+
+@dataclass
+class NewTokenRatio:
+    """SGLang's estimate of the share of a request's budget still to be decoded: 0.7 at
+    first, less by (0.7 - 0.098) / 600 at every decode down to 0.098, back to 0.7 when
+    nothing runs, and after a retraction the share the running requests decoded so far
+    (each counted 20 tokens ahead), at most 1."""
+
+    initial: float = 0.7
+    floor: float = 0.7 * 0.14
+    steps: int = 600
+    current: float = 0.7
+
+    def decay(self) -> None:
+        self.current = max(self.current - (self.initial - self.floor) / self.steps, self.floor)
+
+    def reset(self) -> None:
+        self.current = self.initial
+
+    def after_retraction(self, running: list[Sequence]) -> None:
+        decoded = sum(len(s.output_ids) for s in running) + 20 * len(running)
+        budget = sum(s.max_new_tokens for s in running) + 1
+        self.current = min(1.0, decoded / budget)
 
 
 def _advance(seq: Sequence, n: int) -> Emission:

@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from specroute.emulator.memory import Memory, parse_memory
+
 SCHEMA = "specroute.hardware/v1"
 _SHIPPED = "specroute.emulator.hardware_models"
 
@@ -179,6 +181,7 @@ class HardwareModel:
     acceptance_rules: tuple[dict[str, Any], ...]
     calibration: tuple[Calibration, ...]
     raw: dict[str, Any]
+    memory: Memory | None = None  # each GPU's and the model's, for the KV cache's size
 
     def forward_ms(self, batch: int, width: int, kv_tokens: int) -> float:
         """One target forward over ``batch`` requests of ``width`` new tokens each, with
@@ -316,6 +319,7 @@ def parse_hardware(data: Any) -> HardwareModel:
                 for c in data.get("calibration", [])
             ),
             raw=data,
+            memory=parse_memory(data.get("memory")),
         )
     except KeyError as exc:
         raise HardwareError(f"hardware model is missing the field {exc.args[0]!r}") from None

@@ -53,6 +53,7 @@ class EngineLoop:
         self._progress = asyncio.Event()
         self._lag: deque[tuple[float, float]] = deque(maxlen=_LAG_WINDOW)
         self._lag_sums = [0.0, 0.0]  # the window's intended and actual seconds
+        self._retracted = (0, 0)  # the engine's retractions counted so far, and their tokens
         self._decodes_since_log = 0
         self._log_tokens = 0
         self._log_verifies = 0
@@ -189,8 +190,20 @@ class EngineLoop:
             self._refresh_gauges()
             return
         self._decodes_since_log += 1
+        self._count_retractions()
         if self._decodes_since_log >= self.decode_log_interval:
             self._refresh_gauges()
+
+    def _count_retractions(self) -> None:
+        """The engine's retractions since the last step, in SGLang's counters."""
+        engine, m, labels = self.engine, self.metrics, self.metrics.scheduler_values
+        requests = engine.retracted - self._retracted[0]
+        if requests:
+            m.bound(m.num_retracted_requests, *labels).inc(requests)
+            m.bound(m.num_retracted_input_tokens, *labels).inc(
+                engine.retracted_input_tokens - self._retracted[1]
+            )
+            self._retracted = (engine.retracted, engine.retracted_input_tokens)
 
     def _prefilled(self, step: Step) -> None:
         """SGLang's prefill report: the batch's hit rate, the effective tokens, the log line."""
@@ -233,6 +246,7 @@ class EngineLoop:
             m.bound(m.spec_accept_rate, *labels).set(max(0.0, accepted - 1) / self.engine.steps)
             m.bound(m.spec_num_steps, *labels).set(self.engine.depth)  # the last decode's
             m.bound(m.spec_num_draft_tokens, *labels).set(self.engine.depth + 1)
+        m.bound(m.num_retracted_reqs, *labels).set(self.engine.last_retracted)
         m.bound(m.num_running_reqs, *labels).set(len(self.engine.running))
         m.bound(m.num_queue_reqs, *labels).set(len(self.engine.waiting))
         used = sum(s.context_tokens for s in self.engine.running)
@@ -241,6 +255,9 @@ class EngineLoop:
 
     @property
     def max_total_tokens(self) -> int:
+        """The KV cache's size: as modelled from memory, else one no load reaches."""
+        if self.engine.max_total_tokens is not None:
+            return self.engine.max_total_tokens
         return self.engine.max_running_requests * 8192
 
     @property

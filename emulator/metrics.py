@@ -87,6 +87,19 @@ class EngineMetrics:
             "spec_num_draft_tokens", "Currently active speculative_num_draft_tokens."
         )
         self.cache_hit_rate = gauge("cache_hit_rate", "The prefix cache hit rate.")
+        self.num_retracted_reqs = gauge("num_retracted_reqs", "The number of retracted requests.")
+        self.num_retracted_requests = Counter(
+            "sglang:num_retracted_requests",
+            "Total number of retracted requests.",
+            names,
+            registry=self.registry,
+        )
+        self.num_retracted_input_tokens = Counter(
+            "sglang:num_retracted_input_tokens",
+            "Total number of retracted input tokens.",
+            names,
+            registry=self.registry,
+        )
         self.prefill_effective_tokens = Counter(
             "sglang:prefill_effective_tokens",
             "Effective prefill tokens with retracted-request re-counts excluded, updated on "

@@ -91,6 +91,23 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         help="largest batch run as a CUDA graph (SGLang 0.5.23's name; the older one works)",
     )
     p.add_argument(
+        "--mem-fraction-static",
+        type=_fraction,
+        metavar="F",
+        help="size the KV cache from the hardware model's memory as SGLang does: F of each "
+        "GPU's free memory for the weights and the cache ('auto': SGLang's default); a "
+        "request waits for room and running ones are retracted when decoding runs out. "
+        "Default: the KV cache is no limit",
+    )
+    p.add_argument(
+        "--memory-taken-gib",
+        type=float,
+        default=0.0,
+        metavar="GIB",
+        help="each GPU's memory that servers started before this one on the same GPUs hold "
+        "(the shared topology: what SGLang finds taken when it starts)",
+    )
+    p.add_argument(
         "--noise",
         type=_noise,
         default=Noise(),
@@ -148,34 +165,64 @@ def emulator_config(
             else (accept_rate(length, steps))
         )
     acceptance = Acceptance(steps, rate, parse_rules(list(hardware.acceptance_rules), steps))
-    return EmulatorConfig(
-        mode=mode or getattr(args, "mode", None) or "base",
-        hardware=hardware,
-        acceptance=acceptance,
-        host=getattr(args, "host", "127.0.0.1"),
-        port=getattr(args, "port", 30000),
-        time_scale=args.time_scale,
-        max_running_requests=args.max_running_requests,
-        cuda_graph_max_bs=args.cuda_graph_max_bs,
-        max_queued_requests=getattr(args, "max_queued_requests", None),
-        context_length=getattr(args, "context_length", 131072),
-        decode_log_interval=getattr(args, "decode_log_interval", 40),
-        seed=args.seed,
-        api_key=getattr(args, "api_key", None),
-        stream_interval=getattr(args, "stream_interval", 1),
-        faults=parse_faults(getattr(args, "fault", None) or ()),
-        noise=getattr(args, "noise", None) or Noise(),
-        share_gpus=getattr(args, "share_gpus", None),
-        radix_cache_tokens=_cache_size(getattr(args, "radix_cache_tokens", 0)),
-        enable_cache_report=getattr(args, "enable_cache_report", False),
-        enable_response_store=getattr(args, "enable_response_store", False),
-        accept_schedule=parse_schedule(args.accept_schedule, steps) if args.accept_schedule else (),
-        speculative_adaptive=getattr(args, "speculative_adaptive", False),
-        speculative_adaptive_config=_schedule_file(
-            getattr(args, "speculative_adaptive_config", None)
-        ),
-        skip_zero_step_draft_extend=_env_flag(SKIP_ZERO_STEP_DRAFT_EXTEND),
+    return _checked(
+        EmulatorConfig(
+            mode=mode or getattr(args, "mode", None) or "base",
+            hardware=hardware,
+            acceptance=acceptance,
+            host=getattr(args, "host", "127.0.0.1"),
+            port=getattr(args, "port", 30000),
+            time_scale=args.time_scale,
+            max_running_requests=args.max_running_requests,
+            cuda_graph_max_bs=args.cuda_graph_max_bs,
+            max_queued_requests=getattr(args, "max_queued_requests", None),
+            context_length=getattr(args, "context_length", 131072),
+            decode_log_interval=getattr(args, "decode_log_interval", 40),
+            seed=args.seed,
+            api_key=getattr(args, "api_key", None),
+            stream_interval=getattr(args, "stream_interval", 1),
+            faults=parse_faults(getattr(args, "fault", None) or ()),
+            noise=getattr(args, "noise", None) or Noise(),
+            share_gpus=getattr(args, "share_gpus", None),
+            radix_cache_tokens=_cache_size(getattr(args, "radix_cache_tokens", 0)),
+            enable_cache_report=getattr(args, "enable_cache_report", False),
+            enable_response_store=getattr(args, "enable_response_store", False),
+            accept_schedule=parse_schedule(args.accept_schedule, steps)
+            if args.accept_schedule
+            else (),
+            speculative_adaptive=getattr(args, "speculative_adaptive", False),
+            speculative_adaptive_config=_schedule_file(
+                getattr(args, "speculative_adaptive_config", None)
+            ),
+            skip_zero_step_draft_extend=_env_flag(SKIP_ZERO_STEP_DRAFT_EXTEND),
+            mem_fraction_static=args.mem_fraction_static,
+            memory_taken_gib=args.memory_taken_gib,
+        )
     )
+
+
+def _checked(config: EmulatorConfig) -> EmulatorConfig:
+    """The memory model asked for only where the hardware model states memory, and weights
+    that leave the KV cache room (SGLang refuses to start otherwise)."""
+    if config.mem_fraction_static is not None and config.hardware.memory is None:
+        raise ValueError(
+            f"--mem-fraction-static: the hardware model {config.hardware.name} states no memory"
+        )
+    _ = config.max_total_tokens
+    return config
+
+
+def _fraction(text: str) -> float:
+    """``--mem-fraction-static``: a share in (0, 1), or ``auto`` (0: SGLang's default)."""
+    if text == "auto":
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction or 'auto', got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
 
 
 def _schedule_file(path: str | None) -> str | None:

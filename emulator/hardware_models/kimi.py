@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 
 from specroute.emulator.hardware import SCHEMA, Curve
+from specroute.emulator.hardware_models.memory_facts import RTX_PRO_6000_GIB, kimi_k2_5
 
 # One MoE FFN layer of Kimi-K2's shape on one NVIDIA H200 (384 routed experts of FFN 2,048
 # at hidden 7,168, top-8, one shared expert, router logits; bf16; torch._grouped_mm in CUDA
@@ -268,6 +269,7 @@ def model() -> dict[str, object]:
         "model_path": "moonshotai/Kimi-K2.5",
         "draft_model_path": "kimi-k2.5-eagle3",
         "tp_size": TP,
+        "memory": kimi_k2_5(RTX_PRO_6000_GIB, TP),
         "description": (
             "Kimi-K2.5 (1T MoE, ~32B active, int4 routed experts) with tensor parallelism"
             " over 8 RTX PRO 6000 Blackwell on PCIe Gen5, EAGLE-3 chain of 3 drafts, in"

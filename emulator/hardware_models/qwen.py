@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from specroute.emulator.hardware import SCHEMA
+from specroute.emulator.hardware_models.memory_facts import H200_GIB, qwen3_30b_a3b
 
 # Milliseconds per step on one NVIDIA H200 (PyTorch 2.11, CUDA 13, CUDA graphs, median of
 # 20 replays), random bf16 weights of Qwen3-30B-A3B's shapes (hidden 2,048, 48 layers, 32
@@ -92,6 +93,7 @@ def model() -> dict[str, object]:
         "model_path": "Qwen/Qwen3-30B-A3B",
         "draft_model_path": "qwen3-30b-a3b-eagle3",
         "tp_size": 1,
+        "memory": qwen3_30b_a3b(H200_GIB),
         "description": (
             "Qwen3-30B-A3B (MoE, 128 experts, top-8, bf16) with an EAGLE-3 chain draft head"
             " on one NVIDIA H200, from measured step times."
