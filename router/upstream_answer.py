@@ -298,8 +298,8 @@ class UpstreamConnection(asyncio.Protocol):
                 Dropped.MALFORMED, aiohttp.ClientPayloadError(f"a malformed answer: {exc}")
             )
         else:
-            if not answer._head_done and self._head > self._max_head:
-                said = f"the answer's head is longer than {self._max_head} bytes"
+            if not answer._head_done and self._head > self._max_head:  # one header, growing
+                said = self._too_long()
                 self._broken(Dropped.HEAD_TOO_LARGE, aiohttp.ClientPayloadError(said))
             elif self.answer is not None:
                 self.answer._read()
@@ -328,8 +328,7 @@ class UpstreamConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._fields += len(name) + len(value)
         if self._fields > self._max_head:
-            said = f"the answer's head is longer than {self._max_head} bytes"
-            raise _Unwanted(Dropped.HEAD_TOO_LARGE, said)
+            raise _Unwanted(Dropped.HEAD_TOO_LARGE, self._too_long())
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -396,6 +395,9 @@ class UpstreamConnection(asyncio.Protocol):
             answer.content_length is not None
             or "chunked" in answer.headers.get("transfer-encoding", "").lower()
         )
+
+    def _too_long(self) -> str:
+        return f"the answer's head is longer than {self._max_head} bytes"
 
     def _broken(self, dropped: Dropped, exc: BaseException) -> None:
         """The backend broke HTTP/1.1: its answer fails if it is not whole (a whole one stays

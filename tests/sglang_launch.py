@@ -54,14 +54,20 @@ def render(env_file: Path, topology: str, role: str) -> Launch:
 def parse(cases: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Each named argv (what follows ``python -m sglang.launch_server``) as SGLang resolves
     it: ``{"args": {...}}``, or ``{"error": ...}`` when SGLang refuses it."""
+    return in_deploy_env(PARSER, [{"name": name, "argv": argv} for name, argv in cases.items()])
+
+
+def in_deploy_env(script: Path, cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``script``'s answer to ``cases`` (JSON on its standard input), run with SGLang in
+    ``.venv-deploy``, by case name; the calling test skips, saying why, without it."""
     if not DEPLOY_PYTHON.exists():
         pytest.skip(f"{DEPLOY_PYTHON} is missing: run `make deploy-env` to build it")
     run = subprocess.run(
-        [str(DEPLOY_PYTHON), str(PARSER)],
-        input=json.dumps([{"name": name, "argv": argv} for name, argv in cases.items()]),
+        [str(DEPLOY_PYTHON), str(script)],
+        input=json.dumps(cases),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr
     results: list[dict[str, Any]] = json.loads(run.stdout.strip().splitlines()[-1])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from specroute.emulator.hardware import load_hardware
 from specroute.policies.profile import ProfileError, load_profile
 from specroute.profiler.adaptive_schedule import adaptive_schedule, settings_of
 from tests.emulators import FAST, running_emulator
-from tests.sglang_launch import DEPLOY_PYTHON, REPO
+from tests.sglang_launch import REPO, in_deploy_env
 from tests.test_router_ops import samples
 
 DRIVER = REPO / "tests" / "deploy" / "adaptive_params.py"
@@ -48,18 +47,7 @@ WRITTEN = {
 
 
 def in_sglang(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    if not DEPLOY_PYTHON.exists():
-        pytest.skip(f"{DEPLOY_PYTHON} is missing: run `make deploy-env` to build it")
-    run = subprocess.run(
-        [str(DEPLOY_PYTHON), str(DRIVER)],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    results: list[dict[str, Any]] = json.loads(run.stdout.strip().splitlines()[-1])
-    return {result.pop("name"): result for result in results}
+    return in_deploy_env(DRIVER, cases)
 
 
 def walk(
