@@ -49,6 +49,8 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     for part in PARTS:
         assert f"specroute/{part}/__init__.py" in names
     assert "specroute/emulator/hardware_models/kimi-k2.5-8x-pcie.json" in names
+    assert "specroute/loadgen/traces/azure-llm-2023-conv.csv.gz" in names
+    assert "specroute/loadgen/traces/README.md" in names  # the trace's attribution, beside it
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
@@ -60,6 +62,8 @@ def test_installed_alone_it_serves_its_data_and_no_bare_parts(wheel: Path, tmp_p
         "import sys\n"
         "from specroute.emulator.hardware import available_models, load_hardware\n"
         "print(','.join(available_models())); load_hardware('kimi-k2.5-8x-pcie')\n"
+        "from specroute.loadgen.request_trace import azure_conversations\n"
+        "assert len(azure_conversations().requests) == 19366\n"
         "import importlib.util\n"
         "print(','.join(p for p in sys.argv[1:] if importlib.util.find_spec(p) is not None))\n"
     )
