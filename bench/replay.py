@@ -74,7 +74,7 @@ class ReplayPlan:
     output_len: int = 256  # the answers of prompts a phase names by length
 
 
-class _Server(VirtualServer):
+class RoutedServer(VirtualServer):
     """One backend: its engine on the clock, and what the router knows of it."""
 
     def __init__(self, name: str, pool: Pool, config: EmulatorConfig) -> None:
@@ -135,11 +135,11 @@ class _Replay:
         if learning is not None:
             learning.online.shared = learning.shared  # before the first fit says so too
         self.servers = [
-            _Server(backend_name(url, pool), pool, plan.servers[pool])
+            RoutedServer(backend_name(url, pool), pool, plan.servers[pool])
             for pool in plan.backends
             for url in plan.backends[pool]
         ]
-        self.time: VirtualTime[_Server] = VirtualTime(self.deliver)
+        self.time: VirtualTime[RoutedServer] = VirtualTime(self.deliver)
         spans = plan.trace.spans(plan.settle)
         self.ends = [end for *_, end in spans]
         self.windows = sorted({t for span in spans for t in span})  # where figures are cut
@@ -233,11 +233,11 @@ class _Replay:
         server.add(self.now, 1)
         server.kv_tokens += context
 
-    def deliver(self, server: _Server, step: Step) -> None:
+    def deliver(self, server: RoutedServer, step: Step) -> None:
         for emission in step.emitted:
             self.answer(server, emission)
 
-    def answer(self, server: _Server, emission: Emission) -> None:
+    def answer(self, server: RoutedServer, emission: Emission) -> None:
         record, client, context, joined = self.owners[emission.seq.rid]
         if emission.ids:
             if record.first_token is None:
@@ -273,14 +273,14 @@ class _Replay:
         else:
             self.idle[client] = True
 
-    def lived(self, server: _Server) -> float:
+    def lived(self, server: RoutedServer) -> float:
         """The load the online samples count at ``server`` integrated over time up to now."""
         if self.learning is None:
             return 0.0
         gauge = self.learning.online.lived(self.servers, server)
         return 0.0 if gauge is None else gauge(self.now)
 
-    def load(self, server: _Server, rid: str, joined: int) -> float:
+    def load(self, server: RoutedServer, rid: str, joined: int) -> float:
         """The mean load a request decoded under, itself included (``joined`` when it
         had no time decoding)."""
         start = self.decoding.pop(rid, None)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from specroute.emulator.hardware import load_hardware
 from specroute.event_loop import run as run_loop
-from specroute.flags import add_dataset_flags, add_workload_flags, dataset, levels, sweep_plan
+from specroute.flags import add_dataset_flags, add_workload_flags, dataset, levels, slo, sweep_plan
 from specroute.measure import draw
 from specroute.model_flags import add_model_flags, emulator_config, positive
 
@@ -41,6 +41,7 @@ def add_bench(sub: Subcommands) -> None:
         _add_overhead,
         _add_replicas,
         _add_affinity,
+        _add_deployments,
         _add_chaos,
         _add_soak,
         _add_coverage,
@@ -328,6 +329,48 @@ def _add_affinity(commands: Subcommands) -> None:
     _time_scale(affinity, 0.2)
     affinity.add_argument("--out", metavar="FILE.json")
     affinity.set_defaults(handler=_affinity)
+
+
+def _add_deployments(commands: Subcommands) -> None:
+    deployments = commands.add_parser(
+        "deployments",
+        help="what a team could deploy instead, head to head with specroute: one server "
+        "plain, EAGLE-3, or adaptive; the routed pair; on production traffic, in virtual time",
+        description="On one GPU group, each of: a plain server, an EAGLE-3 server at its "
+        "fixed depth, an adaptive one (SGLang's default schedule, and the schedule written "
+        "from the profile), each with all of the memory; and specroute over a speculative and "
+        "a plain server sharing the GPUs and splitting the memory. The same requests of the "
+        "Azure LLM inference trace 2023 (conversation half) each time, open loop, at rates "
+        "that put the group at each --utilisation. Every KV cache sized from memory as "
+        "SGLang's; the profile is the emulator's prediction at the trace's median lengths.",
+    )
+    add_model_flags(deployments)
+    deployments.add_argument(
+        "--window",
+        default="600+600",
+        metavar="START+SECONDS",
+        help="the part of the trace replayed, in its own seconds (default: %(default)s)",
+    )
+    deployments.add_argument(
+        "--utilisation",
+        type=_shares,
+        default=[0.25, 0.5, 0.75, 0.9, 1.0, 1.2],
+        metavar="U1,U2,...",
+        help="offered output tokens a second over what the plain server delivers saturated",
+    )
+    deployments.add_argument("--slo", type=slo, default={"ttft": 2.0, "tpot": 0.05})
+    deployments.add_argument("--out", metavar="FILE.json")
+    deployments.set_defaults(handler=_deployments, time_scale=1.0)
+
+
+def _shares(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"each must be positive, got {text!r}")
+    return values
 
 
 def _add_chaos(commands: Subcommands) -> None:
@@ -727,6 +770,23 @@ def _affinity(args: argparse.Namespace) -> int:
     print(render(results))
     if args.out:
         _write({"plan": asdict(plan), "results": [r.as_json() for r in results]}, Path(args.out))
+    return 0
+
+
+def _deployments(args: argparse.Namespace) -> int:
+    from specroute.bench.deployments import head_to_head, render
+    from specroute.loadgen.request_trace import azure_conversations
+
+    start, _, seconds = args.window.partition("+")
+    try:
+        window = azure_conversations().window(float(start), float(seconds))
+    except ValueError as exc:
+        raise ValueError(f"--window {args.window}: {exc}") from None
+    document = head_to_head(
+        emulator_config(args, "spec"), window, args.utilisation, args.slo, _note
+    )
+    print(render(document))
+    _save(document, args.out)
     return 0
 
 
