@@ -17,9 +17,10 @@ utilisations:
 
 Every server's KV cache is sized from memory as SGLang sizes it (``emulator.memory``), with
 the same ``--max-running-requests`` and CUDA-graph limit everywhere. The profile is the
-emulator's own prediction at the trace's median lengths: specroute routes by the crossover the
+emulator's own prediction at the trace's mean lengths: specroute routes by the crossover the
 model has, as a perfect calibration would find it. A utilisation is the trace's output tokens
-a second over what the plain server delivers saturated, its largest predicted level.
+a second over what the plain server delivers saturated (its largest predicted level, the
+requests of the trace's mean lengths).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Setup:
     contenders: tuple[Contender, ...]
     profile: Profile
     schedule: dict[str, Any]
-    capacity_tps: float  # the plain server's output tok/s, saturated
+    capacity_tps: float  # the plain server's output tok/s at its largest predicted level
     memory: dict[str, Any]  # each contender's servers' KV cache sizes, in tokens
 
 
@@ -201,14 +202,15 @@ def head_to_head(
 ) -> dict[str, Any]:
     """Each contender at each utilisation: its figures over the trace's span (requests not
     finished by twice the span are counted unfinished)."""
-    prompts = statistics.median(r.prompt_tokens for r in trace.requests)
-    outputs = statistics.median(r.output_tokens for r in trace.requests)
+    prompts = statistics.mean(r.prompt_tokens for r in trace.requests)
+    outputs = statistics.mean(r.output_tokens for r in trace.requests)
     with tempfile.TemporaryDirectory() as folder:
         built = setup(config, int(prompts), int(outputs), Path(folder))
         demand = sum(r.output_tokens for r in trace.requests) / trace.seconds
+        capacity = built.capacity_tps
         rows: dict[str, dict[str, Any]] = {}
         for utilisation in utilisations:
-            factor = utilisation * built.capacity_tps / demand
+            factor = utilisation * capacity / demand
             offered = trace.scaled(factor)
             span = offered.seconds
             row: dict[str, Any] = {"rate_factor": round(factor, 4), "rate": round(offered.rate, 3)}
@@ -227,7 +229,7 @@ def head_to_head(
         "hardware": config.hardware.name,
         "trace": trace.describe(),
         "slo": slo,
-        "capacity_tps": round(built.capacity_tps, 2),
+        "capacity_tps": round(capacity, 2),
         "crossover": {"value": crossover.value, "bound": crossover.bound, "limit": crossover.limit},
         "schedule": built.schedule,
         "kv_tokens": built.memory,
@@ -246,9 +248,9 @@ COLUMNS = (
 )
 
 
-def rows(document: dict[str, Any]) -> list[list[str]]:
+def rows(document: dict[str, Any], mark: Callable[[str], str] = "{}*".format) -> list[list[str]]:
     """A row a utilisation and contender: the figures of ``COLUMNS`` (times in ms), and the
-    best of each column at its utilisation marked with a star."""
+    best of each column at its utilisation ``mark``ed (a star)."""
     out = []
     for utilisation, row in document["utilisations"].items():
         names = document["contenders"]
@@ -256,7 +258,7 @@ def rows(document: dict[str, Any]) -> list[list[str]]:
         for name in names:
             figures = row[name]
             cells = [
-                _cell(figures[key], figures[key] == best[key] and best[key] is not None)
+                _cell(figures[key], figures[key] == best[key] and best[key] is not None, mark)
                 for key, _ in COLUMNS
             ]
             unfinished = figures.get("unfinished") or 0
@@ -272,9 +274,9 @@ def _best(key: str, values: list[Any]) -> Any:
     return max(present) if higher else min(present)
 
 
-def _cell(value: Any, best: bool) -> str:
+def _cell(value: Any, best: bool, mark: Callable[[str], str]) -> str:
     text = "-" if value is None else f"{value:g}"
-    return f"{text}*" if best else text
+    return mark(text) if best else text
 
 
 def render(document: dict[str, Any]) -> str:

@@ -13,6 +13,8 @@ from docsgen.compare_results import compare_table, phases_table, prompts_table
 from docsgen.markdown import code, number, table
 from docsgen.runs import MACHINE, RUNS
 from specroute.bench.coverage import render as coverage_table
+from specroute.bench.deployments import COLUMNS as DEPLOYMENT_COLUMNS
+from specroute.bench.deployments import rows as deployment_rows
 from specroute.profiler.report import interval_text, render_report
 
 DATA_LINK = "@data"  # the hook makes it relative to the page (docsgen.hooks.fill)
@@ -139,6 +141,40 @@ def context_predictions() -> str:
     return table(header, rows, "llrrr")
 
 
+def deployments(name: str) -> str:
+    """A head-to-head of deployments: each contender at each utilisation, the best of each
+    column there in bold."""
+    document = load(name)
+    header = [
+        "utilisation",
+        "deployment",
+        *(label for _, label in DEPLOYMENT_COLUMNS),
+        "unfinished",
+    ]
+    rows = deployment_rows(document, "**{}**".format)
+    return table(header, rows, "ll" + "r" * (len(DEPLOYMENT_COLUMNS) + 1))
+
+
+def deployments_setup(name: str) -> str:
+    """What the head-to-head was built from: the trace, the profile's crossover, the
+    schedule written from it, and each deployment's KV cache."""
+    document = load(name)
+    crossover = document["crossover"]
+    value = crossover["value"]
+    said = "above the last level" if value is None else number(value, 1)
+    caches = ", ".join(
+        f"{contender} {' + '.join(number(n, 0) for n in sizes)}"
+        for contender, sizes in document["kv_tokens"].items()
+    )
+    slo = ", ".join(f"{k} {v:g} s" for k, v in document["slo"].items())
+    return (
+        f"{document['trace']['source']}, {document['trace']['requests']:,} requests; the plain "
+        f"server saturated delivers {number(document['capacity_tps'], 0)} tok/s; the profile's "
+        f"crossover: {said}; the schedule written from it: `{json.dumps(document['schedule'])}`; "
+        f"KV cache, tokens: {caches}; goodput counts requests within {slo}.\n"
+    )
+
+
 def _mode(name: str) -> str:
     """A comparison's column label: live or offline, as its run's name ends."""
     return name.rsplit("-", 1)[1] if name.endswith(("-live", "-offline")) else name
@@ -146,6 +182,8 @@ def _mode(name: str) -> str:
 
 BLOCKS: dict[str, Callable[..., str]] = {
     "made-by": made_by,
+    "deployments": deployments,
+    "deployments-setup": deployments_setup,
     "runs": runs_table,
     "crossings": crossings,
     "levels": levels,

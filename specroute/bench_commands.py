@@ -342,7 +342,7 @@ def _add_deployments(commands: Subcommands) -> None:
         "a plain server sharing the GPUs and splitting the memory. The same requests of the "
         "Azure LLM inference trace 2023 (conversation half) each time, open loop, at rates "
         "that put the group at each --utilisation. Every KV cache sized from memory as "
-        "SGLang's; the profile is the emulator's prediction at the trace's median lengths.",
+        "SGLang's; the profile is the emulator's prediction at the trace's mean lengths.",
     )
     add_model_flags(deployments)
     deployments.add_argument(
