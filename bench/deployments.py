@@ -13,12 +13,15 @@ utilisations:
   (``specroute adaptive-config``);
 - ``specroute``: a speculative and a plain server on the same GPUs (their steps take turns;
   each loads the weights, the draft too on the speculative one, and they split the memory
-  evenly), routed by the profile's crossover (``crossover``, ``topology=shared``).
+  evenly), routed by the crossover of its own servers as deployed (``crossover``,
+  ``topology=shared``).
 
 Every server's KV cache is sized from memory as SGLang sizes it (``emulator.memory``), with
-the same ``--max-running-requests`` and CUDA-graph limit everywhere. The profile is the
-emulator's own prediction at the trace's mean lengths: specroute routes by the crossover the
-model has, as a perfect calibration would find it. A utilisation is the trace's output tokens
+the same ``--max-running-requests`` and CUDA-graph limit everywhere. Profiles are the
+emulator's own predictions at the trace's mean lengths, as a perfect calibration would
+measure them: of a speculative and a plain server each with all of the memory (the schedule
+written for the adaptive server), and of the pair's two servers as deployed (what specroute
+routes by). A utilisation is the trace's output tokens
 a second over what the plain server delivers saturated (its largest predicted level, the
 requests of the trace's mean lengths).
 """
@@ -68,7 +71,8 @@ class Setup:
     """One model's contenders, and what they were built from."""
 
     contenders: tuple[Contender, ...]
-    profile: Profile
+    profile: Profile  # both servers alone with all of the memory: the adaptive schedule's
+    pair_profile: Profile  # the pair's servers as deployed: what specroute routes by
     schedule: dict[str, Any]
     capacity_tps: float  # the plain server's output tok/s at its largest predicted level
     memory: dict[str, Any]  # each contender's servers' KV cache sizes, in tokens
@@ -92,7 +96,10 @@ def setup(config: EmulatorConfig, input_len: int, output_len: int, folder: Path)
     pair_spec = replace(spec, share_gpus=GPUS, mem_fraction_static=first)
     taken = static_gib(_memory(spec), first)
     pair_base = replace(plain, share_gpus=GPUS, mem_fraction_static=second, memory_taken_gib=taken)
-    crossover = build_policy("crossover", {"topology": "shared"}, profile)
+    # the pair routes by its own calibration: each of its servers measured as deployed
+    measured = predict(pair_spec, list(LEVELS), input_len, output_len, base=pair_base)
+    pair_profile = parse_profile(as_profile(measured, pair_spec))
+    crossover = build_policy("crossover", {"topology": "shared"}, pair_profile)
     contenders = (
         Contender("plain", (("base", plain),), AlwaysPolicy("base")),
         Contender("eagle", (("spec", spec),), AlwaysPolicy("spec")),
@@ -102,7 +109,7 @@ def setup(config: EmulatorConfig, input_len: int, output_len: int, folder: Path)
     )
     memory = {c.name: [cfg.max_total_tokens for _, cfg in c.servers] for c in contenders}
     capacity = prediction.levels[-1].base.total
-    return Setup(contenders, profile, schedule, capacity, memory)
+    return Setup(contenders, profile, pair_profile, schedule, capacity, memory)
 
 
 def _memory(config: EmulatorConfig) -> Any:
@@ -224,13 +231,14 @@ def head_to_head(
                     f"TPOT p50 {figures['tpot_ms_p50']} ms, TTFT p99 {figures['ttft_ms_p99']} ms"
                 )
             rows[f"{utilisation:g}"] = row
-    crossover = built.profile.crossover
+    crossover, pair = built.profile.crossover, built.pair_profile.crossover
     return {
         "hardware": config.hardware.name,
         "trace": trace.describe(),
         "slo": slo,
         "capacity_tps": round(capacity, 2),
         "crossover": {"value": crossover.value, "bound": crossover.bound, "limit": crossover.limit},
+        "pair_crossover": {"value": pair.value, "bound": pair.bound, "limit": pair.limit},
         "schedule": built.schedule,
         "kv_tokens": built.memory,
         "contenders": [c.name for c in built.contenders],
@@ -283,8 +291,9 @@ def render(document: dict[str, Any]) -> str:
     header = ["util.", "contender", *(label for _, label in COLUMNS), "unfinished"]
     lines = [
         f"{document['hardware']}: {document['trace']['source']}",
-        f"the plain server saturated: {document['capacity_tps']} tok/s; the profile's "
-        f"crossover: {document['crossover']['value']}; SLO {document['slo']}",
+        f"the plain server saturated: {document['capacity_tps']} tok/s; the crossover of "
+        f"servers with all of the memory: {document['crossover']['value']}, of the pair as "
+        f"deployed: {document['pair_crossover']['value']}; SLO {document['slo']}",
         "  ".join(header),
     ]
     lines += ["  ".join(row) for row in rows(document)]

@@ -156,12 +156,13 @@ def deployments(name: str) -> str:
 
 
 def deployments_setup(name: str) -> str:
-    """What the head-to-head was built from: the trace, the profile's crossover, the
-    schedule written from it, and each deployment's KV cache."""
+    """What the head-to-head was built from: the trace, the crossovers, the schedule, and
+    each deployment's KV cache."""
     document = load(name)
-    crossover = document["crossover"]
-    value = crossover["value"]
-    said = "above the last level" if value is None else number(value, 1)
+    said, pair = (
+        "above the last level" if (v := document[key]["value"]) is None else number(v, 1)
+        for key in ("crossover", "pair_crossover")
+    )
     caches = ", ".join(
         f"{contender} {' + '.join(number(n, 0) for n in sizes)}"
         for contender, sizes in document["kv_tokens"].items()
@@ -169,8 +170,10 @@ def deployments_setup(name: str) -> str:
     slo = ", ".join(f"{k} {v:g} s" for k, v in document["slo"].items())
     return (
         f"{document['trace']['source']}, {document['trace']['requests']:,} requests; the plain "
-        f"server saturated delivers {number(document['capacity_tps'], 0)} tok/s; the profile's "
-        f"crossover: {said}; the schedule written from it: `{json.dumps(document['schedule'])}`; "
+        f"server saturated delivers {number(document['capacity_tps'], 0)} tok/s; the crossover "
+        f"of a speculative and a plain server with all of the memory: {said}, and the "
+        f"schedule written from it: `{json.dumps(document['schedule'])}`; the crossover of "
+        f"the pair's servers as deployed, which specroute routes by: {pair}; "
         f"KV cache, tokens: {caches}; goodput counts requests within {slo}.\n"
     )
 

@@ -50,6 +50,8 @@ _RAMP = (
     "--no-ignore-eos --policies crossover,always-spec,always-base"
 )
 
+_DEPLOYMENTS = "--max-running-requests 256 --cuda-graph-max-bs 256 --out deployments-{}.json"
+
 RUNS: dict[str, Run] = {
     "llama-crossover": Run(
         "specroute emulate --hardware llama3.1-8b-h200 --noise default "
@@ -289,4 +291,11 @@ RUNS: dict[str, Run] = {
         "1,2,4,6,8,12,16 --input-len 128 --output-len 128 --profile online-profile.json`; "
         "drift.json: phases of 40 s at 2, 4, 8 and 4 clients, twice",
     ),
+    **{
+        f"deployments-{model}": Run(
+            f"specroute bench deployments --hardware {model} " + _DEPLOYMENTS.format(model),
+            "2026-12-05",
+        )
+        for model in ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")
+    },
 }

@@ -331,9 +331,16 @@ def as_context_profile(
 
 
 def predict(
-    config: EmulatorConfig, concurrencies: list[int], input_len: int = 512, output_len: int = 256
+    config: EmulatorConfig,
+    concurrencies: list[int],
+    input_len: int = 512,
+    output_len: int = 256,
+    base: EmulatorConfig | None = None,
 ) -> Prediction:
-    base_config, spec_config = replace(config, mode="base"), replace(config, mode="spec")
+    """Both servers at each concurrency; ``base``: the plain server's settings where they
+    differ from ``config``'s (its memory, sharing GPUs with the speculative one)."""
+    spec_config = replace(config, mode="spec")
+    base_config = replace(base or config, mode="base")
     levels = tuple(
         Level(
             c,
