@@ -47,6 +47,7 @@ from specroute.emulator.predict import as_profile, predict
 from specroute.emulator.virtual import VirtualTime
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
+from specroute.policies.crossover import Topology
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
@@ -74,14 +75,22 @@ class Setup:
     profile: Profile  # both servers alone with all of the memory: the adaptive schedule's
     pair_profile: Profile  # the pair's servers as deployed: what specroute routes by
     schedule: dict[str, Any]
-    capacity_tps: float  # the plain server's output tok/s at its largest predicted level
+    capacity_tps: float  # the plain servers' output tok/s at their largest predicted level
     memory: dict[str, Any]  # each contender's servers' KV cache sizes, in tokens
 
 
-def setup(config: EmulatorConfig, input_len: int, output_len: int, folder: Path) -> Setup:
+def setup(
+    config: EmulatorConfig,
+    input_len: int,
+    output_len: int,
+    folder: Path,
+    topology: Topology = "shared",
+) -> Setup:
     """The contenders for the model of ``config`` (its ``mem_fraction_static`` set or not:
     SGLang's default here), the profile predicted at these lengths, and the schedule
-    written from it (kept in ``folder``)."""
+    written from it (kept in ``folder``). ``shared``: on one GPU group; ``partitioned``: on
+    two, each one-server deployment twice behind least-load placement, and the pair on a
+    group each."""
     config = replace(config, mem_fraction_static=config.mem_fraction_static or 0.0)
     plain, spec = replace(config, mode="base"), replace(config, mode="spec")
     prediction = predict(config, list(LEVELS), input_len, output_len)
@@ -92,24 +101,34 @@ def setup(config: EmulatorConfig, input_len: int, output_len: int, folder: Path)
     schedule_file.write_text(json.dumps(schedule))
     adaptive = replace(spec, speculative_adaptive=True)
     calibrated = replace(adaptive, speculative_adaptive_config=str(schedule_file))
-    first, second = _split(spec)
-    pair_spec = replace(spec, share_gpus=GPUS, mem_fraction_static=first)
-    taken = static_gib(_memory(spec), first)
-    pair_base = replace(plain, share_gpus=GPUS, mem_fraction_static=second, memory_taken_gib=taken)
-    # the pair routes by its own calibration: each of its servers measured as deployed
-    measured = predict(pair_spec, list(LEVELS), input_len, output_len, base=pair_base)
-    pair_profile = parse_profile(as_profile(measured, pair_spec))
-    crossover = build_policy("crossover", {"topology": "shared"}, pair_profile)
-    contenders = (
-        Contender("plain", (("base", plain),), AlwaysPolicy("base")),
-        Contender("eagle", (("spec", spec),), AlwaysPolicy("spec")),
-        Contender("adaptive", (("spec", adaptive),), AlwaysPolicy("spec")),
-        Contender("adaptive-calibrated", (("spec", calibrated),), AlwaysPolicy("spec")),
-        Contender("specroute", (("spec", pair_spec), ("base", pair_base)), crossover),
+    groups = 1 if topology == "shared" else 2
+    alone: tuple[tuple[str, Pool, EmulatorConfig], ...] = (
+        ("plain", "base", plain),
+        ("eagle", "spec", spec),
+        ("adaptive", "spec", adaptive),
+        ("adaptive-calibrated", "spec", calibrated),
     )
+    contenders = [
+        Contender(name, ((pool, cfg),) * groups, AlwaysPolicy(pool)) for name, pool, cfg in alone
+    ]
+    if topology == "shared":
+        first, second = _split(spec)
+        pair_spec = replace(spec, share_gpus=GPUS, mem_fraction_static=first)
+        taken = static_gib(_memory(spec), first)
+        pair_base = replace(
+            plain, share_gpus=GPUS, mem_fraction_static=second, memory_taken_gib=taken
+        )
+        # the pair routes by its own calibration: each of its servers measured as deployed
+        measured = predict(pair_spec, list(LEVELS), input_len, output_len, base=pair_base)
+        pair_profile = parse_profile(as_profile(measured, pair_spec))
+    else:
+        pair_spec, pair_base, pair_profile = spec, plain, profile
+    crossover = build_policy("crossover", {"topology": topology}, pair_profile)
+    pair: tuple[tuple[Pool, EmulatorConfig], ...] = (("spec", pair_spec), ("base", pair_base))
+    contenders.append(Contender("specroute", pair, crossover))
     memory = {c.name: [cfg.max_total_tokens for _, cfg in c.servers] for c in contenders}
-    capacity = prediction.levels[-1].base.total
-    return Setup(contenders, profile, pair_profile, schedule, capacity, memory)
+    capacity = groups * prediction.levels[-1].base.total
+    return Setup(tuple(contenders), profile, pair_profile, schedule, capacity, memory)
 
 
 def _memory(config: EmulatorConfig) -> Any:
@@ -206,13 +225,14 @@ def head_to_head(
     utilisations: list[float],
     slo: dict[str, float],
     progress: Callable[[str], None] = lambda _: None,
+    topology: Topology = "shared",
 ) -> dict[str, Any]:
     """Each contender at each utilisation: its figures over the trace's span (requests not
     finished by twice the span are counted unfinished)."""
     prompts = statistics.mean(r.prompt_tokens for r in trace.requests)
     outputs = statistics.mean(r.output_tokens for r in trace.requests)
     with tempfile.TemporaryDirectory() as folder:
-        built = setup(config, int(prompts), int(outputs), Path(folder))
+        built = setup(config, int(prompts), int(outputs), Path(folder), topology)
         demand = sum(r.output_tokens for r in trace.requests) / trace.seconds
         capacity = built.capacity_tps
         rows: dict[str, dict[str, Any]] = {}
@@ -234,6 +254,7 @@ def head_to_head(
     crossover, pair = built.profile.crossover, built.pair_profile.crossover
     return {
         "hardware": config.hardware.name,
+        "topology": topology,
         "trace": trace.describe(),
         "slo": slo,
         "capacity_tps": round(capacity, 2),

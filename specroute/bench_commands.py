@@ -358,6 +358,13 @@ def _add_deployments(commands: Subcommands) -> None:
         metavar="U1,U2,...",
         help="offered output tokens a second over what the plain server delivers saturated",
     )
+    deployments.add_argument(
+        "--topology",
+        choices=["shared", "partitioned"],
+        default="shared",
+        help="shared: one GPU group, the pair on it; partitioned: two, each one-server "
+        "deployment twice behind least-load placement, the pair on a group each",
+    )
     deployments.add_argument("--slo", type=slo, default={"ttft": 2.0, "tpot": 0.05})
     deployments.add_argument("--out", metavar="FILE.json")
     deployments.set_defaults(handler=_deployments, time_scale=1.0)
@@ -783,7 +790,7 @@ def _deployments(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ValueError(f"--window {args.window}: {exc}") from None
     document = head_to_head(
-        emulator_config(args, "spec"), window, args.utilisation, args.slo, _note
+        emulator_config(args, "spec"), window, args.utilisation, args.slo, _note, args.topology
     )
     print(render(document))
     _save(document, args.out)

@@ -86,3 +86,19 @@ def test_the_command_prints_its_table_and_keeps_its_json(
         "specroute",
     ]
     assert main(["bench", "deployments", *FLAGS, "--window", "99999+10"]) == 2
+
+
+def test_partitioned_each_deployment_gets_two_groups_and_the_pair_all_of_its_memory(
+    tmp_path: Path,
+) -> None:
+    """On two GPU groups each one-server deployment runs twice behind least-load placement,
+    and the pair's servers each have a group, with all of its memory."""
+    config = config_from_flags([*FLAGS, "--mem-fraction-static", "auto"], "spec")
+    shared = setup(config, 1024, 128, tmp_path)
+    built = setup(config, 1024, 128, tmp_path, "partitioned")
+    assert all(len(c.servers) == 2 for c in built.contenders)
+    assert built.memory["specroute"] == [built.memory["eagle"][0], built.memory["plain"][0]]
+    assert built.capacity_tps == pytest.approx(2 * shared.capacity_tps)
+    window = azure_conversations().window(600, 10).scaled(2)
+    spread = serve(built.contenders[0], window, 60.0)
+    assert {r.served_by for r in spread} == {"base:0", "base:1"}
