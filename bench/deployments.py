@@ -123,9 +123,14 @@ def setup(
         pair_profile = parse_profile(as_profile(measured, pair_spec))
     else:
         pair_spec, pair_base, pair_profile = spec, plain, profile
-    crossover = build_policy("crossover", {"topology": topology}, pair_profile)
+    # the policy the guide names for each topology: the crossover on shared GPUs; on GPUs of
+    # their own, each request where its predicted time per output token is lowest
+    if topology == "shared":
+        routing = build_policy("crossover", {"topology": "shared"}, pair_profile)
+    else:
+        routing = build_policy("expected-latency", {}, pair_profile)
     pair: tuple[tuple[Pool, EmulatorConfig], ...] = (("spec", pair_spec), ("base", pair_base))
-    contenders.append(Contender("specroute", pair, crossover))
+    contenders.append(Contender("specroute", pair, routing))
     memory = {c.name: [cfg.max_total_tokens for _, cfg in c.servers] for c in contenders}
     capacity = groups * prediction.levels[-1].base.total
     return Setup(tuple(contenders), profile, pair_profile, schedule, capacity, memory)

@@ -51,6 +51,7 @@ _RAMP = (
 )
 
 _DEPLOYMENTS = "--max-running-requests 256 --cuda-graph-max-bs 256 --out deployments-{}.json"
+_DEPLOYED = ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")
 
 RUNS: dict[str, Run] = {
     "llama-crossover": Run(
@@ -296,6 +297,14 @@ RUNS: dict[str, Run] = {
             f"specroute bench deployments --hardware {model} " + _DEPLOYMENTS.format(model),
             "2026-12-05",
         )
-        for model in ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")
+        for model in _DEPLOYED
+    },
+    **{
+        f"deployments-partitioned-{model}": Run(
+            f"specroute bench deployments --hardware {model} --topology partitioned "
+            + _DEPLOYMENTS.format(f"partitioned-{model}"),
+            "2026-12-05",
+        )
+        for model in _DEPLOYED
     },
 }
