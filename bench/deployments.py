@@ -16,6 +16,10 @@ utilisations:
   evenly), routed by the crossover of its own servers as deployed (``crossover``,
   ``topology=shared``).
 
+On two GPU groups (``partitioned``) each one-server deployment runs twice behind least-load
+placement, and specroute's pair has a group each, with all of its memory, routed by
+``expected-latency`` (each request where its predicted time per output token is lowest).
+
 Every server's KV cache is sized from memory as SGLang sizes it (``emulator.memory``), with
 the same ``--max-running-requests`` and CUDA-graph limit everywhere. Profiles are the
 emulator's own predictions at the trace's mean lengths, as a perfect calibration would
