@@ -244,8 +244,9 @@ class EngineLoop:
             accepted = self.last_accept_length
             m.bound(m.spec_accept_length, *labels).set(accepted)
             m.bound(m.spec_accept_rate, *labels).set(max(0.0, accepted - 1) / self.engine.steps)
-            m.bound(m.spec_num_steps, *labels).set(self.engine.depth)  # the last decode's
-            m.bound(m.spec_num_draft_tokens, *labels).set(self.engine.depth + 1)
+        depth = self.engine.depth  # the last decode's; 0 on a plain server, as SGLang's
+        m.bound(m.spec_num_steps, *labels).set(depth)
+        m.bound(m.spec_num_draft_tokens, *labels).set(depth + 1 if self.engine.speculative else 0)
         m.bound(m.num_retracted_reqs, *labels).set(self.engine.last_retracted)
         m.bound(m.num_running_reqs, *labels).set(len(self.engine.running))
         m.bound(m.num_queue_reqs, *labels).set(len(self.engine.waiting))
