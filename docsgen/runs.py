@@ -299,6 +299,14 @@ RUNS: dict[str, Run] = {
         )
         for model in _DEPLOYED
     },
+    "deployments-node-kimi-k2.5-8x-pcie": Run(
+        "specroute bench deployments --hardware kimi-k2.5-8x-pcie --accept-length 2.1 "
+        "--max-running-requests 256 --cuda-graph-max-bs 128 --topology partitioned "
+        "--slo ttft=2,tpot=200ms --out deployments-node-kimi-k2.5-8x-pcie.json",
+        "2026-12-05",
+        note="the node topology: each server a node of 8 GPUs, as --topology partitioned "
+        "places them",
+    ),
     **{
         f"deployments-partitioned-{model}": Run(
             f"specroute bench deployments --hardware {model} --topology partitioned "
