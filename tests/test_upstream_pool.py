@@ -22,6 +22,7 @@ from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
 from tests.test_router import settled
 from tests.test_router_ops import samples
+from tests.wire import posted_request
 
 _BODY = b'{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
 _EVENT = b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
@@ -57,12 +58,7 @@ class Scripted:
         self.open += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = head.lower().partition(b"content-length:")[2].split(b"\r\n")[0]
-                body = await reader.readexactly(int(length or 0))
-                if head.startswith(b"GET"):
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                    continue
+                head, body = await posted_request(reader, writer)
                 self.heads.append(head)
                 self.connections += not posted
                 posted = True

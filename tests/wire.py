@@ -217,12 +217,7 @@ class Backend:
         posted = False
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = head.lower().partition(b"content-length:")[2].split(b"\r\n")[0]
-                body = await reader.readexactly(int(length or 0))
-                if head.startswith(b"GET"):
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                    continue
+                _, body = await posted_request(reader, writer)
                 self.connections += not posted
                 posted = True
                 self.bodies.append(body)
@@ -238,6 +233,20 @@ class Backend:
             pass  # the router closed it
         finally:
             writer.close()
+
+
+async def posted_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> tuple[bytes, bytes]:
+    """The next POST's head and body as the router sends them (with a length), each GET
+    before it (a health check, a poll) answered with an empty 200."""
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = head.lower().partition(b"content-length:")[2].split(b"\r\n")[0]
+        body = await reader.readexactly(int(length or 0))
+        if not head.startswith(b"GET"):
+            return head, body
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
 
 def marker_of(body: bytes) -> str:
