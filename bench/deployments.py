@@ -46,7 +46,7 @@ from specroute.bench.compare import summarise
 from specroute.bench.replay import RoutedServer
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.engine import Emission, Sequence, Step
-from specroute.emulator.memory import static_gib
+from specroute.emulator.memory import Memory, static_gib
 from specroute.emulator.predict import as_profile, predict
 from specroute.emulator.virtual import VirtualTime
 from specroute.loadgen.record import RequestRecord
@@ -80,7 +80,7 @@ class Setup:
     pair_profile: Profile  # the pair's servers as deployed: what specroute routes by
     schedule: dict[str, Any]
     capacity_tps: float  # the plain servers' output tok/s at their largest predicted level
-    memory: dict[str, Any]  # each contender's servers' KV cache sizes, in tokens
+    memory: dict[str, list[int | None]]  # each contender's servers' KV caches, in tokens
 
 
 def setup(
@@ -115,6 +115,9 @@ def setup(
     contenders = [
         Contender(name, ((pool, cfg),) * groups, AlwaysPolicy(pool)) for name, pool, cfg in alone
     ]
+    # the pair routes by its own calibration (each of its servers measured as deployed), with
+    # the policy the guide names for its topology: the crossover on shared GPUs; on GPUs of
+    # their own, each request where its predicted time per output token is lowest
     if topology == "shared":
         first, second = _split(spec)
         pair_spec = replace(spec, share_gpus=GPUS, mem_fraction_static=first)
@@ -122,16 +125,11 @@ def setup(
         pair_base = replace(
             plain, share_gpus=GPUS, mem_fraction_static=second, memory_taken_gib=taken
         )
-        # the pair routes by its own calibration: each of its servers measured as deployed
         measured = predict(pair_spec, list(LEVELS), input_len, output_len, base=pair_base)
         pair_profile = parse_profile(as_profile(measured, pair_spec))
-    else:
-        pair_spec, pair_base, pair_profile = spec, plain, profile
-    # the policy the guide names for each topology: the crossover on shared GPUs; on GPUs of
-    # their own, each request where its predicted time per output token is lowest
-    if topology == "shared":
         routing = build_policy("crossover", {"topology": "shared"}, pair_profile)
     else:
+        pair_spec, pair_base, pair_profile = spec, plain, profile
         routing = build_policy("expected-latency", {}, pair_profile)
     pair: tuple[tuple[Pool, EmulatorConfig], ...] = (("spec", pair_spec), ("base", pair_base))
     contenders.append(Contender("specroute", pair, routing))
@@ -140,7 +138,7 @@ def setup(
     return Setup(tuple(contenders), profile, pair_profile, schedule, capacity, memory)
 
 
-def _memory(config: EmulatorConfig) -> Any:
+def _memory(config: EmulatorConfig) -> Memory:
     assert config.hardware.memory is not None
     return config.hardware.memory
 
@@ -153,10 +151,9 @@ def _split(spec: EmulatorConfig) -> tuple[float, float]:
     fraction = spec.resolved_mem_fraction
     assert fraction is not None
     pre = memory.gpu_gib - memory.context_gib
-    share = pre * fraction / 2
-    first = share / pre
+    first = fraction / 2
     left = pre - static_gib(memory, first)
-    return round(first, 4), round(share / left, 4)
+    return round(first, 4), round(pre * first / left, 4)
 
 
 class _OpenLoop:
@@ -243,10 +240,9 @@ def head_to_head(
     with tempfile.TemporaryDirectory() as folder:
         built = setup(config, int(prompts), int(outputs), Path(folder), topology)
         demand = sum(r.output_tokens for r in trace.requests) / trace.seconds
-        capacity = built.capacity_tps
         rows: dict[str, dict[str, Any]] = {}
         for utilisation in utilisations:
-            factor = utilisation * capacity / demand
+            factor = utilisation * built.capacity_tps / demand
             offered = trace.scaled(factor)
             span = offered.seconds
             row: dict[str, Any] = {"rate_factor": round(factor, 4), "rate": round(offered.rate, 3)}
@@ -260,20 +256,24 @@ def head_to_head(
                     f"TPOT p50 {figures['tpot_ms_p50']} ms, TTFT p99 {figures['ttft_ms_p99']} ms"
                 )
             rows[f"{utilisation:g}"] = row
-    crossover, pair = built.profile.crossover, built.pair_profile.crossover
     return {
         "hardware": config.hardware.name,
         "topology": topology,
         "trace": trace.describe(),
         "slo": slo,
-        "capacity_tps": round(capacity, 2),
-        "crossover": {"value": crossover.value, "bound": crossover.bound, "limit": crossover.limit},
-        "pair_crossover": {"value": pair.value, "bound": pair.bound, "limit": pair.limit},
+        "capacity_tps": round(built.capacity_tps, 2),
+        "crossover": _crossing(built.profile),
+        "pair_crossover": _crossing(built.pair_profile),
         "schedule": built.schedule,
         "kv_tokens": built.memory,
         "contenders": [c.name for c in built.contenders],
         "utilisations": rows,
     }
+
+
+def _crossing(profile: Profile) -> dict[str, Any]:
+    crossover = profile.crossover
+    return {"value": crossover.value, "bound": crossover.bound, "limit": crossover.limit}
 
 
 COLUMNS = (

@@ -267,11 +267,10 @@ class Engine:
             return False
         keep = sorted(self.running, key=lambda s: (len(s.output_ids), -s.prompt_tokens))
         keep.reverse()
-        retracted = []
-        while len(keep) > 1 and (
-            sum(s.context_tokens for s in keep) + per_request * len(keep) > self.max_total_tokens
-        ):
+        held, retracted = self.held_tokens, []
+        while len(keep) > 1 and held + per_request * len(keep) > self.max_total_tokens:
             seq = keep.pop()
+            held -= seq.context_tokens
             seq.retracted = True
             retracted.append(seq)
         if not retracted:
@@ -284,20 +283,22 @@ class Engine:
         self.ratio.after_retraction(self.running)
         return True
 
-    def _decode(self) -> Step:
+    def _depth(self, batch: int) -> int:
+        """The drafts a decode of ``batch`` requests makes for each (0 without speculation)."""
         if not self.speculative:
-            self._fit(1)
-        batch = len(self.running)
-        kv = self.held_tokens
+            return 0
+        return self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
+
+    def _decode(self) -> Step:
+        depth = self._depth(len(self.running))
+        if self._fit(depth + 1):  # requests retracted: the batch, and so its depth, changed
+            depth = self._depth(len(self.running))
+        batch, kv = len(self.running), self.held_tokens
         self.ratio.decay()
         if not self.speculative:
             ms = self.hardware.decode_ms(batch, kv, self.cuda_graph_max_bs)
             emitted = tuple(_advance(seq, 1) for seq in self.running)
             return Step("decode", ms / 1000.0, batch, emitted)
-        depth = self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
-        if self._fit(depth + 1):  # requests retracted: the batch and its depth again
-            batch, kv = len(self.running), self.held_tokens
-            depth = self.steps if self.adaptive is None else self.adaptive.depth_for(batch)
         skipped = depth == 0 and self.skip_zero_extend
         self.depth = depth
         ms = self.hardware.speculative_ms(

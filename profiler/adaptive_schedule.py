@@ -38,12 +38,11 @@ def settings_of(profile: Profile) -> tuple[int | None, int | None]:
     )
 
 
-def adaptive_schedule(
+def resolved(
     profile: Profile, steps: int | None = None, graph_max_bs: int | None = None
-) -> dict[str, Any]:
-    """The schedule: depth ``steps`` (else the profile's) in slots whose batches speculation
-    pays at, 0 in the others; ``graph_max_bs``: the server's largest captured batch (else
-    the profile's)."""
+) -> tuple[int, int]:
+    """The depth and the largest captured batch a schedule is written for: those given, else
+    the profile's; a ``ProfileError`` where neither says."""
     measured_steps, measured_graphs = settings_of(profile)
     steps = steps if steps is not None else measured_steps
     graph_max_bs = graph_max_bs if graph_max_bs is not None else measured_graphs
@@ -56,6 +55,16 @@ def adaptive_schedule(
         raise ProfileError(
             "the profile does not say the speculative server's cuda_graph_max_bs: give it"
         )
+    return steps, graph_max_bs
+
+
+def adaptive_schedule(
+    profile: Profile, steps: int | None = None, graph_max_bs: int | None = None
+) -> dict[str, Any]:
+    """The schedule: depth ``steps`` (else the profile's) in slots whose batches speculation
+    pays at, 0 in the others; ``graph_max_bs``: the server's largest captured batch (else
+    the profile's)."""
+    steps, graph_max_bs = resolved(profile, steps, graph_max_bs)
     bands = profile.crossover.bands
     schedule: dict[str, Any] = {}
     last: bool | None = None
@@ -71,8 +80,9 @@ def adaptive_schedule(
 def describe(schedule: dict[str, Any], graph_max_bs: int) -> str:
     """The slots in words: the batches each drafts, padding counted, and to which depth."""
     captured = spec_graph_batch_sizes(graph_max_bs)
-    firsts = [_first_batch(int(k), captured) for k in sorted(schedule, key=int) if k.isdigit()]
-    depths = [schedule[k]["candidate_steps"][0] for k in sorted(schedule, key=int) if k.isdigit()]
+    sizes = sorted(int(k) for k in schedule if k.isdigit())
+    firsts = [_first_batch(size, captured) for size in sizes]
+    depths = [schedule[str(size)]["candidate_steps"][0] for size in sizes]
     parts = []
     for first, after, depth in zip(firsts, [*firsts[1:], None], depths, strict=True):
         span = f"batches {first} and up" if after is None else f"batches {first}-{after - 1}"

@@ -422,9 +422,14 @@ class FrontConnection(asyncio.Protocol):
             self._held = True
             front.limited(over)
             transport.pause_reading()
-        elif over is None and self._held:
+        elif over is None:
+            self._read_again()
+
+    def _read_again(self) -> None:
+        """Reading resumed, where the bounds had paused it."""
+        if self._held and self._transport is not None:
             self._held = False
-            transport.resume_reading()
+            self._transport.resume_reading()
 
     # what is aiohttp's
 
@@ -460,9 +465,7 @@ class FrontConnection(asyncio.Protocol):
         ):
             self._parser = None
             self._front.connections.discard(self)
-            if self._held:
-                self._held = False
-                self._transport.resume_reading()
+            self._read_again()
             self._transport.set_protocol(self._aiohttp)
 
     # refusals, limits and the end
@@ -511,9 +514,7 @@ class FrontConnection(asyncio.Protocol):
             transport.close()
             return
         transport.write_eof()
-        if self._held:
-            self._held = False
-            transport.resume_reading()
+        self._read_again()
         self._limit(LINGER, transport.close)
 
     def _limit(self, seconds: float | None, then: Callable[[], object] | None) -> None:

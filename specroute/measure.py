@@ -88,17 +88,16 @@ def _adaptive_config(args: argparse.Namespace) -> int:
     import sys
 
     from specroute.policies.profile import load_profile
-    from specroute.profiler.adaptive_schedule import adaptive_schedule, describe, settings_of
+    from specroute.profiler.adaptive_schedule import adaptive_schedule, describe, resolved
 
     profile = load_profile(args.profile)
-    schedule = adaptive_schedule(profile, args.steps, args.cuda_graph_max_bs)
+    steps, graphs = resolved(profile, args.steps, args.cuda_graph_max_bs)
+    schedule = adaptive_schedule(profile, steps, graphs)
     text = json.dumps(schedule, indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text)
-    graphs = args.cuda_graph_max_bs or settings_of(profile)[1]
-    assert graphs is not None  # the schedule was written with it
     print(describe(schedule, graphs), file=sys.stderr)
     return 0
 
