@@ -13,6 +13,7 @@ from typing import Any
 from docsgen.runs import FIGURES, RUNS
 from specroute.bench.compare_plot import plot_compare
 from specroute.bench.coverage_plot import plot_coverage
+from specroute.bench.deployments_plot import plot_deployments
 from specroute.bench.online_plot import plot_online
 from specroute.bench.overhead_plot import plot_overhead, plot_overhead_shares
 from specroute.profiler.plot import plot_profile
@@ -24,6 +25,7 @@ PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "overhead": plot_overhead,
     "overhead-shares": plot_overhead_shares,
     "online": plot_online,
+    "deployments": plot_deployments,
 }
 
 

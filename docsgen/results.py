@@ -14,7 +14,9 @@ from docsgen.markdown import code, number, table
 from docsgen.runs import MACHINE, RUNS
 from specroute.bench.coverage import render as coverage_table
 from specroute.bench.deployments import COLUMNS as DEPLOYMENT_COLUMNS
+from specroute.bench.deployments import ROUTED, kept_time, standings
 from specroute.bench.deployments import rows as deployment_rows
+from specroute.loadgen.lag import late, shown
 from specroute.profiler.report import interval_text, render_report
 
 DATA_LINK = "@data"  # the hook makes it relative to the page (docsgen.hooks.fill)
@@ -141,9 +143,10 @@ def context_predictions() -> str:
     return table(header, rows, "llrrr")
 
 
-def deployments(name: str) -> str:
-    """A head-to-head of deployments: each contender at each utilisation, the best of each
-    column there in bold."""
+def deployments(name: str, live: str = "") -> str:
+    """A head-to-head of deployments: each contender at each utilisation, the oracle last,
+    the best contender's figure of each column there in bold; ``live``: the utilisations
+    that also ran live, with the servers' time scale and how far they kept it."""
     document = load(name)
     header = [
         "utilisation",
@@ -151,8 +154,47 @@ def deployments(name: str) -> str:
         *(label for _, label in DEPLOYMENT_COLUMNS),
         "unfinished",
     ]
-    rows = deployment_rows(document, "**{}**".format)
-    return table(header, rows, "ll" + "r" * (len(DEPLOYMENT_COLUMNS) + 1))
+    rows = deployment_rows(document, "**{}**".format, live=bool(live))
+    said = table(header, rows, "ll" + "r" * (len(DEPLOYMENT_COLUMNS) + 1))
+    if not live:
+        return said
+    runs = [(u, r["live"]) for u, r in document["utilisations"].items() if "live" in r]
+    scales = "; ".join(
+        f"at {u}, time scale {r['time_scale']:g}, the servers' lag {shown(r['lag'])}"
+        for u, r in runs
+    )
+    if kept_time(document) is False:
+        worst = max(r["lag"] for _, r in runs if r["lag"] is not None)
+        return f'!!! warning "Not kept time"\n\n    {late(worst)}\n\n{said}'
+    return f"Live ({scales}):\n\n{said}"
+
+
+def deployments_matrix(*names: str) -> str:
+    """Every run's standings: at each utilisation, the deployment with the most goodput (in
+    brackets where even it served under half the requests within the SLOs) and what the
+    routed pair (and, partitioned, specroute over adaptive servers) had of it."""
+    rows = []
+    shares: list[str] = []
+    for name in names:
+        document = load(name)
+        shares = list(document["utilisations"])
+        cells = []
+        for said in standings(document).values():
+            routed = ", ".join(f"{n} {said[n]:.0%}" for n in ROUTED if said.get(n) is not None)
+            best = f"**{said['best']}**" if not said["overloaded"] else f"({said['best']})"
+            cells.append(best + (f"; {routed}" if routed else ""))
+        unfit = "; the pair does not fit" if document["unfit"] else ""
+        where = f"{document['hardware']}, {document['topology']}{unfit}"
+        rows.append(
+            [
+                where,
+                document["trace"]["name"].removeprefix("azure-llm-2023-conv").lstrip("-")
+                or "azure",
+                *cells,
+            ]
+        )
+    header = ["model, topology", "traffic", *(f"at {u}" for u in shares)]
+    return table(header, rows, "ll" + "l" * len(shares))
 
 
 def deployments_setup(name: str) -> str:
@@ -160,9 +202,11 @@ def deployments_setup(name: str) -> str:
     each deployment's KV cache."""
     document = load(name)
     said, pair = (
-        "above the last level" if (v := document[key]["value"]) is None else number(v, 1)
+        "none" if (found := document[key]) is None
+        else "above the last level" if found["value"] is None
+        else number(found["value"], 1)
         for key in ("crossover", "pair_crossover")
-    )
+    )  # fmt: skip
     caches = ", ".join(
         f"{contender} {' + '.join(number(n, 0) for n in sizes)}"
         for contender, sizes in document["kv_tokens"].items()
@@ -174,7 +218,9 @@ def deployments_setup(name: str) -> str:
         f"of a speculative and a plain server with all of the memory: {said}, and the "
         f"schedule written from it: `{json.dumps(document['schedule'])}`; the crossover of "
         f"the pair's servers as deployed, which specroute routes by: {pair}; "
-        f"KV cache, tokens: {caches}; goodput counts requests within {slo}.\n"
+        f"KV cache, tokens: {caches}; goodput counts requests within {slo}."
+        + "".join(f" {name}: {why}." for name, why in document["unfit"].items())
+        + "\n"
     )
 
 
@@ -187,6 +233,8 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "made-by": made_by,
     "deployments": deployments,
     "deployments-setup": deployments_setup,
+    "deployments-live": lambda name: deployments(name, live="live"),
+    "deployments-matrix": deployments_matrix,
     "runs": runs_table,
     "crossings": crossings,
     "levels": levels,

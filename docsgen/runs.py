@@ -50,8 +50,25 @@ _RAMP = (
     "--no-ignore-eos --policies crossover,always-spec,always-base"
 )
 
-_DEPLOYMENTS = "--max-running-requests 256 --cuda-graph-max-bs 256 --out deployments-{}.json"
-_DEPLOYED = ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")
+# the head-to-head of deployments: each model in each topology it is deployed in (``where``:
+# "" one GPU group, "partitioned-" two, "node-" a node each), under each traffic ("": the
+# Azure trace as it came, with one utilisation also live; "-ramp", "-day")
+_LIMITS = " --max-running-requests 256 --cuda-graph-max-bs 256"
+_LIVE = " --live 0.5 --time-scale 0.2"  # one utilisation live, in one topology a model
+_DEPLOYED = [
+    *((m, _LIMITS, "") for m in ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")),
+    *(
+        (m, _LIMITS + " --topology partitioned", "partitioned-")
+        for m in ("llama3.1-8b-h100", "llama3.1-8b-h200", "qwen3-30b-a3b-h200")
+    ),
+    (
+        "kimi-k2.5-8x-pcie",
+        " --accept-length 2.1 --max-running-requests 256 --cuda-graph-max-bs 128 --topology "
+        "partitioned --slo ttft=2,tpot=200ms",
+        "node-",
+    ),
+]
+_TRAFFIC = {"": "", "-ramp": " --traffic ramp", "-day": " --traffic day"}
 
 RUNS: dict[str, Run] = {
     "llama-crossover": Run(
@@ -293,26 +310,15 @@ RUNS: dict[str, Run] = {
         "drift.json: phases of 40 s at 2, 4, 8 and 4 clients, twice",
     ),
     **{
-        f"deployments-{model}": Run(
-            f"specroute bench deployments --hardware {model} " + _DEPLOYMENTS.format(model),
+        f"deployments-{where}{model}{traffic}": Run(
+            f"specroute bench deployments --hardware {model}{flags}{_TRAFFIC[traffic]}"
+            f"{_LIVE if not traffic and where != 'partitioned-' else ''} "
+            f"--out deployments-{where}{model}{traffic}.json",
             "2026-12-05",
+            figure=None if traffic else f"deployments-{where}{model}.png",
+            plot=None if traffic else "deployments",
         )
-        for model in _DEPLOYED
-    },
-    "deployments-node-kimi-k2.5-8x-pcie": Run(
-        "specroute bench deployments --hardware kimi-k2.5-8x-pcie --accept-length 2.1 "
-        "--max-running-requests 256 --cuda-graph-max-bs 128 --topology partitioned "
-        "--slo ttft=2,tpot=200ms --out deployments-node-kimi-k2.5-8x-pcie.json",
-        "2026-12-05",
-        note="the node topology: each server a node of 8 GPUs, as --topology partitioned "
-        "places them",
-    ),
-    **{
-        f"deployments-partitioned-{model}": Run(
-            f"specroute bench deployments --hardware {model} --topology partitioned "
-            + _DEPLOYMENTS.format(f"partitioned-{model}"),
-            "2026-12-05",
-        )
-        for model in _DEPLOYED
+        for model, flags, where in _DEPLOYED
+        for traffic in _TRAFFIC
     },
 }

@@ -97,7 +97,7 @@ class EmulatorConfig:
             return None
         if self.mem_fraction_static > 0:
             return self.mem_fraction_static
-        return default_fraction(memory, self.tp_size, self.effective_cuda_graph_max_bs)
+        return default_fraction(memory.gpu_gib, self.tp_size, self.effective_cuda_graph_max_bs)
 
     @property
     def tp_size(self) -> int:

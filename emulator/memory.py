@@ -71,13 +71,28 @@ class Memory:
         return self.target_weights_gib + (self.draft_weights_gib if speculative else 0.0)
 
 
-def default_fraction(memory: Memory, tp: int, cuda_graph_max_bs: int) -> float:
-    """SGLang's ``mem_fraction_static`` when none is given (see the module's note)."""
-    gpu_mib = memory.gpu_gib * 1024
+def default_fraction(gpu_gib: float, tp: int, cuda_graph_max_bs: int) -> float:
+    """SGLang's ``mem_fraction_static`` when none is given (see the module's note), on GPUs
+    of ``gpu_gib`` each."""
+    gpu_mib = gpu_gib * 1024
     reserved = 512 + max(CHUNKED_PREFILL, 2048) * 1.5 + tp / 8 * 1024 + cuda_graph_max_bs * 2
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def shared_fractions(fraction: float) -> tuple[float, float]:
+    """``--mem-fraction-static`` for two servers started one after the other on the same
+    GPUs (the shared topology), for each to hold the same memory and keep for itself the
+    reserve that ``fraction``, one server's, keeps: the first's of the memory free at its
+    start, the second's of what the first left."""
+    share = fraction - 0.5  # each: half of what two reserves leave
+    if share <= 0:
+        raise KvCacheError(
+            f"two servers that each keep the reserve of --mem-fraction-static={fraction} "
+            "leave no memory for either's weights"
+        )
+    return round(share, 3), round(share / (1 - share), 3)
 
 
 def token_capacity(

@@ -5,18 +5,22 @@ trace says, whatever the server is doing).
 The shipped one is the conversation half of the Azure LLM inference trace 2023 (CC-BY 4.0;
 ``loadgen/traces/README.md`` has its attribution). A replay takes a window of it and scales
 its rate: arrival times divided by the factor, so the same requests come that much faster
-and the burstiness stays the trace's own."""
+and the burstiness stays the trace's own. A shaped trace (``ramp``, ``day``) sends a window's
+requests, in their order, at a rate that changes by phase."""
 
 from __future__ import annotations
 
 import csv
 import gzip
 import io
+import itertools
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
+
+from specroute.loadgen.trace import Phase, Trace, diurnal
 
 AZURE_CONVERSATIONS = "azure-llm-2023-conv.csv.gz"
 
@@ -37,6 +41,7 @@ class RequestTrace:
     name: str
     requests: tuple[TracedRequest, ...]  # by arrival
     source: str  # where it came from, and its window and scale
+    busiest: float | None = None  # a shaped trace's requests a second in its busiest phase
 
     @property
     def seconds(self) -> float:
@@ -47,6 +52,12 @@ class RequestTrace:
         """Requests a second, on average."""
         return len(self.requests) / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def peak_rate(self) -> float:
+        """The rate a load is stated at: the busiest phase's for a shaped trace, else the
+        mean."""
+        return self.rate if self.busiest is None else self.busiest
+
     def describe(self) -> dict[str, object]:
         prompts = [r.prompt_tokens for r in self.requests]
         outputs = [r.output_tokens for r in self.requests]
@@ -56,6 +67,7 @@ class RequestTrace:
             "requests": len(self.requests),
             "seconds": round(self.seconds, 3),
             "rate": round(self.rate, 4),
+            "peak_rate": round(self.peak_rate, 4),
             "prompt_tokens_p50": statistics.median(prompts) if prompts else None,
             "output_tokens_p50": statistics.median(outputs) if outputs else None,
         }
@@ -80,7 +92,29 @@ class RequestTrace:
         faster = tuple(
             TracedRequest(r.at / factor, r.prompt_tokens, r.output_tokens) for r in self.requests
         )
-        return RequestTrace(self.name, faster, f"{self.source}, rate x{factor:g}")
+        busiest = None if self.busiest is None else self.busiest * factor
+        return RequestTrace(self.name, faster, f"{self.source}, rate x{factor:g}", busiest)
+
+
+SHAPES: dict[str, tuple[float, ...]] = {
+    # the rate doubling from a sixteenth of the peak to the peak and back
+    "ramp": (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 1 / 2, 1 / 4, 1 / 8, 1 / 16),
+    # a day's hours as ``trace.diurnal`` has them, from midnight
+    "day": tuple(diurnal(hour) for hour in range(24)),
+}
+
+
+def shaped(shape: str, lengths: RequestTrace, seed: int = 0) -> RequestTrace:
+    """``lengths``' requests, in their order (again from the first if more are needed),
+    arriving as a ``ramp`` or a ``day``: Poisson arrivals at a rate per phase, the busiest
+    at ``lengths``' mean rate, the phases together as long as ``lengths``."""
+    relative = SHAPES[shape]
+    seconds = lengths.seconds / len(relative)
+    phases = Trace(shape, tuple(Phase(seconds, rate=lengths.rate * r) for r in relative))
+    sizes = itertools.cycle(lengths.requests)
+    requests = tuple(replace(next(sizes), at=at) for at in phases.arrivals(seed))
+    source = f"{lengths.source}, its lengths arriving as a {shape} of {len(relative)} phases"
+    return RequestTrace(f"{lengths.name}-{shape}", requests, source, lengths.rate)
 
 
 def azure_conversations() -> RequestTrace:

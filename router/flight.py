@@ -51,6 +51,9 @@ class Flight:
         # the answer's last two chunks relayed: where its usage is, if it gives one (a
         # stream's usage event may come apart from its [DONE])
         self.tail: Tail = (b"", b"")
+        # the router asked for the stream's usage, which the client did not: its event is
+        # read for the sample and taken out of what the client gets (``stream_usage``)
+        self.usage_added = False
         # a stream's silence, as the watchdog (``silence``) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look

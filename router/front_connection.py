@@ -485,12 +485,18 @@ class FrontConnection(asyncio.Protocol):
         request = None if message is None else message.request
         if request is not None and not request.arrived:
             request.refuse(BodyRefused(answer))
-        elif self._giving:
+        elif self._giving and self._aiohttps_turn():
             self._queue(_REFUSED_BY_AIOHTTP)
         else:
             self._pending.append(answer)
         self._next()
         self._take_over()
+
+    def _aiohttps_turn(self) -> bool:
+        """Whether aiohttp's server answers on this connection before the refusal could:
+        it took a request of it, or one waits to go to it. Then the refusal is its own (a
+        line it cannot read), so that the answers keep their order; else the front's."""
+        return self._aiohttp is not None or any(isinstance(i, bytes) for i in self._pending)
 
     def _last(self, answer: web.Response) -> None:
         """The refusal that ends the connection, written."""

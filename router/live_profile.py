@@ -127,20 +127,34 @@ def _crossing(fit: LiveFit) -> LiveCrossing | None:
 
 
 def _too_few(short: list[LiveFit], bucketed: bool, bare: bool) -> str:
-    """Why there is no live crossover yet, with the samples each fit has."""
+    """Why there is no live crossover yet: the samples each fit has, and the levels where
+    each pool has enough of them."""
+    need = short[0].min_samples
     counts = []
     for f in short:
-        pools = ", ".join(f"{p} {sum(lvl.samples for lvl in f.curves[p])}" for p in POOLS)
+        pools = ", ".join(
+            f"{p} {sum(lvl.samples for lvl in f.curves[p])} ({_measured(f.curves[p], need)})"
+            for p in POOLS
+        )
         where = f"context {f.context:g}: " if bucketed and f.context is not None else ""
-        counts.append(f"{where}{f.samples} samples ({pools})")
-    need = short[0].min_samples
+        counts.append(f"{where}{f.samples} samples: {pools}")
     without = " (and, without a profile, only where both pools have that many)" if bare else ""
     return (
         f"No live crossover yet: the window holds {'; '.join(counts)}, and no level around "
         f"a crossover has a pool with {need} live samples (--online-min-samples){without}. "
-        "Serve more streamed requests that ask for their usage "
-        '(stream_options: {"include_usage": true}), then ask again.'
+        "A pool is learned only at the loads it is sent: serve more streamed requests at "
+        "the loads around the crossover, on both pools (--online-explore-share sends some "
+        "there), then ask again."
     )
+
+
+def _measured(levels: tuple[Level, ...], need: int) -> str:
+    """The levels where a pool has ``need`` live samples, in words."""
+    found = [lvl.level for lvl in levels if lvl.samples >= need]
+    if not found:
+        return f"no level with {need}"
+    said = ", ".join(f"{level:g}" for level in found)
+    return f"{need} or more at level{'s' if len(found) > 1 else ''} {said} only"
 
 
 def _crossover(found: LiveCrossing | None, sureness: Sureness) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from specroute.router.request_id import with_rid
 from specroute.router.state import RouterState
 from specroute.router.stored_responses import PATH as RESPONSES_PATH
 from specroute.router.stored_responses import owner
+from specroute.router.stream_usage import asked_for
 from specroute.router.tracing import CURRENT, RequestSpan
 from specroute.router.upstream import Failure, closed, open_upstream
 
@@ -261,6 +262,8 @@ async def _forward(
     joined = state.online.joined(state.roster.backends, backend)  # before it joins
     lived = state.online.lived(state.roster.backends, backend)
     flight = Flight(state.metrics, backend, body.get("stream") is True, context, lived)
+    if state.online.records and (sent := asked_for(request.path, raw, body)) is not None:
+        raw, flight.usage_added = sent, True  # every stream a sample (``stream_usage``)
     trailed = trail_of()
     if trailed is not None:
         trailed.flew(flight)

@@ -14,6 +14,7 @@ from specroute.router.flight import Flight
 from specroute.router.outcome import Outcome
 from specroute.router.reply import Reply
 from specroute.router.state import RouterState
+from specroute.router.stream_usage import has_usage, without_usage
 from specroute.router.upstream import Failure, stopped
 from specroute.router.upstream_answer import Answer
 
@@ -46,11 +47,13 @@ async def relay(
                 if len(held) > _MAX_HELD:  # no blank line for long: not events after all
                     chunk, held = chunk + held, b""
             if chunk:
+                sent = without_usage(chunk) if flight.usage_added else chunk
                 try:  # inline, not through _to_client: this runs for every chunk
-                    await reply.write(chunk)
+                    if sent:
+                        await reply.write(sent)
                 except ConnectionError as exc:
                     raise ClientGone() from exc
-                passing.passed(chunk)
+                passing.passed(sent, chunk)
             flight.reading = True
             chunk = await upstream.chunk(None if held else direct)  # the backend's side
             flight.reading = False
@@ -77,15 +80,21 @@ class _Passing:
         self._reply, self._flight, self._events, self._length = reply, flight, events, length
         self._sent = 0
 
-    def passed(self, chunk: bytes) -> None:
+    def passed(self, chunk: bytes, came: bytes | None = None) -> None:
+        """``chunk`` reached the client, from ``came`` (the backend's, where the relay took
+        the usage event out of it): the tail, where the usage is read, is the backend's."""
         self._sent += len(chunk)
         flight = self._flight
-        flight.delivered = _whole(chunk, self._events, self._sent, self._length)
-        flight.tail = (flight.tail[1], chunk)  # a reference each: no copy per chunk
+        if chunk:
+            flight.delivered = _whole(chunk, self._events, self._sent, self._length)
+        flight.tail = (flight.tail[1], chunk if came is None else came)  # references: no copy
 
     def as_came(self, chunk: bytes) -> bool:
-        """Whether ``chunk`` may go as it came: not events, or events that are whole."""
-        return not self._events or chunk.endswith(b"\n\n")
+        """Whether ``chunk`` may go as it came: not events, or events that are whole and
+        hold no usage event the relay must take out."""
+        if not self._events:
+            return True
+        return chunk.endswith(b"\n\n") and not (self._flight.usage_added and has_usage(chunk))
 
     def direct(self, chunk: bytes) -> bool:
         """Sends ``chunk`` now if it can go as it came and the client keeps up. Else False,

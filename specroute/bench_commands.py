@@ -15,7 +15,7 @@ from specroute.emulator.hardware import load_hardware
 from specroute.event_loop import run as run_loop
 from specroute.flags import add_dataset_flags, add_workload_flags, dataset, levels, slo, sweep_plan
 from specroute.measure import draw
-from specroute.model_flags import add_model_flags, emulator_config, positive
+from specroute.model_flags import add_model_flags, emulator_config, given_model_flags, positive
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -339,12 +339,24 @@ def _add_deployments(commands: Subcommands) -> None:
         description="On one GPU group, each of: a plain server, an EAGLE-3 server at its "
         "fixed depth, an adaptive one (SGLang's default schedule, and the schedule written "
         "from the profile), each with all of the memory; and specroute over a speculative and "
-        "a plain server sharing the GPUs and splitting the memory. The same requests of the "
-        "Azure LLM inference trace 2023 (conversation half) each time, open loop, at rates "
-        "that put the group at each --utilisation. Every KV cache sized from memory as "
-        "SGLang's; the profile is the emulator's prediction at the trace's mean lengths.",
+        "a plain server sharing the GPUs and splitting the memory (--topology partitioned: two "
+        "groups, each deployment twice, and specroute also over two adaptive servers). The "
+        "same requests each time, open loop, at rates that put the GPUs at each "
+        "--utilisation, in virtual time, and live on emulated servers behind a router at "
+        "each --live one; beside them an oracle made of the plain and EAGLE-3 runs. Every KV "
+        "cache sized from memory as SGLang's; the profile is the emulator's prediction at the "
+        "trace's mean lengths.",
     )
     add_model_flags(deployments)
+    deployments.add_argument(
+        "--traffic",
+        choices=["azure", "ramp", "day"],
+        default="azure",
+        help="azure: the window of the Azure LLM inference trace 2023 (conversation half) as "
+        "it came; ramp, day: its requests arriving at a rate doubling up to a peak and back, "
+        "or following a day's hours, the utilisation stated at the busiest phase "
+        "(default: %(default)s)",
+    )
     deployments.add_argument(
         "--window",
         default="600+600",
@@ -365,9 +377,19 @@ def _add_deployments(commands: Subcommands) -> None:
         help="shared: one GPU group, the pair on it; partitioned: two, each one-server "
         "deployment twice behind least-load placement, the pair on a group each",
     )
+    deployments.add_argument(
+        "--live",
+        type=_shares,
+        default=[],
+        metavar="U1,...",
+        help="these utilisations also live: each contender's servers as emulator processes, "
+        "a router in front, the requests sent by their arrival times",
+    )
+    _time_scale(deployments, 0.1, "--live: the emulated servers'")
     deployments.add_argument("--slo", type=slo, default={"ttft": 2.0, "tpot": 0.05})
     deployments.add_argument("--out", metavar="FILE.json")
-    deployments.set_defaults(handler=_deployments, time_scale=1.0)
+    deployments.add_argument("--plot", metavar="FILE.png", help="the figures; needs matplotlib")
+    deployments.set_defaults(handler=_deployments)
 
 
 def _shares(text: str) -> list[float]:
@@ -781,20 +803,34 @@ def _affinity(args: argparse.Namespace) -> int:
 
 
 def _deployments(args: argparse.Namespace) -> int:
-    from specroute.bench.deployments import head_to_head, render
-    from specroute.loadgen.request_trace import azure_conversations
+    from specroute.bench.deployments import Live, head_to_head, kept_time, render
+    from specroute.loadgen.request_trace import azure_conversations, shaped
 
     start, _, seconds = args.window.partition("+")
     try:
         window = azure_conversations().window(float(start), float(seconds))
     except ValueError as exc:
         raise ValueError(f"--window {args.window}: {exc}") from None
+    unknown = set(args.live) - set(args.utilisation)
+    if unknown:
+        raise ValueError(f"--live {sorted(unknown)}: not among --utilisation {args.utilisation}")
+    traffic = window if args.traffic == "azure" else shaped(args.traffic, window, args.seed)
     document = head_to_head(
-        emulator_config(args, "spec"), window, args.utilisation, args.slo, _note, args.topology
+        given_model_flags(args),
+        traffic,
+        args.utilisation,
+        args.slo,
+        _note,
+        args.topology,
+        Live(tuple(args.live), args.time_scale) if args.live else None,
     )
     print(render(document))
     _save(document, args.out)
-    return 0
+    if args.plot:
+        from specroute.bench.deployments_plot import plot_deployments
+
+        plot_deployments(document, Path(args.plot))
+    return 1 if kept_time(document) is False else 0
 
 
 def _coverage(args: argparse.Namespace) -> int:

@@ -247,6 +247,28 @@ def _cache_size(tokens: int) -> int:
     return tokens
 
 
+def given_model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags ``args`` were parsed from, as far as they differ from the defaults:
+    to start other servers of the same model (``config_from_flags`` reads them back)."""
+    parser = argparse.ArgumentParser()
+    add_model_flags(parser)
+    flags: list[str] = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, action.default)
+        if not action.option_strings or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            flags.append(flag)
+        elif isinstance(value, Noise):
+            flags += [flag, f"run={value.run},step={value.step}"]
+        elif action.dest == "mem_fraction_static" and value == 0.0:
+            flags += [flag, "auto"]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
 def config_from_flags(
     flags: Sequence[str], mode: Literal["spec", "base"], time_scale: float = 1.0
 ) -> EmulatorConfig:

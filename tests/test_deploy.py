@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from specroute import prometheus
+from specroute.emulator.memory import default_fraction, shared_fractions
 from tests.exported_metrics import RULE_FILES, exported, metric_names, recorded, rules, scrape
 from tests.sglang_launch import LAUNCH, Launch, parse, render
 
@@ -103,13 +104,21 @@ def test_the_two_servers_differ_only_in_speculation(
         "max_running_requests",
         "cuda_graph_max_bs_decode",
         "tp_size",
-        "mem_fraction_static",
     ):
         assert spec[same] == base[same], same
     assert spec["max_running_requests"] <= spec["cuda_graph_max_bs_decode"]
     assert spec["port"] != base["port"] and spec["nccl_port"] != base["nccl_port"]
     if topology == "shared":
-        assert spec["mem_fraction_static"] + base["mem_fraction_static"] < 1.0
+        # started one after the other, each holds the same memory and keeps the reserve
+        # SGLang keeps for one server: the fractions the emulator and the bench give them
+        values = env_values(DEPLOY / "sglang" / env)
+        one = default_fraction(
+            float(values["GPU_MEMORY_GB"]), spec["tp_size"], spec["cuda_graph_max_bs_decode"]
+        )
+        fractions = (spec["mem_fraction_static"], base["mem_fraction_static"])
+        assert fractions == shared_fractions(one)
+    else:
+        assert spec["mem_fraction_static"] == base["mem_fraction_static"]
 
 
 @pytest.mark.parametrize("env_file", ENV_FILES, ids=lambda p: p.name)
@@ -127,7 +136,7 @@ def test_the_default_topology_holds_the_weights(env_file: Path) -> None:
     gpu_gb, weights_gb = float(values["GPU_MEMORY_GB"]), float(values["MODEL_WEIGHTS_GB"])
     share_gb = {
         "partitioned": 4 * gpu_gb,
-        "shared": 8 * gpu_gb * float(values["MEM_FRACTION_STATIC"]),
+        "shared": 8 * gpu_gb * float(values["SPEC_MEM_FRACTION_STATIC"]),
         "node": 8 * gpu_gb,
     }[values["TOPOLOGY"]]
     assert weights_gb <= WEIGHTS_SHARE_MAX * share_gb, (

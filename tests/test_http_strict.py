@@ -20,6 +20,7 @@ import aiohttp
 import openai
 import pytest
 
+from specroute.router.stream_usage import asked_for
 from tests.apps import listening
 from tests.routers import running_router
 from tests.test_emulator_api import client
@@ -185,7 +186,9 @@ async def test_requests_sent_ahead_of_their_answers_are_read_only_to_the_bounds(
             with contextlib.suppress(BlockingIOError):
                 written += wire.sock.send(requests[written : written + (1 << 16)])
             await asyncio.sleep(0.001)
-        assert backend.bodies == [chat("slow", stream=True)]  # nothing else while it streams
+        # nothing else while it streams (sent with its usage asked for: ``stream_usage``)
+        slow = chat("slow", stream=True)
+        assert backend.bodies == [asked_for("/v1/chat/completions", slow, json.loads(slow))]
         if size:
             assert written < len(requests) / 2, written  # held back: not read by the router
         wire.sock.setblocking(True)

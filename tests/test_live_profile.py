@@ -197,9 +197,13 @@ REFUSALS: list[tuple[str, Any, str]] = [
     (
         "too few samples",
         lambda: (fed(served(dense(), 3)), None),
-        "the window holds 36 samples (spec 18, base 18)",
+        "the window holds 36 samples: spec 18 (no level with 10), base 18 (no level with 10)",
     ),
-    ("only the profile's crossing", profiled_online, "the window holds 0 samples (spec 0, base 0)"),
+    (
+        "only the profile's crossing",
+        profiled_online,
+        "the window holds 0 samples: spec 0 (no level with 10), base 0",
+    ),
 ]
 
 
@@ -334,10 +338,9 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             await asyncio.gather(streamed(url, "one"), streamed(url, "two"))
             # once a fit has run: before it, the answer says none has (with 2 samples kept)
             status, body = await until(url, lambda s, b: "window holds 2" in json.dumps(b))
-            assert (
-                status == 409
-                and "the window holds 2 samples (spec 2, base 0)" in body["error"]["message"]
-            )
+            said_why = body["error"]["message"]
+            assert status == 409 and "holds 2 samples: spec 2 (no level with 4), " in said_why
+            assert "base 0 (no level with 4)" in said_why and "usage" not in said_why
             code, early = await command(
                 "profile",
                 "--from-live",

@@ -14,7 +14,13 @@ from specroute.emulator.acceptance import Acceptance, accept_rate
 from specroute.emulator.engine import Engine, Sequence
 from specroute.emulator.hardware import load_hardware
 from specroute.emulator.hardware_models import memory_facts as facts
-from specroute.emulator.memory import KvCacheError, default_fraction, static_gib, token_capacity
+from specroute.emulator.memory import (
+    KvCacheError,
+    default_fraction,
+    shared_fractions,
+    static_gib,
+    token_capacity,
+)
 from specroute.model_flags import config_from_flags
 from tests.emulators import FAST, running_emulator
 from tests.test_router_ops import samples
@@ -74,7 +80,7 @@ def test_sglangs_default_fraction_and_its_refusal() -> None:
     h100 = load_hardware("llama3.1-8b-h100").memory
     assert h100 is not None
     reserved = 512 + 8192 * 1.5 + 1 / 8 * 1024 + 256 * 2
-    assert default_fraction(h100, 1, 256) == round((81559 - reserved) / 81559, 3)
+    assert default_fraction(h100.gpu_gib, 1, 256) == round((81559 - reserved) / 81559, 3)
     kimi = load_hardware("kimi-k2.5-8x-pcie").memory
     assert kimi is not None
     with pytest.raises(KvCacheError, match=r"Raise --mem-fraction-static above 0\.7"):
@@ -97,6 +103,24 @@ def test_servers_sharing_gpus_each_find_what_the_others_left() -> None:
     flags = ["--hardware", "llama3.1-8b-h100", "--mem-fraction-static", "0.45"]
     later = config_from_flags([*flags, "--memory-taken-gib", str(taken)], "base")
     assert later.max_total_tokens == second
+
+
+def test_shared_fractions_give_both_servers_the_same_memory_and_each_its_reserve() -> None:
+    """The fractions for the shared topology: the second, of what the first left, holds
+    what the first holds, and what both leave is two of one server's reserves."""
+    memory = load_hardware("llama3.1-8b-h100").memory
+    assert memory is not None
+    one = default_fraction(memory.gpu_gib, 1, 256)
+    first, second = shared_fractions(one)
+    pre = memory.gpu_gib - memory.context_gib
+    held = static_gib(memory, first) - memory.context_gib
+    assert held == pytest.approx(pre * (one - 0.5), rel=2e-3)
+    later = static_gib(memory, second, static_gib(memory, first)) - memory.context_gib
+    assert later == pytest.approx(held, rel=0.03)  # the first's CUDA context aside
+    assert pre - held - later == pytest.approx(2 * pre * (1 - one), rel=0.03)
+    assert second > first  # of less memory, so a larger share of it
+    with pytest.raises(KvCacheError, match="leave no memory"):
+        shared_fractions(0.5)
 
 
 def _engine(capacity: int | None, speculative: bool = False) -> Engine:

@@ -271,10 +271,11 @@ async def test_specroute_spreads_its_requests_over_both_backends_as_the_others_d
             assert sum(after) - sum(before) == 16 * 4  # every answer, four tokens each
 
 
-async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> None:
-    """The bench's streams ask for their token counts, as a client of online calibration
-    does, and the stub sends them as SGLang does: each stream through the router is a
-    sample, so ``specroute-wN`` pays for learning and ``-online-off`` does not."""
+async def test_every_stub_stream_is_an_online_sample() -> None:
+    """The stub sends the token counts a stream asks for as SGLang does, and the router asks
+    for them whether its client did or not: each stream through the router is a sample, so
+    ``specroute-wN`` pays for learning and ``-online-off`` does not; a client that did not
+    ask gets no usage."""
     async with (
         spawned("--chunks", "4", "--gap-ms", "1", module=overhead_targets.STUB) as stub,
         running_router(spec=[stub.url], base=[stub.url], crossover=8, idle_timeout=0.4) as (
@@ -296,7 +297,7 @@ async def test_a_stub_stream_that_asks_for_its_counts_is_an_online_sample() -> N
             assert isinstance(stream, AsyncStream)
             usages = [chunk.usage async for chunk in stream if chunk.usage is not None]
             assert [u.completion_tokens for u in usages] == ([4] if counted else [])
-        assert state.online.kept() == 1  # the stream that asked for its counts
+        assert state.online.kept() == 2  # both streams: the router asked for the counts
         watchdog = state.silence  # it watched the streams, and stops with the last of them
         assert watchdog is not None
         await asyncio.sleep(0.3)  # a tick of the watchdog's, and some

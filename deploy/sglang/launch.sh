@@ -82,9 +82,10 @@ case $TOPOLOGY in
     shared)
         # both servers on every GPU; each reserves its fraction of memory, so the second to
         # start must find the first one's share already taken (see deploy/README.md)
-        need SHARED_TP MEM_FRACTION_STATIC
+        fraction=${role^^}_MEM_FRACTION_STATIC
+        need SHARED_TP "$fraction"
         gpus=${ALL_GPUS:-0,1,2,3,4,5,6,7}
-        args+=(--tp-size "$SHARED_TP" --mem-fraction-static "$MEM_FRACTION_STATIC")
+        args+=(--tp-size "$SHARED_TP" --mem-fraction-static "${!fraction}")
         ;;
     node)
         # a model too large to load twice on one node: each server gets a node of its own
