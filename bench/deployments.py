@@ -168,6 +168,30 @@ COLUMNS = (
 )
 
 
+def _shown(
+    document: dict[str, Any], live: bool
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Each utilisation (only those that ran live, for ``live``), its row and the figures
+    shown of it: the offline ones, or the live ones."""
+    return [
+        (utilisation, row, row["live"] if live else row)
+        for utilisation, row in document["utilisations"].items()
+        if not live or "live" in row
+    ]
+
+
+def live_rows(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The utilisations that also ran live, each with its live figures."""
+    return [(utilisation, shown) for utilisation, _, shown in _shown(document, True)]
+
+
+def worst_lag(document: dict[str, Any]) -> float | None:
+    """The most any live run's servers fell behind their time scale; None where none
+    could say (or none ran live)."""
+    lags = [r["lag"] for _, r in live_rows(document) if r["lag"] is not None]
+    return max(lags) if lags else None
+
+
 def rows(
     document: dict[str, Any], mark: Callable[[str], str] = "{}*".format, live: bool = False
 ) -> list[list[str]]:
@@ -176,10 +200,7 @@ def rows(
     each column at its utilisation ``mark``ed (a star; the oracle is not a contender)."""
     out = []
     names = document["contenders"]
-    for utilisation, row in document["utilisations"].items():
-        if live and "live" not in row:
-            continue
-        shown = row["live"] if live else row
+    for utilisation, _, shown in _shown(document, live):
         best = {key: _best(key, [shown[n][key] for n in names]) for key, _ in COLUMNS}
         for name in [*names, ORACLE]:
             figures = shown[name]
@@ -214,11 +235,8 @@ def standings(document: dict[str, Any], live: bool = False) -> dict[str, dict[st
     the requests offered within the SLOs (``overloaded``: a queue that only grows, where a
     contender "wins" by the requests it lets wait)."""
     out: dict[str, dict[str, Any]] = {}
-    for utilisation, row in document["utilisations"].items():
-        if live and "live" not in row:
-            continue
-        shown = row["live"] if live else row
-        names = document["contenders"]
+    names = document["contenders"]
+    for utilisation, row, shown in _shown(document, live):
         best = max(
             names,
             key=lambda n: (shown[n]["goodput_rps"], -(shown[n]["tpot_ms_p50"] or math.inf)),
@@ -235,10 +253,10 @@ def standings(document: dict[str, Any], live: bool = False) -> dict[str, dict[st
 
 def kept_time(document: dict[str, Any]) -> bool | None:
     """Whether every live run's servers kept their time scale; None where none ran live."""
-    lags = [r["live"]["lag"] for r in document["utilisations"].values() if "live" in r]
-    if not lags:
+    if not live_rows(document):
         return None
-    return all(x is None or x <= lag.LIMIT for x in lags)
+    worst = worst_lag(document)
+    return worst is None or worst <= lag.LIMIT
 
 
 def render(document: dict[str, Any]) -> str:
@@ -253,7 +271,7 @@ def render(document: dict[str, Any]) -> str:
         header,
         *("  ".join(row) for row in rows(document)),
     ]
-    live = [(u, r["live"]) for u, r in document["utilisations"].items() if "live" in r]
+    live = live_rows(document)
     if live:
         lines += [
             "live, on emulated servers behind a router: "
@@ -273,6 +291,6 @@ def render(document: dict[str, Any]) -> str:
         )
     )
     if kept_time(document) is False:
-        worst = max(r["lag"] for _, r in live if r["lag"] is not None)
-        lines.append(f"NOT KEPT TIME: {lag.late(worst)}; the live rows are not to be read")
+        late = lag.late(worst_lag(document) or 0.0)
+        lines.append(f"NOT KEPT TIME: {late}; the live rows are not to be read")
     return "\n".join(lines)

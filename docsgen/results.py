@@ -14,7 +14,7 @@ from docsgen.markdown import code, number, table
 from docsgen.runs import MACHINE, RUNS
 from specroute.bench.coverage import render as coverage_table
 from specroute.bench.deployments import COLUMNS as DEPLOYMENT_COLUMNS
-from specroute.bench.deployments import ROUTED, kept_time, standings
+from specroute.bench.deployments import ROUTED, kept_time, live_rows, standings, worst_lag
 from specroute.bench.deployments import rows as deployment_rows
 from specroute.loadgen.lag import late, shown
 from specroute.profiler.report import interval_text, render_report
@@ -143,7 +143,7 @@ def context_predictions() -> str:
     return table(header, rows, "llrrr")
 
 
-def deployments(name: str, live: str = "") -> str:
+def deployments(name: str, live: bool = False) -> str:
     """A head-to-head of deployments: each contender at each utilisation, the oracle last,
     the best contender's figure of each column there in bold; ``live``: the utilisations
     that also ran live, with the servers' time scale and how far they kept it."""
@@ -154,18 +154,17 @@ def deployments(name: str, live: str = "") -> str:
         *(label for _, label in DEPLOYMENT_COLUMNS),
         "unfinished",
     ]
-    rows = deployment_rows(document, "**{}**".format, live=bool(live))
+    rows = deployment_rows(document, "**{}**".format, live=live)
     said = table(header, rows, "ll" + "r" * (len(DEPLOYMENT_COLUMNS) + 1))
     if not live:
         return said
-    runs = [(u, r["live"]) for u, r in document["utilisations"].items() if "live" in r]
     scales = "; ".join(
         f"at {u}, time scale {r['time_scale']:g}, the servers' lag {shown(r['lag'])}"
-        for u, r in runs
+        for u, r in live_rows(document)
     )
     if kept_time(document) is False:
-        worst = max(r["lag"] for _, r in runs if r["lag"] is not None)
-        return f'!!! warning "Not kept time"\n\n    {late(worst)}\n\n{said}'
+        warned = late(worst_lag(document) or 0.0)
+        return f'!!! warning "Not kept time"\n\n    {warned}\n\n{said}'
     return f"Live ({scales}):\n\n{said}"
 
 
@@ -233,7 +232,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "made-by": made_by,
     "deployments": deployments,
     "deployments-setup": deployments_setup,
-    "deployments-live": lambda name: deployments(name, live="live"),
+    "deployments-live": lambda name: deployments(name, live=True),
     "deployments-matrix": deployments_matrix,
     "runs": runs_table,
     "crossings": crossings,

@@ -45,6 +45,9 @@ def has_usage(chunk: bytes) -> bool:
 
 
 def without_usage(events: bytes) -> bytes:
-    """Whole events less the usage event (the one with a usage and no choices)."""
+    """Whole events less the usage event (the one with a usage and no choices); ``events``
+    itself where none has a usage."""
+    if not has_usage(events):
+        return events
     parts = _EVENTS.split(events)
     return b"".join(p for p in parts if not (_USAGE.search(p) and _USAGE_EVENT.search(p)))
