@@ -24,6 +24,7 @@ from specroute.bench.deployments import (
     render,
     standings,
 )
+from specroute.bench.deployments_plot import plot_deployments
 from specroute.bench.offline_contender import serve
 from specroute.cli import main
 from specroute.emulator.memory import static_gib
@@ -78,6 +79,21 @@ def test_below_the_crossover_the_written_schedule_is_the_fixed_depth(
     assert row["adaptive-calibrated"] == row["eagle"]
     assert row["specroute"]["spec_share"] == 1.0
     assert row["plain"]["tpot_ms_p50"] > row["eagle"]["tpot_ms_p50"]
+
+
+def test_the_rate_puts_the_gpus_at_each_utilisation_and_the_figures_are_drawn(
+    document: dict[str, Any], tmp_path: Path
+) -> None:
+    """The trace's output tokens a second over the plain server saturated is the
+    utilisation asked for; the plot draws every column of every contender."""
+    window = azure_conversations().window(600, 40)
+    outputs = statistics.mean(r.output_tokens for r in window.requests)
+    for utilisation, row in document["utilisations"].items():
+        offered = row["rate_factor"] * window.rate * outputs
+        assert offered == pytest.approx(float(utilisation) * document["capacity_tps"], rel=1e-3)
+    pytest.importorskip("matplotlib")
+    plot_deployments(document, tmp_path / "deployments.png")
+    assert (tmp_path / "deployments.png").stat().st_size > 20_000
 
 
 def test_a_live_row_that_lagged_says_so(document: dict[str, Any]) -> None:

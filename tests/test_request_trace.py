@@ -14,7 +14,9 @@ from specroute.loadgen.request_trace import (
     azure_conversations,
     load_azure,
     parse_azure,
+    shaped,
 )
+from specroute.loadgen.trace import diurnal
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 
@@ -67,3 +69,29 @@ def test_a_window_and_a_rate_keep_the_requests_and_their_bursts() -> None:
 def test_a_file_that_is_not_such_a_trace_is_refused_saying_why(text: str) -> None:
     with pytest.raises(RequestTraceError):
         parse_azure(text, "bad")
+
+
+@pytest.mark.parametrize("shape", ["ramp", "day"])
+def test_a_shaped_trace_sends_the_window_s_requests_at_its_phases_rates(shape: str) -> None:
+    """A ramp or a day: the window's lengths in their order, Poisson arrivals at a rate per
+    phase (a sixteenth of the peak to the peak and back; a day's hours), the busiest at the
+    window's mean rate, the phases as long as the window; scaled, its peak goes with it."""
+    window = azure_conversations().window(600, 600)
+    trace = shaped(shape, window, seed=3)
+    relative = (
+        [2.0**-k for k in (4, 3, 2, 1, 0, 1, 2, 3, 4)]
+        if shape == "ramp"
+        else [diurnal(h) for h in range(24)]
+    )
+    phase = window.seconds / len(relative)
+    counts = [0] * len(relative)
+    for r in trace.requests:
+        counts[min(int(r.at // phase), len(relative) - 1)] += 1
+    for count, share in zip(counts, relative, strict=True):
+        expected = window.rate * share * phase
+        assert abs(count - expected) < 5 * expected**0.5 + 3, (counts, shape)
+    sizes = [(r.prompt_tokens, r.output_tokens) for r in trace.requests]
+    assert sizes == [(r.prompt_tokens, r.output_tokens) for r in window.requests][: len(sizes)]
+    assert trace.peak_rate == window.rate > trace.rate
+    assert trace.scaled(2.5).peak_rate == pytest.approx(2.5 * window.rate)
+    assert window.peak_rate == window.rate  # a trace as it came: its mean
