@@ -21,6 +21,7 @@ splits a phase between both servers can beat it.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from bisect import bisect_right
 from collections.abc import Callable
@@ -35,8 +36,9 @@ from specroute.emulator.engine import Emission, Step
 from specroute.emulator.openai_api import parse
 from specroute.emulator.virtual import VirtualServer, VirtualTime
 from specroute.loadgen.client import PhaseBodies
-from specroute.loadgen.dataset import Dataset
+from specroute.loadgen.dataset import Dataset, words_text
 from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.request_trace import RequestTrace, TracedRequest
 from specroute.loadgen.trace import Trace
 from specroute.loadgen.trace_loop import IDLE_POLL, TRACE_ENDED
 from specroute.policies.decision import Decision
@@ -72,6 +74,8 @@ class ReplayPlan:
     settle: float = 0.0  # seconds of each phase left out of its figures
     seed: int = 0
     output_len: int = 256  # the answers of prompts a phase names by length
+    # a request trace's arrivals and lengths, sent besides the phases' (the Azure trace's)
+    requests: RequestTrace | None = None
 
 
 class RoutedServer(VirtualServer):
@@ -147,7 +151,7 @@ class _Replay:
         # by rid: its record, client, KV tokens and the load it joined
         self.owners: dict[str, tuple[RequestRecord, int | None, int, int]] = {}
         # by rid, from its first token: when it came and the load lived by then
-        self.decoding: dict[str, tuple[float, float]] = {}
+        self.decoding: dict[str, tuple[float, tuple[float, float]]] = {}
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
@@ -171,6 +175,11 @@ class _Replay:
             self.time.at(start, partial(self.fill, i))
         for t in trace.arrivals(self.plan.seed):
             self.time.at(t, lambda: self.send(None))
+        if self.plan.requests is not None:
+            rng = random.Random(f"traced|{self.plan.seed}")
+            for request in self.plan.requests.requests:
+                body = traced_body(request, rng)
+                self.time.at(request.at, partial(self.send, None, body))
         for k in range(math.ceil(trace.seconds / self.plan.poll_interval)):
             self.time.at(k * self.plan.poll_interval, self.poll)
         for server in self.servers:
@@ -204,9 +213,9 @@ class _Replay:
                 beat = IDLE_POLL * ((k + 1) * _GOLDEN % 1.0) if self.now > 0 else 0.0
                 self.time.at(self.now + beat, partial(self.send, k))
 
-    def send(self, client: int | None) -> None:
+    def send(self, client: int | None, body: dict[str, Any] | None = None) -> None:
         phase = self.phase(self.now)
-        body = self.bodies(phase)
+        body = self.bodies(phase) if body is None else body
         learning = self.learning
         live = None if learning is None else learning.online.adopted
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now, live)
@@ -255,14 +264,14 @@ class _Replay:
         del self.owners[seq.rid]
         record.end, record.output_tokens = self.now, len(seq.output_ids)
         record.prompt_tokens = seq.prompt_tokens
-        load = self.load(server, seq.rid, joined)
+        load, beside = self.load(server, seq.rid, joined)
         server.add(self.now, -1)
         server.kv_tokens -= context
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
         if self.learning is not None and (tpot := record.tpot()) is not None:
             accept = server.accept_length if server.pool == "spec" else None
-            sample = Sample(self.now, server.pool, load, tpot, context, accept)
+            sample = Sample(self.now, server.pool, load, tpot, context, accept, beside)
             self.learning.online.record(sample)  # as the router does at a request's end
         if client is None:
             return
@@ -273,20 +282,34 @@ class _Replay:
         else:
             self.idle[client] = True
 
-    def lived(self, server: RoutedServer) -> float:
-        """The load the online samples count at ``server`` integrated over time up to now."""
+    def lived(self, server: RoutedServer) -> tuple[float, float]:
+        """The load the online samples count at ``server`` integrated over time up to now:
+        its pool's part and the other pool's beside it (``Online.lived``)."""
         if self.learning is None:
-            return 0.0
+            return 0.0, 0.0
         gauge = self.learning.online.lived(self.servers, server)
-        return 0.0 if gauge is None else gauge(self.now)
+        return (0.0, 0.0) if gauge is None else gauge(self.now)
 
-    def load(self, server: RoutedServer, rid: str, joined: int) -> float:
+    def load(self, server: RoutedServer, rid: str, joined: int) -> tuple[float, float]:
         """The mean load a request decoded under, itself included (``joined`` when it
-        had no time decoding)."""
+        had no time decoding), and the other pool's part of it."""
         start = self.decoding.pop(rid, None)
         if start is None or self.now <= start[0]:
-            return float(joined)
-        return (self.lived(server) - start[1]) / (self.now - start[0])
+            return float(joined), 0.0
+        (own, other), (own_first, other_first) = self.lived(server), start[1]
+        span = self.now - start[0]
+        return (own + other - own_first - other_first) / span, (other - other_first) / span
+
+
+def traced_body(request: TracedRequest, rng: random.Random) -> dict[str, Any]:
+    """A traced request's body: a prompt of about its prompt tokens (a word a token), its
+    output tokens asked for and produced to the end."""
+    text = words_text(rng, max(1, request.prompt_tokens))
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max(1, request.output_tokens),
+        "ignore_eos": True,
+    }
 
 
 def replay(

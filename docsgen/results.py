@@ -12,6 +12,7 @@ from docsgen import router_results
 from docsgen.compare_results import compare_table, phases_table, prompts_table
 from docsgen.markdown import code, number, table
 from docsgen.runs import MACHINE, RUNS
+from specroute.bench.convergence import render as convergence_table
 from specroute.bench.coverage import render as coverage_table
 from specroute.bench.deployments import COLUMNS as DEPLOYMENT_COLUMNS
 from specroute.bench.deployments import ROUTED, kept_time, live_rows, standings, worst_lag
@@ -235,6 +236,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "deployments-live": lambda name: deployments(name, live=True),
     "deployments-matrix": deployments_matrix,
     "runs": runs_table,
+    "convergence": lambda name: f"```text\n{convergence_table(load(name))}\n```\n",
     "crossings": crossings,
     "levels": levels,
     "report-summary": report_summary,

@@ -209,6 +209,11 @@ RUNS: dict[str, Run] = {
         note="the demo writes it as demo/offline.json",
     ),
     "chaos": Run("specroute bench chaos --requests 5000 --seed 0 --out chaos.json", "2026-12-01"),
+    "convergence-llama3.1-8b-h200": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --out convergence-llama3.1-8b-h200.json",
+        "2026-12-06",
+    ),
     "soak": Run(
         "specroute bench soak --requests 100000 --out soak.json",
         "2026-12-02",

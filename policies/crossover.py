@@ -74,7 +74,8 @@ class CrossoverPolicy:
         if profile is None:
             raise PolicyError(
                 "failed to parse the parameters of the 'crossover' policy: "
-                "give crossover=N or a profile"
+                "give crossover=N or a profile (or serve with --online adopt, which starts "
+                "from none: speculating nowhere until the live crossover is sure)"
             )
         crossover = profile.crossover
         bands = crossover.given_bands

@@ -1,48 +1,82 @@
-"""Exploration: a stated share of requests sent to the pool the policy did not choose, near
-the crossover routed by, so that the live curves get samples where they decide it.
+"""Exploration: a stated share of requests sent to the pool the policy did not choose, in
+turns, near the crossover routed by, so that the live curves get samples of both pools at
+the levels that decide it.
 
-Under a crossover policy the speculative server is never seen above the crossover nor the
-plain one below it, so there the fit takes the profile's curve: a profile whose crossover
-is too low is never corrected, since nothing shows that speculation still pays above it.
-Exploration sends, after the policy's choice, one request in ``1 / share`` to the other pool
-when the load the request would join there lies within a factor ``span`` of the crossover
-(``crossover / span`` to ``crossover * span``), preferring the levels of load where that
-pool has fewer live samples than a level needs to count (``--online-min-samples``).
+A level of a pool's curve is that pool's server holding that many requests (alone on its
+GPUs, in the shared topology). Under a crossover the speculative server is never seen above
+the crossover nor the plain one below it, and one request sent across now and then only
+shows the other server at a load of one (on shared GPUs, beside the other pool's steps,
+which the fit leaves out). So exploration moves a stretch of traffic at once: a **turn**
+sends the next ``TURN`` times the level's requests that the crossover decides on a GPU group
+(shared; the pair of least-loaded servers, partitioned) to the other pool. The pool it
+leaves drains, and the other comes to hold the level's requests, alone, for about two of
+their lifetimes.
+
+Where: a turn starts when the level the other pool would come to hold (the group's load,
+both pools, in the shared topology; the chosen server's and the other's together in the
+partitioned one; the request itself included) lies within a factor ``span`` of the
+crossover routed by (``crossover / span`` to ``crossover * span``; at any level for a
+crossover of 0: no profile, or one that says speculation pays nowhere, is tested wherever
+the traffic is), at the level nearest the crossover, on the side where the policy does not
+send that pool, where it has fewer live samples than a level needs to count
+(``--online-min-samples``), or at any level there once the credit has waited a whole turn
+at the top of the span. A span of 4 reaches a crossover off by a factor of 4 either way
+at once; each crossover adopted re-centres it, so a profile further off, or none (a
+crossover of 0), is corrected a step at a time.
 
 Bounded and stated:
 
 - the share is of every request this worker decides (a credit of ``share`` a request, one
-  spent by each request explored): over any stretch at most ``share`` of them, however many
-  workers share it out;
-- never to an ejected server, one whose reported running requests have reached its
-  ``max_running_requests``, nor at a load past ``crossover * span``: it never overloads a
-  server to learn;
+  spent by each request explored; a turn starts once the credit pays for all of it): at
+  most ``share`` of them from the start, however many workers share it out; the credit
+  kept is at most ``KEPT`` turns at the top of the span, earned where no turn could start
+  (a load outside the span), spent when the load comes within it;
+- never to an ejected server, nor to one whose reported running requests have reached its
+  ``max_running_requests``, nor at a level past ``crossover * span`` (a turn ends there):
+  it never overloads a server to learn;
 - only on a decision a crossover or a profile's bands made (``below_crossover``,
   ``above_crossover``, ``inside_band``, ``outside_band``), around the crossover (the first
   band's top): failover, retries, probes and the other policies' choices are left alone.
 
-On the request path: a credit added and compared; the rest only when it is owed. What the
-last fit saw (each pool's live samples per level) is read once per fit, never fitted here.
-It generalises ``acceptance-crossover``'s ``probe_share``, which sends requests to the
-speculative pool at any load while a low live accept length keeps it idle; both may apply,
-and their shares add.
+On the request path: a credit added and compared, a turn looked up; the rest only when one
+starts. What the last fit saw (each pool's live samples per level) is read once per fit,
+never fitted here. It generalises ``acceptance-crossover``'s ``probe_share``, which sends
+requests to the speculative pool at any load while a low live accept length keeps it idle;
+both may apply, and their shares add.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from specroute.policies.decision import Decision
 from specroute.policies.view import BackendView, Pool, View
 from specroute.router.online import Online
-from specroute.router.online_fit import nearest
 
 EXPLORE = "explore"  # the decision's reason
 # decisions it may turn: a crossover's, and a profile's bands' (a calibrated profile writes
 # its one band as bands), explored around the crossover (the first band's top)
 _CROSSOVER = frozenset({"below_crossover", "above_crossover", "inside_band", "outside_band"})
-_OWED = 2.0  # the most credit kept: one exploration waiting for a preferred level, one more
+# a turn's requests per request of the level it explores: about one lifetime of the level's
+# requests while the pool it leaves drains, two with the other pool alone, and one whose
+# requests the pool left takes again as they end
+TURN = 4
+# a turn starts at a level only this near the one wanted, in doublings: a sample counts at
+# its mean load while it decoded, which drifts from the load a turn starts at
+CENTRE = 0.35
+KEPT = 4  # the most credit kept: this many turns at the top of the span
+CEILING = 512.0  # the top of the span of a crossover of 0, for the credit it keeps
+
+
+@dataclass
+class Turn:
+    """A stretch of a group's traffic sent to ``to``: ``left`` requests more."""
+
+    to: Pool
+    left: int
+    level: float
 
 
 class Exploration:
@@ -51,60 +85,119 @@ class Exploration:
         ``span``: how far from the crossover, as a factor of load, it explores (> 1)."""
         self.online, self.share, self.span = online, share, span
         self.explored: dict[Pool, int] = {"spec": 0, "base": 0}
-        self._decided = 0  # decisions seen: each earns ``share`` of one exploration
-        self._spent = 0.0  # of what they earned: explorations, and what was owed past _OWED
+        self.turns: dict[Pool, int] = {"spec": 0, "base": 0}  # turns started, by pool
+        self._decided = 0  # decisions seen: each earns ``share`` of one explored request
+        self._spent = 0.0  # of what they earned: requests explored, and what was past the cap
+        self._open: dict[str, Turn] = {}  # by GPU group (shared), or "" for the pair
         self._read: float | None = None  # the fit whose samples ``_short`` holds
         self._levels: tuple[float, ...] = ()
         self._short: dict[Pool, tuple[bool, ...]] = {}  # per level: fewer live samples than count
+        self._estimate: float | None = None  # the last fit's crossover (a bound's level)
 
     def after(self, decision: Decision, view: View, crossover: float | None) -> Decision:
         """The policy's ``decision``, or the other pool's server with reason ``explore``;
-        ``crossover``: the policy's own (the live one in ``view`` goes first, as routing's)."""
+        ``crossover``: the policy's own. Explored around the last fit's live estimate, sure
+        or not (a bound's level for a bound: where the evidence is wanted), or else the
+        crossover routed by."""
         self._decided += 1
+        self._learn()
+        threshold = next(
+            (x for x in (self._estimate, view.live_crossover, crossover) if x is not None), None
+        )
+        if decision.reason not in _CROSSOVER or threshold is None:
+            return decision
+        if not 0 <= threshold < math.inf:
+            return decision
+        low = threshold / self.span
+        high = threshold * self.span if threshold > 0 else math.inf
+        longest = TURN * min(high, CEILING)
         owed = self.share * self._decided - self._spent  # a product: no sum's rounding drift
-        if owed > _OWED:
-            self._spent, owed = self._spent + owed - _OWED, _OWED
-        if owed < 1 or decision.reason not in _CROSSOVER:
+        if owed > KEPT * longest:
+            self._spent, owed = self._spent + owed - KEPT * longest, KEPT * longest
+        if owed < TURN and not self._open:
+            return decision  # no turn open, and none paid for: the common case, cheaply
+        key = self._key(view, decision)
+        turn = self._open.get(key)
+        if turn is None:
+            other: Pool = "base" if decision.pool == "spec" else "spec"
+            target, level = self._seat(view, other, decision.backend)
+            if target is None or not low <= level <= high or _full(target, view):
+                return decision
+            need = math.ceil(TURN * level)
+            preferred = self._preferred(other, level, low, high, threshold)
+            if owed < need or (owed < longest and not preferred):
+                return decision
+            turn = self._open[key] = Turn(other, need, level)
+            self.turns[other] += 1
+        if decision.pool == turn.to:
+            return decision  # the policy's own choice: nothing to turn
+        target, level = self._seat(view, turn.to, decision.backend)
+        if target is None or not low <= level <= high or _full(target, view):
+            del self._open[key]  # the load left the span, or the server cannot take more
             return decision
-        threshold = crossover if view.live_crossover is None else view.live_crossover
-        if threshold is None or not 0 < threshold < math.inf:
-            return decision
-        other: Pool = "base" if decision.pool == "spec" else "spec"
-        target, load = self._seat(view, other, decision.backend)
-        if target is None or not threshold / self.span <= load <= threshold * self.span:
-            return decision
-        cap = target.max_running_requests
-        if cap is not None and target.load(view.source) >= cap:
-            return decision
-        if owed < _OWED and not self._preferred(other, load, threshold):
-            return decision
+        if owed < 1:
+            return decision  # another group's turn spent the credit: this one waits
         self._spent += 1
-        self.explored[other] += 1
-        return Decision(other, target.name, EXPLORE)
+        self.explored[turn.to] += 1
+        turn.left -= 1
+        if turn.left <= 0:
+            del self._open[key]
+        return Decision(turn.to, target.name, EXPLORE)
+
+    def _key(self, view: View, decision: Decision) -> str:
+        """The turn a decision belongs to: its server's GPU group's, or the pair's."""
+        if not self.online.shared:
+            return ""
+        return next((b.group for b in view.backends if b.name == decision.backend), "")
 
     def _seat(self, view: View, pool: Pool, chosen: str | None) -> tuple[BackendView | None, int]:
-        """The server of ``pool`` the request would run on instead, and the load it would
-        join there, itself included, counted as the online samples count it: the group's
-        (both pools) in the shared topology, the server's own in the partitioned one."""
+        """The server of ``pool`` the request would run on instead, and the level that pool
+        comes to hold in a turn, the request included, counted as the online samples count
+        it: the group's load (both pools) in the shared topology; in the partitioned one, the
+        chosen server's and that server's together."""
+        source = view.source
         if not self.online.shared:
             target = view.least_loaded(pool)
-            return target, 0 if target is None else target.load(view.source) + 1
+            if target is None:
+                return None, 0
+            mine = next((b.load(source) for b in view.backends if b.name == chosen), 0)
+            return target, mine + target.load(source) + 1
         group = next((b.group for b in view.backends if b.name == chosen), "")
-        target = view.least_loaded(pool, group)
-        return target, view.group_load(group) + 1
+        return view.least_loaded(pool, group), view.group_load(group) + 1
 
-    def _preferred(self, pool: Pool, load: int, threshold: float) -> bool:
-        """Whether ``load`` is at a level ``pool`` most needs samples at: one short of the
-        samples a level needs to count live, or any level near the crossover when none
-        there is short (then every one keeps being refreshed, so the window follows drift)."""
-        self._learn()
-        short, levels = self._short.get(pool), self._levels
-        if not short:
-            return True  # no fit yet: every level is as unknown as the next
-        low, high = threshold / self.span, threshold * self.span
-        if not any(s for level, s in zip(levels, short, strict=True) if low <= level <= high):
-            return True
-        return short[nearest(levels, load)]
+    def _preferred(self, pool: Pool, level: float, low: float, high: float, at: float) -> bool:
+        """Whether ``level`` is one ``pool`` needs samples at (``_wanted``), within a
+        ``CENTRE`` of it; when it needs none and the other pool does, not, so that the credit
+        goes where the evidence is missing; when neither does, any level in the span, so that
+        every one keeps being refreshed and the window follows drift."""
+        if not self._short or at <= 0:
+            return True  # no fit yet, or no crossover: every level is as unknown as the next
+        wanted = self._wanted(pool, low, high, at)
+        if not wanted:
+            other: Pool = "base" if pool == "spec" else "spec"
+            return not self._wanted(other, low, high, at)
+        return any(abs(math.log2(level / lvl)) <= CENTRE for lvl in wanted)
+
+    def _wanted(self, pool: Pool, low: float, high: float, at: float) -> list[float]:
+        """The levels in the span where ``pool`` is short of the samples a level needs to
+        count, among those the crossover ``at`` needs: the level on each side of it (a
+        crossing between them needs both pools at both), and the next one out on the side
+        where the policy does not send ``pool`` (above for the speculative pool, below for
+        the plain one) unless a live bound says the crossing is not there, so that the
+        evidence grows outwards a level at a time."""
+        levels, short = self._levels, self._short[pool]
+        found = self.online.fits[0].crossing if self.online.fits else None
+        bound = None if found is None or found.at is not None else found.bound
+        under = [lvl for lvl in levels if lvl <= at]
+        over = [lvl for lvl in levels if lvl >= at]
+        need = under[-1:] + over[:1]
+        if pool == "spec" and bound != "below":
+            need += over[1:2]
+        if pool == "base" and bound != "above":
+            need += under[-2:-1]
+        return [
+            lvl for lvl in levels if lvl in need and short[levels.index(lvl)] and low <= lvl <= high
+        ]
 
     def _learn(self) -> None:
         """What the last fit saw: each pool's live samples per level (all contexts)."""
@@ -113,6 +206,8 @@ class Exploration:
             return
         self._read = online.fitted_at
         fits = online.fits
+        found = fits[0].crossing if len(fits) == 1 else None
+        self._estimate = None if found is None else (found.at or found.limit)
         if not fits:
             self._levels, self._short = (), {}
             return
@@ -128,4 +223,16 @@ class Exploration:
 
     def describe(self) -> dict[str, Any]:
         """For ``/router/status``."""
-        return {"share": self.share, "span": self.span, "explored": dict(self.explored)}
+        return {
+            "share": self.share,
+            "span": self.span,
+            "explored": dict(self.explored),
+            "turns": dict(self.turns),
+            "open_turns": [asdict(t) | {"group": k} for k, t in self._open.items()],
+        }
+
+
+def _full(target: BackendView, view: View) -> bool:
+    """Whether ``target``'s reported running requests have reached its cap."""
+    cap = target.max_running_requests
+    return cap is not None and target.load(view.source) >= cap

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 
 from specroute.router.backend import Backend
 from specroute.router.metrics import RouterMetrics
+from specroute.router.online_samples import Lived
 from specroute.router.outcome import Outcome
 
 Tail = tuple[bytes, bytes]  # the answer's last two chunks relayed, the last one last
@@ -35,14 +35,14 @@ class Flight:
         backend: Backend,
         stream: bool,
         context: int,
-        lived: Callable[[float], float] | None = None,
+        lived: Lived | None = None,
     ) -> None:
         """``lived``: the load its samples count, integrated over time up to a moment
         (``Online.lived``); read at its first byte, so that the load it decoded under is
         known at its end."""
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
         self.lived = lived
-        self.lived_first: float | None = None  # ``lived`` at its first byte
+        self.lived_first: tuple[float, float] | None = None  # ``lived`` at its first byte
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request

@@ -24,6 +24,7 @@ from specroute.policies.profile import SCHEMA, SCHEMA_V2, Profile, one_crossover
 from specroute.policies.view import POOLS, Pool
 from specroute.router.online import Online, OnlineMode, Sureness, profiled
 from specroute.router.online_fit import REPLICATES, Known, Level, LiveCrossing, LiveFit
+from specroute.router.online_samples import BESIDE_LIMIT
 
 RULE = (
     "the live fit: each level's value is the median TPOT of the requests the router served "
@@ -115,7 +116,7 @@ def _ready(online: Online, profile: Profile | None) -> tuple[LiveFit, ...]:
         )
     short = [f for f in fits if _crossing(f) is None]
     if short:
-        raise LiveProfileRefused(_too_few(short, len(fits) > 1, profile is None))
+        raise LiveProfileRefused(_too_few(short, len(fits) > 1))
     return fits
 
 
@@ -126,7 +127,7 @@ def _crossing(fit: LiveFit) -> LiveCrossing | None:
     return found if found is not None and found.near > 0 else None
 
 
-def _too_few(short: list[LiveFit], bucketed: bool, bare: bool) -> str:
+def _too_few(short: list[LiveFit], bucketed: bool) -> str:
     """Why there is no live crossover yet: the samples each fit has, and the levels where
     each pool has enough of them."""
     need = short[0].min_samples
@@ -138,13 +139,13 @@ def _too_few(short: list[LiveFit], bucketed: bool, bare: bool) -> str:
         )
         where = f"context {f.context:g}: " if bucketed and f.context is not None else ""
         counts.append(f"{where}{f.samples} samples: {pools}")
-    without = " (and, without a profile, only where both pools have that many)" if bare else ""
     return (
         f"No live crossover yet: the window holds {'; '.join(counts)}, and no level around "
-        f"a crossover has a pool with {need} live samples (--online-min-samples){without}. "
-        "A pool is learned only at the loads it is sent: serve more streamed requests at "
-        "the loads around the crossover, on both pools (--online-explore-share sends some "
-        "there), then ask again."
+        f"a crossover has {need} live samples of both pools (--online-min-samples; a "
+        "crossover is never fitted past the levels where both were seen). A pool is "
+        "learned only at the loads it is sent: exploration (--online-explore-share) sends "
+        "turns of requests to the pool the policy does not choose near the crossover; "
+        "serve more streamed traffic at those loads, then ask again."
     )
 
 
@@ -280,13 +281,21 @@ def _measurement(
             "the fit), relative, were left out of it as taught by another drafter; those "
             "without one counted",
         },
+        "shared_gpus": {
+            "shared": online.shared,
+            "beside_limit": BESIDE_LIMIT,
+            "samples_left_out": online.beside,
+            "rule": "on shared GPUs, the samples taken beside more than beside_limit of the "
+            "other pool's requests (mean over their decode) were left out: the servers' steps "
+            "take turns, so such a sample is not what a level of its pool alone means",
+        },
         "fitted_seconds_ago": None if fitted is None else round(now - fitted, 3),
         "bootstrap_replicates": REPLICATES,
         "sureness": {
             "min_samples": sureness.min_samples,
             "max_ratio": sureness.max_ratio,
             "rule": "sure (what --online adopt routes by): at least min_samples live samples "
-            "at each level around the crossover in each pool measured live there, and a "
+            "at each level around the crossover in each pool (both measured live there), and a "
             "closed interval at most max_ratio wide (high / low); for a bound, as many at "
             "its level and 97.5% of the replicates finding it",
             "sure": [sureness.sure(f.crossing, holding=False) for f in fits],

@@ -54,10 +54,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import Curves, context_curves, curves
@@ -67,14 +67,23 @@ from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import (
     DEFAULT_LEVELS,
     Known,
+    Live,
     LiveCrossing,
     LiveFit,
     Shape,
     fit,
+    live,
     nearest,
 )
 from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Sample, Samples, taught_elsewhere
+from specroute.router.online_samples import (
+    BESIDE_LIMIT,
+    Lived,
+    Sample,
+    Samples,
+    beside_other,
+    taught_elsewhere,
+)
 from specroute.router.outcome import Outcome
 
 _log = logging.getLogger("specroute.router")
@@ -98,18 +107,19 @@ class OnlineMode(StrEnum):
 @dataclass(frozen=True)
 class Sureness:
     """When a live crossover is sure enough to route by: at least ``min_samples`` live
-    samples at each level around it in each pool measured live there, and a closed interval
+    samples at each level around it in each pool (both pools measured live there: never past
+    the evidence, a pool that stood on the profile's value counts none), and a closed interval
     at most ``max_ratio`` wide (high / low; 2 by default: one doubling of load, so that the
     replicates agree on the two doubling levels it lies between, and its point is not one
     draw from a span of several); for a bound (speculation pays at no level, or at every
-    one), as many samples at its level and 97.5% of the replicates finding it too.
+    one), as many samples of each pool at its level and 97.5% of the replicates finding it.
 
     Once adopted, a crossover is kept where it is while the evidence holds it half as well
     (half the samples, twice the ratio, and its interval still holding it): hysteresis, so
     that routing does not flap between the live and the profiled crossover, nor follow a
     point that wanders inside a wide interval. Only a sure fit moves it."""
 
-    min_samples: int = 30
+    min_samples: int = 16
     max_ratio: float = 2.0
 
     def sure(self, found: LiveCrossing | None, holding: bool) -> bool:
@@ -144,6 +154,9 @@ class Seat(Protocol):
     @property
     def group(self) -> str: ...
 
+    @property
+    def pool(self) -> Pool: ...
+
     def lived(self, now: float) -> float: ...
 
     def others(self, now: float) -> float: ...
@@ -165,13 +178,19 @@ class FitJob:
     min_samples: int
     per_level: int | None
     made_from: tuple[object, ...]
+    shared: bool = True
+    # per context bucket, the pools' levels live in the last fit: they stay in this one down
+    # to half ``min_samples`` (hysteresis: a level enters at the full count)
+    stay: tuple[Live, ...] = ()
 
-    def run(self) -> tuple[tuple[LiveFit, ...], int]:
+    def run(self) -> Made:
         """The fits, per context bucket of the profile (one when it has none), and how
-        many samples of the window were left out as taught by another drafter."""
-        counted = [
+        many samples of the window were left out: taught by another drafter, and taken
+        beside the other pool's requests on the same GPUs."""
+        drafted = [
             s for s in self.window if not taught_elsewhere(s, self.accept_length, self.tolerance)
         ]
+        counted = [s for s in drafted if not (self.shared and beside_other(s))]
         profile = self.profile
         axis = None if profile is None else profile.context
         parts: list[tuple[float | None, list[Sample], Known | None, Shape | None]]
@@ -187,10 +206,20 @@ class FitJob:
                 for part, c in zip(split, contexts, strict=True)
             ]
         levels, least, per = _levels(profile), self.min_samples, self.per_level
+        stays = self.stay if len(self.stay) == len(parts) else (frozenset(),) * len(parts)
         fits = tuple(
-            fit(part, levels, c, known, least, per, shape=shape) for c, part, known, shape in parts
+            fit(part, levels, c, known, least, per, shape=shape, stay=stay)
+            for (c, part, known, shape), stay in zip(parts, stays, strict=True)
         )
-        return fits, len(self.window) - len(counted)
+        return Made(fits, len(self.window) - len(drafted), len(drafted) - len(counted))
+
+
+class Made(NamedTuple):
+    """What a fit made: its fits, and the samples of the window it left out, by reason."""
+
+    fits: tuple[LiveFit, ...]
+    other_drafter: int  # taught by another drafter than the one serving now
+    beside_other_pool: int  # taken beside the other pool's requests on the same GPUs
 
 
 class Online:
@@ -228,6 +257,7 @@ class Online:
         self.accept_tolerance = accept_tolerance
         self.accept_length: float | None = None  # the speculative pool's at the last fit
         self.left_out = 0  # the samples the last fit left out, taught by another drafter
+        self.beside = 0  # and those it left out, taken beside the other pool's on its GPUs
         self.peers: list[dict[str, Any]] = []  # each peer replica's, as the leader last saw it
 
     # On the request path
@@ -243,22 +273,29 @@ class Online:
         now = time.monotonic()
         return own + round(sum([b.others(now) for b in seats]))
 
-    def lived(self, backends: Sequence[Seat], backend: Seat) -> Callable[[float], float] | None:
-        """The load a request at ``backend`` counts, integrated over time up to a moment
-        (None: not recording)."""
+    def lived(self, backends: Sequence[Seat], backend: Seat) -> Lived | None:
+        """The load a request at ``backend`` counts, integrated over time up to a moment,
+        as its own pool's part and the other pool's beside it on the same GPUs (0 apart);
+        None: not recording."""
         if not self.records:
             return None
-        seats = [backend] if not self.shared else [b for b in backends if b.group == backend.group]
+        if not self.shared:
+            return _apart(backend, self.counts_others)
+        group = [b for b in backends if b.group == backend.group]
+        own = [b for b in group if b.pool == backend.pool]
+        other = [b for b in group if b.pool != backend.pool]
         if self.counts_others:
-            return lambda now: sum([b.lived(now) + b.others_lived(now) for b in seats])
-        if len(seats) == 1:
-            return seats[0].lived
-        return lambda now: sum([b.lived(now) for b in seats])
+            return lambda now: (
+                sum([b.lived(now) + b.others_lived(now) for b in own]),
+                sum([b.lived(now) + b.others_lived(now) for b in other]),
+            )
+        return lambda now: (sum([b.lived(now) for b in own]), sum([b.lived(now) for b in other]))
 
     def served(self, flight: Flight, joined: int, accept_length: float | None = None) -> None:
         """At the request's end: one sample, if it makes one, at the mean load it decoded
-        under (``joined`` without the load lived through since its first byte), with its
-        server's live accept length now (None: unknown; the plain pool's is not kept)."""
+        under (``joined`` without the load lived through since its first byte), with the
+        other pool's part of it and its server's live accept length now (None: unknown; the
+        plain pool's is not kept)."""
         if not self.records or flight.outcome is not Outcome.ANSWERED or flight.status != 200:
             return
         if not flight.stream or flight.first_at is None:
@@ -268,12 +305,14 @@ class Online:
             return
         now = time.monotonic()
         tpot = (now - flight.first_at) / (tokens - 1)
-        load = float(joined)
+        load, beside = float(joined), 0.0
         if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
-            load = (flight.lived(now) - flight.lived_first) / (now - flight.first_at)
+            (own, other), (own_first, other_first) = flight.lived(now), flight.lived_first
+            load = (own + other - own_first - other_first) / (now - flight.first_at)
+            beside = (other - other_first) / (now - flight.first_at)
         pool = flight.backend.pool
         accept = accept_length if pool == "spec" else None
-        self.record(Sample(now, pool, load, tpot, flight.context, accept))
+        self.record(Sample(now, pool, load, tpot, flight.context, accept, beside))
 
     def record(self, sample: Sample) -> None:
         """One served request's sample (what ``served`` takes; an offline replay, too)."""
@@ -304,6 +343,13 @@ class Online:
                 "accept_length": self.accept_length,
                 "tolerance": self.accept_tolerance,
                 "samples_left_out": self.left_out,
+            },
+            # the samples the last fit left out, taken beside the other pool's requests on
+            # the same GPUs (shared topology): not what a level of either pool alone means
+            "shared_gpus": {
+                "shared": self.shared,
+                "beside_limit": BESIDE_LIMIT,
+                "samples_left_out": self.beside,
             },
             "peers": [shown(peer, now) for peer in self.peers],
             "fits": [
@@ -375,15 +421,17 @@ class Online:
             profile,
             accept_length,
             self.accept_tolerance,
-            self._min(),
+            self.sureness.min_samples,
             self.per_level,
             made_from,
+            shared,
+            tuple(live(f) for f in self.fits),
         )
 
-    def settle(self, job: FitJob, made: tuple[tuple[LiveFit, ...], int]) -> None:
+    def settle(self, job: FitJob, made: Made) -> None:
         """What ``job`` made, in force: the fits, their drift from the profile and, in
         ``adopt``, the crossover routed by."""
-        fits, self.left_out = made
+        fits, self.left_out, self.beside = made
         profile, self.accept_length = job.profile, job.accept_length
         crossovers: tuple[Crossover, ...] | None = None
         if profile is not None:
@@ -397,11 +445,6 @@ class Online:
         )
         self._adopt(fits, profile)
         self._fitted_on = (*job.made_from, self.adopted)
-
-    def _min(self) -> int:
-        """The live samples a pool's level enters the fit with (fewer: the profile's value
-        stands there): ``min_samples``, half as many while a live crossover is adopted."""
-        return max(1, self.sureness.min_samples // (1 if self.adopted is None else 2))
 
     def _drifted(self, live: LiveCrossing | None, profiled: Crossover | None) -> bool:
         """The live interval no longer meets the profile's: only for a live crossing sure
@@ -431,6 +474,13 @@ class Online:
         elif was is not None and not self.sureness.holds(found, was):
             self.adopted = None
             _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+
+
+def _apart(backend: Seat, counts_others: bool) -> Lived:
+    """``Online.lived`` for a server on GPUs of its own: its load alone, none beside it."""
+    if counts_others:
+        return lambda now: (backend.lived(now) + backend.others_lived(now), 0.0)
+    return lambda now: (backend.lived(now), 0.0)
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

@@ -39,6 +39,7 @@ from specroute.router.online_samples import Sample
 DEFAULT_LEVELS: tuple[float, ...] = tuple(float(2**i) for i in range(10))  # 1 to 512
 REPLICATES = 400
 Known = Callable[[Pool, float], float | None]  # the profile's TPOT at a load, if it has one
+Live = frozenset[tuple[Pool, float]]  # the pools' levels a fit counted live
 Shape = Callable[[Pool, float], float]  # the profile's TPOT at any load, its curve extended
 
 
@@ -58,9 +59,10 @@ class Level:
 class LiveCrossing:
     """The live crossover and its interval (an end None: open), or a bound when the margin
     does not change sign among the levels used; ``levels`` are those the margin was taken
-    at, ``near``: the fewest live samples of a pool measured live at the two levels around
-    it (at the bound's level for a bound); ``beyond``: for a bound, the share of replicates
-    that find it too."""
+    at, ``near``: the fewest live samples of either pool at the two levels around it (at the
+    bound's level for a bound), none where a pool took the profile's value: a crossing is
+    only as sure as the live evidence on both sides of it; ``beyond``: for a bound, the
+    share of replicates that find it too."""
 
     at: float | None
     low: float | None
@@ -74,10 +76,14 @@ class LiveCrossing:
     @property
     def threshold(self) -> float | None:
         """The load to route by, as a profile's (``Crossover.threshold``): the crossover;
-        for a bound, 0 (it pays at no level) or the last level (it pays at every one)."""
+        for a bound, never past the evidence: when it pays at every level seen, the last
+        one (where both pools were seen); when at none, the load below the first one, so
+        that a request that would make that level goes to the plain pool (below it nothing
+        was seen: the level a lone request makes, 1, gives 0, speculation nowhere)."""
         if self.at is not None:
             return self.at
-        return self.limit if self.bound == "above" else 0.0
+        limit = self.limit if self.limit is not None else 0.0
+        return limit if self.bound == "above" else max(0.0, limit - 1)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,12 @@ class LiveFit:
     crossing: LiveCrossing | None
     samples: int
     min_samples: int = 1
+    live: tuple[tuple[Pool, float], ...] = ()  # the pools' levels it counted live
+
+
+def live(found: LiveFit) -> Live:
+    """The pools' levels ``found`` counted live."""
+    return frozenset(found.live)
 
 
 def nearest(levels: Sequence[float], load: float) -> int:
@@ -113,18 +125,22 @@ def fit(
     per_level: int | None = None,
     seed: int = 0,
     shape: Shape | None = None,
+    stay: Live = frozenset(),
 ) -> LiveFit:
     """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
     pool's level from its last ``per_level`` samples (all: None), each read at its level
     along ``shape`` (as measured: None); a pool's level with fewer than ``min_samples`` live
-    samples takes ``known`` there (the profile's curve)."""
+    samples takes ``known`` there (the profile's curve), but for one of ``stay`` (live in the
+    last fit), which counts down to half as many: a level enters at the full count and
+    leaves at half, so that the levels of the fit do not flap with a level's count."""
     seen: dict[Pool, list[list[Sample]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
         seen[s.pool][nearest(levels, s.load)].append(s)
     if per_level is not None:
         seen = {pool: [row[-per_level:] for row in rows] for pool, rows in seen.items()}
+    along = _own_shape(seen) if shape is None else shape
     by = {
-        pool: [_at_level(row, pool, level, shape) for row, level in zip(rows, levels, strict=True)]
+        pool: [_at_level(row, pool, level, along) for row, level in zip(rows, levels, strict=True)]
         for pool, rows in seen.items()
     }
     rng = random.Random(seed)
@@ -140,11 +156,46 @@ def fit(
             else:
                 low, high = percentile_interval(replicates)
                 rows.append(Level(level, len(values), _median(values), low, high))
-            reps.append(replicates if len(values) >= min_samples else None)
+            least = max(1, min_samples // 2) if (pool, level) in stay else min_samples
+            reps.append(replicates if len(values) >= least else None)
         curves[pool], draws[pool] = tuple(rows), reps
     counted = sum(level.samples for rows in curves.values() for level in rows)
     found = _crossing(levels, curves, draws, known, min_samples)
-    return LiveFit(context, curves, found, counted, min_samples)
+    counted_live = tuple(
+        (pool, level) for pool in POOLS for level, r in zip(levels, draws[pool], strict=True) if r
+    )
+    return LiveFit(context, curves, found, counted, min_samples, counted_live)
+
+
+def _own_shape(seen: dict[Pool, list[list[Sample]]]) -> Shape:
+    """Without a profile, each pool's TPOT at any load along its own live curve: through each
+    level's median load and median TPOT, straight in log TPOT over log load between them and
+    on past its ends (a stated model: TPOT a power of load, never falling with it, between
+    two levels); a pool seen at one level only is read as measured. A level's
+    samples sit anywhere in its share of the axis (a pool seen at the top of a level's share,
+    the other at its bottom, would otherwise be compared at different loads)."""
+    points: dict[Pool, list[tuple[float, float]]] = {}
+    for pool, rows in seen.items():
+        points[pool] = [
+            (
+                math.log(_median(sorted(s.load for s in row))),
+                math.log(_median(sorted(s.tpot for s in row))),
+            )
+            for row in rows
+            if row and all(s.load > 0 and s.tpot > 0 for s in row)
+        ]
+
+    def at(pool: Pool, load: float) -> float:
+        known = points[pool]
+        if len(known) < 2:
+            return 1.0  # one level or none: no shape to read along
+        x = math.log(max(load, 1e-9))
+        i = next((k for k in range(1, len(known) - 1) if x <= known[k][0]), len(known) - 1)
+        (x0, y0), (x1, y1) = known[i - 1], known[i]
+        slope = max(0.0, (y1 - y0) / (x1 - x0)) if x1 > x0 else 0.0
+        return math.exp(y0 + slope * (x - x0))
+
+    return at
 
 
 def _at_level(row: Sequence[Sample], pool: Pool, level: float, shape: Shape | None) -> list[float]:
@@ -162,18 +213,20 @@ def _crossing(
     known: Known | None,
     min_samples: int,
 ) -> LiveCrossing | None:
-    """The crossing at the levels where both pools have a value, live or known (at a level
-    where neither pool is live, the profile's own margin)."""
+    """The crossing at the levels where both pools are live; where none is, at those where
+    both have a value, live or known (the profile's), an estimate that is never sure (no
+    level around it has both pools live): a crossing is never fitted past the evidence."""
     used: list[int] = []
     points: dict[Pool, list[float]] = {pool: [] for pool in POOLS}
     columns: dict[Pool, list[list[float]]] = {pool: [] for pool in POOLS}
+    both = any(all(draws[pool][i] is not None for pool in POOLS) for i in range(len(levels)))
     for i, level in enumerate(levels):
         row: dict[Pool, tuple[float, list[float]]] = {}
         for pool in POOLS:
             live, reps = curves[pool][i], draws[pool][i]
             if reps is not None and live.median is not None:
                 row[pool] = (live.median, reps)
-            elif known is not None and (value := known(pool, level)) is not None:
+            elif not both and known is not None and (value := known(pool, level)) is not None:
                 row[pool] = (value, [value] * REPLICATES)
         if len(row) == len(POOLS):
             used.append(i)
@@ -191,12 +244,11 @@ def _crossing(
         for r in range(REPLICATES)
     ]
     around = _around(at, found.at if found.at is not None else found.limit)
-    near = min(
+    near = min(  # a pool that stood on the profile's value there counts none
         (
-            curves[pool][used[j]].samples
+            curves[pool][used[j]].samples if draws[pool][used[j]] is not None else 0
             for j in around
             for pool in POOLS
-            if draws[pool][used[j]] is not None
         ),
         default=0,
     )

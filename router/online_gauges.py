@@ -77,10 +77,13 @@ def online_gauges(online: Online, profile: Profile | None) -> Iterator[GaugeMetr
         "Samples in the forgetting window that the last fit left out, by reason: "
         "other_drafter (a speculative sample whose accept length is further than "
         "online_accept_tolerance from the speculative servers' now; kept, it counts again "
-        "if acceptance comes back).",
+        "if acceptance comes back); beside_other_pool (taken beside the other pool's requests "
+        "on the same GPUs, their steps taking turns: not what a level of either pool alone "
+        "means).",
         labels=["reason"],
     )
     left_out.add_metric(["other_drafter"], online.left_out)
+    left_out.add_metric(["beside_other_pool"], online.beside)
     yield from (accept, left_out)
     yield GaugeMetricFamily(
         "specroute_online_adopted",

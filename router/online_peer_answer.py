@@ -11,7 +11,9 @@ numbers, a load of at least 0, a TPOT above 0, a context of whole tokens, and an
 least 0 and no older than its own online window is dropped, and the rows dropped are
 counted, never silently. A row's accept length (its server's at its end) is optional: absent
 or null, unknown (the plain pool's, or an answer of a replica that does not send it); given,
-a number above 0, or the row is dropped.
+a number above 0, or the row is dropped. So is its load beside (the other pool's on its
+GPUs): absent or null, unknown, and such a sample is not taken for one alone on its GPUs;
+given, a number of at least 0.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def answer(epoch: str, cursor: str, samples: Sequence[Sample], now: float) -> di
                 "tpot": s.tpot,
                 "context": s.context,
                 "accept_length": s.accept_length,
+                "beside": s.beside if math.isfinite(s.beside) else None,
             }
             for s in samples
         ],
@@ -88,8 +91,13 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         if (number := _number(given)) is None or number <= 0:
             return None
         accept = number
+    beside = math.inf  # unknown: never taken for alone on its GPUs
+    if (given := row.get("beside")) is not None:
+        if (number := _number(given)) is None or number < 0:
+            return None
+        beside = number
     return Sample(
-        received - age, POOLS[POOLS.index(pool)], float(load), float(tpot), context, accept
+        received - age, POOLS[POOLS.index(pool)], float(load), float(tpot), context, accept, beside
     )
 
 

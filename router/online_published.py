@@ -32,6 +32,7 @@ def published(online: Online) -> dict[str, Any]:
         "peers": online.peers,
         "accept_length": online.accept_length,
         "left_out": online.left_out,
+        "beside": online.beside,
     }
 
 
@@ -49,11 +50,11 @@ def take(online: Online, adopted: float | None, document: dict[str, Any] | None)
     fitted_at, samples = document["fitted_at"], int(document["samples"])
     given = document.get("accept_length")
     accept = None if given is None else float(given)
-    left_out = int(document.get("left_out", 0))
+    left_out, beside = int(document.get("left_out", 0)), int(document.get("beside", 0))
     online.fits, online.drift, online.fitted_at = fits, drift, fitted_at
     online.counted, online.shared = samples, bool(document["shared"])
     online.peers = [dict(p) for p in document.get("peers", [])]
-    online.accept_length, online.left_out = accept, left_out
+    online.accept_length, online.left_out, online.beside = accept, left_out, beside
 
 
 def _live_fit(raw: dict[str, Any]) -> LiveFit:

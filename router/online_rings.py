@@ -30,8 +30,8 @@ import struct
 from specroute.policies.view import POOLS
 from specroute.router.online_samples import Sample
 
-# monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown)
-_SLOT = struct.Struct("=6d")
+# monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown), load beside
+_SLOT = struct.Struct("=7d")
 _CODES = {pool: float(i) for i, pool in enumerate(POOLS)}
 
 
@@ -61,9 +61,10 @@ class Rings:
         """One sample in this worker's ring (the request path: one slot, then the count)."""
         w, n = self.worker, self._written[self.worker]
         offset = self._head + (w * self._slots + n % self._slots) * _SLOT.size
-        at, pool, load, tpot, context, accept = sample
+        at, pool, load, tpot, context, accept, beside = sample
         stored = math.nan if accept is None else accept  # a double: NaN for unknown
-        _SLOT.pack_into(self._memory, offset, at, _CODES[pool], load, tpot, context, stored)
+        code = _CODES[pool]
+        _SLOT.pack_into(self._memory, offset, at, code, load, tpot, context, stored, beside)
         self._written[w] = n + 1  # after the slot: a reader that counts it finds it whole
 
     def written(self, worker: int) -> int:
@@ -116,8 +117,8 @@ class Rings:
         after = self._written[w]  # the slots written again while copying, or being written
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
         return [
-            Sample(at, POOLS[int(pool)], load, tpot, int(context), _known(accept))
-            for at, pool, load, tpot, context, accept in rows[first - start :]
+            Sample(at, POOLS[int(pool)], load, tpot, int(context), _known(accept), beside)
+            for at, pool, load, tpot, context, accept, beside in rows[first - start :]
         ], end
 
 

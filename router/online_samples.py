@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from specroute.policies.view import Pool
@@ -24,6 +24,18 @@ class Sample(NamedTuple):
     context: int  # its estimated KV tokens while decoding
     # its server's live accept length at its end: None when unknown, and on the plain pool
     accept_length: float | None = None
+    # of ``load``, the mean the other pool's servers on the same GPUs held: their steps and
+    # its server's took turns (0 on GPUs of its own)
+    beside: float = 0.0
+
+
+# the most of the other pool's requests, mean over a sample's decode, beside which it is
+# still taken for one of its pool alone on shared GPUs: one beside it a twentieth of the time
+BESIDE_LIMIT = 0.05
+
+# a request's load integrated over time up to a moment: its own pool's part, and the other
+# pool's on the same GPUs (``Online.lived``)
+Lived = Callable[[float], tuple[float, float]]
 
 
 class Samples:
@@ -69,6 +81,15 @@ def taught_elsewhere(sample: Sample, accept_length: float | None, tolerance: flo
         return False
     own = sample.accept_length
     return own is not None and abs(own - accept_length) > tolerance * accept_length
+
+
+def beside_other(sample: Sample) -> bool:
+    """Whether ``sample`` was taken beside the other pool's requests on its GPUs: more than
+    ``BESIDE_LIMIT`` of them, mean over its decode (an unknown number: beside). Servers
+    sharing GPUs take turns with their steps, so a step waits for the other server's: one
+    request of the other pool beside it all along adds a step of the other's to each of its
+    tokens, which is not what a level of its pool alone means."""
+    return not sample.beside <= BESIDE_LIMIT
 
 
 def _at(sample: Sample) -> float:

@@ -287,7 +287,11 @@ class RouterSettings(BaseSettings):
         5.0, gt=0, description="seconds between fits of the live curves, off the request path"
     )
     online_window_seconds: float = Field(
-        600.0, gt=0, description="the forgetting window: samples older than this do not count"
+        3600.0,
+        gt=0,
+        description="the forgetting window: samples older than this do not count (an hour: "
+        "exploration's turns at 2% gather a level's samples over tens of minutes; a drop in "
+        "acceptance is followed sooner, by online_accept_tolerance)",
     )
     online_window_samples: int = Field(
         64,
@@ -297,7 +301,7 @@ class RouterSettings(BaseSettings):
         "that count (a level follows drift as fast as its new samples come)",
     )
     online_min_samples: int = Field(
-        30,
+        16,
         ge=4,
         description="sure enough to adopt: live samples at each level around the crossover",
     )
@@ -315,19 +319,21 @@ class RouterSettings(BaseSettings):
         "(0: none left out; the default is wider than a polling window's noise at low load)",
     )
     online_explore_share: float = Field(
-        0.0,
+        0.02,
         ge=0,
         le=1,
         description="exploration: of the requests a crossover decides, the most sent to the "
-        "other pool near the crossover, so that the live curves are seen on both sides of it "
-        "(0, the default: none; never with online=off; 0.02: one request in 50)",
+        "other pool in turns near the crossover, so that the live curves see both pools at "
+        "the levels that decide it (0: none; never with online=off; the default, 0.02: one "
+        "request in 50)",
     )
     online_explore_span: float = Field(
-        2.0,
+        4.0,
         gt=1,
-        description="exploration: where the load a request would join lies within this "
-        "factor of the crossover routed by; never past the crossover times it, an ejected "
-        "server or one at its max_running_requests",
+        description="exploration: where the level the other pool would come to hold lies "
+        "within this factor of the crossover routed by (4: a profile off by 4 either way is "
+        "reached at once); never past the crossover times it, an ejected server or one at "
+        "its max_running_requests",
     )
     online_peers: list[str] = Field(
         default_factory=list,
@@ -463,6 +469,10 @@ class RouterSettings(BaseSettings):
                     f"parameter; give it once, as a policy parameter"
                 )
         self._params = checked(self.policy, given)
+        if self.policy == "crossover" and self.profile is None and self.online is OnlineMode.ADOPT:
+            # no profile: speculate nowhere until the live crossover is sure, which
+            # exploration's turns find from 0 up
+            self._params.setdefault("crossover", 0.0)
         return self
 
     def servers(self) -> list[Server]:

@@ -42,6 +42,7 @@ def add_bench(sub: Subcommands) -> None:
         _add_replicas,
         _add_affinity,
         _add_deployments,
+        _add_convergence,
         _add_chaos,
         _add_soak,
         _add_coverage,
@@ -799,6 +800,62 @@ def _affinity(args: argparse.Namespace) -> int:
     print(render(results))
     if args.out:
         _write({"plan": asdict(plan), "results": [r.as_json() for r in results]}, Path(args.out))
+    return 0
+
+
+def _add_convergence(commands: Subcommands) -> None:
+    convergence = commands.add_parser(
+        "convergence",
+        help="online calibration from no profile, or one 4x high or low: how long --online "
+        "adopt takes to route by the truth, and what exploring costs, in virtual time",
+        description="A pair of the model on one GPU group, routed by the crossover with "
+        "--online adopt and every other online setting at the router's defaults, started "
+        "with no profile and with a crossover 4x above and below the truth (what calibrating "
+        "the pair finds), on a ramp from a quarter of the truth to four times it and back, "
+        "and on the Azure LLM inference trace 2023 at a mean load of 1.5 times the truth. "
+        "Each run says when the crossover routed by came between the levels around the "
+        "truth for good, the requests by then, and the tok/s exploring cost.",
+    )
+    add_model_flags(convergence)
+    convergence.add_argument(
+        "--starts", default="none,4x high,4x low", help="of: none, 4x high, 4x low"
+    )
+    convergence.add_argument(
+        "--traffic", default="ramp,azure", help="of: ramp, azure (comma-separated)"
+    )
+    convergence.add_argument(
+        "--ramps", type=int, default=4, help="the ramp's cycles (8 minutes each)"
+    )
+    convergence.add_argument(
+        "--window", default="0+3600", metavar="START+SECONDS", help="of the Azure trace"
+    )
+    convergence.add_argument("--out", metavar="FILE.json")
+    convergence.set_defaults(handler=_convergence)
+
+
+def _convergence(args: argparse.Namespace) -> int:
+    from specroute.bench.convergence import STARTS, azure_at, converge, document, render
+    from specroute.loadgen.request_trace import RequestTrace, azure_conversations
+
+    model = tuple(given_model_flags(args))
+    starts = [s.strip() for s in args.starts.split(",")]
+    traffics = [t.strip() for t in args.traffic.split(",")]
+    unknown = [s for s in starts if s not in STARTS] + [
+        t for t in traffics if t not in ("ramp", "azure")
+    ]
+    if unknown:
+        raise ValueError(f"not a start or a traffic: {', '.join(unknown)}")
+    runs = []
+    for traffic in traffics:
+        given: RequestTrace | int = args.ramps
+        if traffic == "azure":
+            start, _, seconds = args.window.partition("+")
+            window = azure_conversations().window(float(start), float(seconds))
+            given = azure_at(window, model)
+        runs += [converge(model, s, given, args.seed, _note) for s in starts]
+    found = document(model, runs)
+    print(render(found))
+    _save(found, args.out)
     return 0
 
 

@@ -227,12 +227,12 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
     )
     for flag, kind, metavar, about in (
         ("--online-interval", float, "S", "seconds between fits (default 5)"),
-        ("--online-window-seconds", float, "S", "samples older do not count (default 600)"),
+        ("--online-window-seconds", float, "S", "samples older do not count (default 3600)"),
         ("--online-window-samples", int, "N", "the last samples per pool and level (64)"),
-        ("--online-min-samples", int, "N", "adopt: live samples per level around it (30)"),
+        ("--online-min-samples", int, "N", "adopt: live samples per level around it (16)"),
         ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (2)"),
-        ("--online-explore-share", float, "F", "of the requests, the most explored (0: none)"),
-        ("--online-explore-span", float, "F", "explored within this factor of it (2)"),
+        ("--online-explore-share", float, "F", "the most explored, in turns (0.02; 0: none)"),
+        ("--online-explore-span", float, "F", "explored within this factor of it (4)"),
     ):
         group.add_argument(flag, type=kind, metavar=metavar, help=about)
     group.add_argument(

@@ -54,20 +54,21 @@ class Case(NamedTuple):
 
 ABOVE = Decision("base", "base-a", "above_crossover")
 BELOW = Decision("spec", "spec-a", "below_crossover")
+FAILOVER = Decision("base", "base-a", "failover")
 CASES = [
-    # partitioned: the load joined is the server's own, itself included
+    # partitioned: the level is the chosen server's load and the other's, the request too
     Case("above the crossover, within the span: to spec", ABOVE, view(9, 3), 8, "spec"),
-    Case("at the ceiling, crossover times span: to spec", ABOVE, view(15, 3), 8, "spec"),
-    Case("past the ceiling: never", ABOVE, view(16, 3), 8, None),
+    Case("at the ceiling, crossover times span: to spec", ABOVE, view(12, 3), 8, "spec"),
+    Case("past the ceiling: never", ABOVE, view(13, 3), 8, None),
     Case("below the crossover, within the span: to base", BELOW, view(2, 5), 8, "base"),
-    Case("far below the crossover: not", BELOW, view(2, 1), 8, None),
+    Case("far below the crossover: not", BELOW, view(1, 1), 8, None),
     Case("at its max_running_requests: never", ABOVE, view(9, 3, spec_cap=9), 8, None),
     Case("ejected: never", ABOVE, view(9, 3, spec_healthy=False), 8, None),
     Case("the live crossover routed by, not the profile's", ABOVE, view(9, 3, live=4), 8, None),
     Case("the live crossover raises the ceiling", ABOVE, view(9, 3, live=8), 4, "spec"),
     Case("no crossover", ABOVE, view(9, 3), None, None),
-    Case("a crossover of 0 (speculation never pays)", ABOVE, view(0, 3), 0, None),
-    Case("failover is left alone", Decision("base", "base-a", "failover"), view(9, 3), 8, None),
+    Case("a crossover of 0: tested wherever the load is", ABOVE, view(0, 20), 0, "spec"),
+    Case("failover is left alone", FAILOVER, view(9, 3), 8, None),
     Case("a probe is left alone", Decision("spec", "spec-a", "probe"), view(9, 3), 8, None),
     Case(
         "a band's edge as a crossover's",
@@ -89,9 +90,17 @@ CASES = [
 ]
 
 
+def credited(exploration: Exploration, decisions: int) -> Exploration:
+    """``exploration`` after ``decisions`` it leaves alone (a failover's), each earning its
+    share of credit."""
+    for _ in range(decisions):
+        assert exploration.after(FAILOVER, view(0, 0), 8) == FAILOVER
+    return exploration
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_what_is_explored(case: Case) -> None:
-    exploration = Exploration(online(case.shared), 1.0, 2.0)  # a share of 1: owed at once
+    exploration = credited(Exploration(online(case.shared), 1.0, 2.0), 100)  # a turn's credit
     decision = exploration.after(case.chosen, case.view, case.crossover)
     if case.explored is None:
         assert decision == case.chosen
@@ -101,9 +110,53 @@ def test_what_is_explored(case: Case) -> None:
         assert exploration.explored[case.explored] == 1
 
 
+def test_a_turn_sends_four_times_its_level_and_then_another_starts_only_anew() -> None:
+    """Above a crossover of 8 at a level of 13 (spec 9, plain 3, the request): a turn of 52
+    requests to spec, each a decision the policy sent to plain; one the policy sends to spec
+    itself passes as it is and is not counted; the 53rd starts another turn, on credit."""
+    exploration = credited(Exploration(online(), 1.0, 2.0), 200)
+    turned = [exploration.after(ABOVE, view(9, 3), 8) for _ in range(20)]
+    assert exploration.after(BELOW, view(9, 3), 8) == BELOW  # the policy's own spec: as is
+    turned += [exploration.after(ABOVE, view(9, 3), 8) for _ in range(32)]
+    assert all(d == Decision("spec", "spec-a", EXPLORE) for d in turned)
+    assert exploration.explored == {"spec": 52, "base": 0} and exploration.turns["spec"] == 1
+    assert exploration.after(ABOVE, view(9, 3), 8).reason == EXPLORE
+    assert exploration.turns["spec"] == 2
+    none_owed = Exploration(online(), 0.02, 2.0)
+    assert none_owed.after(ABOVE, view(9, 3), 8) == ABOVE
+
+
+def test_a_turn_ends_where_the_load_leaves_the_span_or_the_server_is_full() -> None:
+    exploration = credited(Exploration(online(), 1.0, 2.0), 200)
+    assert exploration.after(ABOVE, view(9, 3), 8).reason == EXPLORE
+    assert exploration.after(ABOVE, view(13, 3), 8) == ABOVE  # 17: past 16, the turn ends
+    assert exploration.after(ABOVE, view(9, 3), 8).reason == EXPLORE  # a new one, on credit
+    assert exploration.after(ABOVE, view(9, 3, spec_cap=9), 8) == ABOVE  # full: ends
+    assert exploration.turns["spec"] == 2
+
+
+def test_on_shared_gpus_a_turn_is_its_group_s() -> None:
+    """Two GPU groups: a turn on one leaves the other's decisions to the policy."""
+    found = Exploration(online(shared=True), 1.0, 2.0)
+    credited(found, 100)
+    groups = View(
+        (
+            BackendView("spec-a", "spec", True, 0, group="a"),
+            BackendView("base-a", "base", True, 9, group="a"),
+            BackendView("spec-b", "spec", True, 0, group="b"),
+            BackendView("base-b", "base", True, 2, group="b"),
+        )
+    )
+    assert found.after(ABOVE, groups, 8) == Decision("spec", "spec-a", EXPLORE)  # a: 10
+    in_b = Decision("base", "base-b", "above_crossover")
+    assert found.after(in_b, groups, 8) == in_b  # b: 3, below 4, and not a's turn
+    assert found.after(ABOVE, groups, 8) == Decision("spec", "spec-a", EXPLORE)
+
+
 def test_the_share_is_of_every_decision_and_never_exceeded() -> None:
-    """At 2%: not one request in 50 more, counted over every decision, those it cannot
-    turn included (there it waits, and its credit does not pile up past one more)."""
+    """At 2%: never more than one request in 50 from the start, counted over every
+    decision, those it cannot turn included (there it waits, and its credit does not pile
+    up past four turns at the top of the span); the credit owed is spent later."""
     exploration = Exploration(online(), 0.02, 2.0)
     explored = 0
     for n in range(1, 5001):
@@ -112,33 +165,37 @@ def test_the_share_is_of_every_decision_and_never_exceeded() -> None:
         decision = exploration.after(chosen, view(1, 1) if far else view(9, 3), 8)
         explored += decision.reason == EXPLORE
         assert explored <= 0.02 * n + 1e-9, n
-    assert explored == 100  # credit owed where it could not explore is spent later
+    assert 0.02 * 5000 - 52 <= explored <= 0.02 * 5000  # turns of 52: the last one waiting
 
 
-def test_it_prefers_the_levels_the_other_pool_has_fewest_live_samples_at() -> None:
-    """Spec seen 20 times at load 8 and never at 16: with a share of 1/2 a request at 8
-    waits for one at 16, until it has waited for a whole share (1 / share requests)."""
-    learnt = online(min_samples=12)
-    for k in range(20):
-        learnt.record(Sample(float(k), "spec", 8, 0.02, 100))
-        learnt.record(Sample(float(k), "base", 8, 0.03, 100))
-    learnt.refit(30.0, None, shared=False)
-    exploration = Exploration(learnt, 0.5, 2.0)
-    at_8, at_16 = view(7, 3), view(15, 3)
-    assert exploration.after(ABOVE, at_8, 8) == ABOVE  # credit 0.5
-    assert exploration.after(ABOVE, at_8, 8) == ABOVE  # 1: owed, but 8 has its samples
-    assert exploration.after(ABOVE, at_16, 8).reason == EXPLORE  # 16 has none
-    assert exploration.after(ABOVE, at_8, 8) == ABOVE
-    assert exploration.after(ABOVE, at_8, 8) == ABOVE
-    assert exploration.after(ABOVE, at_8, 8).reason == EXPLORE  # waited a whole share
+def test_it_explores_the_levels_the_crossover_needs_nearest_it_first() -> None:
+    """Around a crossover of 8 (span 4), the speculative pool is wanted at 8 and 16, the
+    levels above it: seen 20 times at 8 (16 count), a turn at 8 waits until the credit is
+    four turns' at the top of the span (128); at 16 it starts once paid for (64); with no
+    sample at 8 one there starts once paid for (32)."""
+
+    def started(seen: bool, at: int) -> int:
+        learnt = online(min_samples=16)
+        for k in range(20 if seen else 0):
+            learnt.record(Sample(float(k), "spec", 8, 0.02, 100))
+            learnt.record(Sample(float(k), "base", 8, 0.03, 100))
+        learnt.refit(30.0, None, shared=False)
+        exploration = Exploration(learnt, 1.0, 4.0)
+        for n in range(1, 200):
+            if exploration.after(ABOVE, view(at - 1, 0), 8).reason == EXPLORE:
+                return n
+        raise AssertionError("no turn")
+
+    assert started(seen=False, at=8) == 32
+    assert started(seen=True, at=8) == 128 and started(seen=True, at=16) == 64
 
 
 def test_the_settings_turn_it_on_bound_it_and_refuse_what_cannot_be() -> None:
     state_online = online()
     assert RouterSettings(**SERVERS, online=OnlineMode.OFF).exploration(state_online) is None
-    assert RouterSettings(**SERVERS).exploration(state_online) is None  # off by default
-    found = RouterSettings(**SERVERS, online_explore_share=0.02).exploration(state_online)
-    assert found is not None and (found.share, found.span) == (0.02, 2.0)
+    found = RouterSettings(**SERVERS).exploration(state_online)  # on by default
+    assert found is not None and (found.share, found.span) == (0.02, 4.0)
+    assert RouterSettings(**SERVERS, online_explore_share=0).exploration(state_online) is None
     bad: dict[str, Any]
     for bad in ({"online_explore_share": 1.5}, {"online_explore_span": 1.0}):
         with pytest.raises(ValidationError, match=next(iter(bad))):
@@ -160,11 +217,13 @@ def test_the_router_explores_after_its_policy_and_counts_it_by_reason_and_pool()
     )
     info = RequestInfo("/v1/chat/completions", stream=True)
     policy = state.in_force.policy
-    decisions = [state.place(policy.choose(info, seen), info, seen) for _ in range(4)]
+    decisions = [state.place(policy.choose(info, seen), info, seen) for _ in range(150)]
     for decision in decisions:
         state.decisions.record(decision, 12)
-    assert [d.reason for d in decisions] == ["above_crossover", EXPLORE] * 2
+    # a turn at level 13 (52 requests) once half a request a decision has paid for it
+    reasons = [d.reason for d in decisions]
+    assert reasons == ["above_crossover"] * 103 + [EXPLORE] * 47
     text = generate_latest(state.metrics.exposed).decode()
-    assert 'specroute_route_decisions_total{pool="spec",reason="explore"} 2.0' in text
-    assert 'specroute_route_decisions_total{pool="base",reason="above_crossover"} 2.0' in text
-    assert 'specroute_online_explored_total{pool="spec"} 2.0' in text
+    assert 'specroute_route_decisions_total{pool="spec",reason="explore"} 47.0' in text
+    assert 'specroute_route_decisions_total{pool="base",reason="above_crossover"} 103.0' in text
+    assert 'specroute_online_explored_total{pool="spec"} 47.0' in text

@@ -2,8 +2,10 @@
 profiled at accept length 3.0 (crossover near 5), whose speculative server's accept length
 falls to 1.6 mid-run (speculation then pays at no load). The router's online estimator,
 fed each served request as the router feeds it, re-routes within a stated time under
-``adopt``, beats the stale profile on median and p99 TPOT and on tok/s, and comes within 3%
-of an oracle that knows the drift (the faster static choice of each phase). The same drift
+``adopt`` once both pools were seen where the drift moved the crossover (exploration's
+turns show the plain server there), beats the stale profile on median and p99 TPOT and on
+tok/s, and comes within 3% of an oracle that knows the drift (the faster static choice of
+each phase) on median TPOT, 7% on tok/s and 15% on p99 TPOT. The same drift
 on the case study's mixture-of-experts model, whose margin is band-shaped (at 3.0 it pays
 everywhere, least near 8 requests; at 1.6 nowhere)."""
 
@@ -23,6 +25,7 @@ from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
+from specroute.router.exploration import Exploration
 from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
 from specroute.router.online_samples import Samples
 from tests.test_bench import run
@@ -31,7 +34,12 @@ MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "25
 LOADS = (2, 4, 8, 4)  # each phase 40 s, before the drift and again after it
 DRIFT = 40.0 * len(LOADS)
 PER_LEVEL, MIN_SAMPLES = 24, 12  # --online-window-samples, --online-min-samples
-RE_ROUTED_WITHIN = 25.0  # virtual seconds from the drift to routing load 2 to the plain server
+# exploration: a share for a trace of minutes (the default, 0.02, needs tens of minutes)
+SHARE, SPAN = 0.1, 4.0
+# virtual seconds from the drift to routing below the old crossover: the speculative samples
+# at the new accept length must reach --online-min-samples at a level where the plain
+# server was seen too (a crossover is never adopted past the evidence)
+RE_ROUTED_WITHIN = 60.0
 
 
 def overall(trace: Trace, records: list[RequestRecord]) -> dict[str, Any]:
@@ -79,7 +87,8 @@ def _head_to_head(
 ) -> tuple[Learning, list[str], dict[str, dict[str, Any]]]:
     """The stale profile, ``adopt`` learning from it, and the oracle, on ``plan``: how
     ``adopt`` learned, the oracle's choices, and each one's figures over the run."""
-    learning = Learning(drift_online(), profile)
+    online = drift_online()
+    learning = Learning(online, profile, exploration=Exploration(online, SHARE, SPAN))
     runs = {
         "stale": replay(plan, build_policy("crossover", {}, profile), "stale"),
         "adopt": replay(plan, build_policy("crossover", {}, profile), "adopt", learning),
@@ -98,7 +107,7 @@ def _head_to_head(
     return learning, list(best.choice), figures
 
 
-def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_oracle() -> None:
+def test_adopt_follows_a_drop_in_acceptance_and_comes_near_the_oracle() -> None:
     profile = drift_profile()
     assert profile.crossover.value is not None and 4 < profile.crossover.value < 6
     learning, choice, figures = _head_to_head(drift_plan(), profile)
@@ -106,17 +115,21 @@ def test_adopt_follows_a_drop_in_acceptance_and_comes_within_3_percent_of_the_or
     stale, adopt, ideal = (figures[name] for name in ("stale", "adopt", "oracle"))
 
     history = learning.history
-    re_routed = next(t for t, c, _ in history if t >= DRIFT and c is not None and c < 2)
+    re_routed = next(t for t, c, _ in history if t >= DRIFT and c is not None and c < 4)
     print(f"re-routed {re_routed - DRIFT:g} s after the drift")
     assert re_routed - DRIFT <= RE_ROUTED_WITHIN, history
-    before = [(c, drift) for t, c, drift in history if t < DRIFT]
-    assert all(c is not None and 4 < c < 6 and not drift for c, drift in before[-8:])
+    before = [(c, drift) for t, c, drift in history if t < DRIFT]  # the profile's, or a live
+    # one no lower than the levels where both pools were seen (a bound: it pays up to there)
+    assert all((c is None or 2 <= c < 6) and not drift for c, drift in before[-8:]), before
 
     for key in ("tpot_ms_p50", "tpot_ms_p99"):
         assert adopt[key] < stale[key], (key, adopt, stale)
-        assert adopt[key] <= ideal[key] * 1.03, (key, adopt, ideal)
+    assert adopt["tpot_ms_p50"] <= ideal["tpot_ms_p50"] * 1.03, (adopt, ideal)
+    # the tail carries exploration's turns (a share of 0.1 here) and the minute it takes to
+    # see both pools at the level the drift moved the crossover to
+    assert adopt["tpot_ms_p99"] <= ideal["tpot_ms_p99"] * 1.15, (adopt, ideal)
     assert adopt["output_tps"] > stale["output_tps"] * 1.05, (adopt, stale)
-    assert adopt["output_tps"] >= ideal["output_tps"] * 0.97, (adopt, ideal)
+    assert adopt["output_tps"] >= ideal["output_tps"] * 0.93, (adopt, ideal)  # as the tail
 
 
 MOE = ("--hardware", "kimi-k2.5-8x-pcie", "--max-running-requests", "256")
@@ -161,9 +174,10 @@ def test_on_the_moe_model_adopt_follows_the_drop_from_paying_everywhere_to_nowhe
 async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_config(
     tmp_path: Path,
 ) -> None:
-    """``bench compare --offline`` with ``online = "adopt"`` in the router's config and the
-    emulator's accept schedule: the crossover policy re-routes after the drift, and the
-    results say when (``online``: each fit's time, crossover adopted and drift)."""
+    """``bench compare --offline`` with ``online = "adopt"`` (and exploration) in the
+    router's config and the emulator's accept schedule: the crossover policy re-routes after
+    the drift, and the results say when (``online``: each fit's time, crossover adopted and
+    drift)."""
     profiled = config_from_flags((*MODEL, "--accept-length", "3.0"), "spec")
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(as_profile(predict(profiled, [1, 2, 4, 8], 128, 128), profiled)))
@@ -171,7 +185,7 @@ async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_conf
     config.write_text(
         'spec = ["http://spec:1"]\nbase = ["http://base:2"]\nonline = "adopt"\n'
         "online_window_samples = 24\nonline_min_samples = 12\n"
-        "online_explore_share = 0\n"  # learning from the policy's own choices alone
+        "online_explore_share = 0.3\n"  # enough turns for a trace of under three minutes
     )
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps([{"seconds": 40, "concurrency": c} for c in (4, 2, 4, 2)]))
@@ -200,10 +214,9 @@ async def test_bench_compare_offline_learns_with_online_adopt_in_the_router_conf
     assert code == 0, stderr
     results = json.loads((tmp_path / "out" / "compare.json").read_text())
     fits = results["online"]["crossover"]
-    assert all(c is not None and c > 4 for t, c, _ in fits if 40 <= t < 80)  # the profile's
-    # load 4: once the window of 24 samples there holds the drift (not while it straddles it)
-    assert any(c is not None and c < 4 for t, c, _ in fits if 80 < t <= 105), fits
-    assert any(c is not None and c < 2 for t, c, _ in fits if 120 < t <= 150), fits  # load 2
-    after = results["policies"]["crossover"]["phases"][2]
-    assert after["spec_share"] < 0.5  # the load of 4 went to the plain server from 20 s in
+    # before it, the profile's, or a live one no lower than the levels where both were seen
+    assert all(c is None or c >= 2 for t, c, _ in fits if 40 <= t < 80), fits
+    # once the plain server was seen where the speculative one now is slower (exploration's
+    # turns): speculation pays at no level seen
+    assert any(c is not None and c < 4 for t, c, _ in fits if 100 < t <= 160), fits
     assert "online" not in results["policies"]  # the static choices did not learn

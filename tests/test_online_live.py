@@ -61,6 +61,8 @@ async def test_streams_become_samples_of_the_load_they_decoded_under(
         # the mean load each decoded under, the others of the six among it
         assert max(s.load for s in samples) >= 3 and all(1 <= s.load <= 6 for s in samples)
         assert all(0 < s.tpot < 1 for s in samples)
+        # on one GPU group (shared, the default) all six ran beside the other pool's
+        assert all(0 < s.beside < s.load for s in samples)
         await fit_now(state)
         async with aiohttp.ClientSession() as s:
             async with s.get(f"{url}/router/status") as r:
@@ -69,10 +71,12 @@ async def test_streams_become_samples_of_the_load_they_decoded_under(
                 metrics = await r.text()
         assert online["mode"] == "observe" and online["samples"] == 6
         assert online["adopted_crossover"] is None
-        levels = online["fits"][0]["levels"]
-        assert sum(row["samples"] for rows in levels.values() for row in rows) == 6
+        levels = online["fits"][0]["levels"]  # so that none is what a level alone means
+        assert sum(row["samples"] for rows in levels.values() for row in rows) == 0
+        assert online["shared_gpus"]["samples_left_out"] == 6
+        assert 'specroute_online_samples_left_out{reason="beside_other_pool"} 6.0' in metrics
         gauged = [x for x in metrics.splitlines() if x.startswith("specroute_online_samples{")]
-        assert any('bucket="0"' in x and 'pool="spec"' in x for x in gauged)
+        assert not gauged  # the gauge of samples per level shows none counted
         assert "specroute_profile_drift{" in metrics
         assert "specroute_online_adopted 0.0" in metrics
 
@@ -145,6 +149,7 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
                 online_interval=0.2,
                 online_window_samples=24,
                 online_min_samples=12,
+                online_explore_share=0.5,  # the plain server seen alone at 2 to 4 in seconds
                 recent_decisions=1000,
             ) as (url, state),
         ):
@@ -184,12 +189,14 @@ async def test_a_live_router_follows_the_emulator_s_drop_in_acceptance(tmp_path:
     if late >= LATE:  # the machine, not the model, set the pace: nothing to conclude from
         pytest.skip(f"the emulators' steps ran {late:.0%} late (more than {LATE:.0%})")
     before = [b for _, b, adopted in served if not adopted]  # routed by the profile
-    assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.8, served
+    # (of which exploration's turns may take up to its share, 0.5, to the plain server)
+    assert before and sum(b.startswith("spec") for b in before) / len(before) > 0.4, served
     assert since and sum(adopted for *_, adopted in served) >= 12, served  # within 30 s
     # the decisions from then on that joined three in flight or more (two others or more
     # when decided): past any live crossover below 3, short of the profile's near 5
     decided = [d for d in state.decisions.recent if d["at"] >= since[0]]
-    past = [d["pool"] for d in decided if d["live_concurrency"] >= 2]
+    routed = [d for d in decided if d["reason"] != "explore"]  # the policy's, not the turns'
+    past = [d["pool"] for d in routed if d["live_concurrency"] >= 2]
     assert len(past) >= 8 and past.count("base") / len(past) > 0.8, decided
     assert state.online.adopted is not None and state.online.adopted < 4
     # each speculative sample carries its server's accept length at its end; the fit stands

@@ -27,7 +27,7 @@ from specroute.router.board import Board
 from specroute.router.discovery import Resolve, resolve_ipv4
 from specroute.router.online_peer_answer import SAMPLES_PATH, answer, parse
 from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Sample, Samples
+from specroute.router.online_samples import Sample, Samples, beside_other
 from specroute.router.online_task import fit_now
 from specroute.router.runner import RouterRunner
 from specroute.router.settings import RouterSettings
@@ -75,7 +75,8 @@ async def until(condition: Any, seconds: float = 10.0) -> None:
 
 
 def _row(**given: Any) -> dict[str, Any]:
-    return {"age": 1.0, "pool": "spec", "load": 2.0, "tpot": 0.01, "context": 300} | given
+    row = {"age": 1.0, "pool": "spec", "load": 2.0, "tpot": 0.01, "context": 300, "beside": 0.5}
+    return row | given
 
 
 @pytest.mark.parametrize(
@@ -90,6 +91,8 @@ def _row(**given: Any) -> dict[str, Any]:
         _row(context=True),
         _row(context=1.5),
         _row(load="2"),
+        _row(beside=-0.1),
+        _row(beside="0"),
         "not a row",
     ],
     ids=[
@@ -102,20 +105,31 @@ def _row(**given: Any) -> dict[str, Any]:
         "bool-context",
         "fractional-context",
         "string-load",
+        "negative-beside",
+        "string-beside",
         "string",
     ],
 )
 def test_a_peer_s_bad_row_is_dropped_and_counted(row: Any) -> None:
     read = parse({"epoch": "e", "next": "e:1", "samples": [_row(), row]}, 100.0, 600.0)
     assert read.dropped == 1
-    assert read.samples == [Sample(99.0, "spec", 2.0, 0.01, 300)]  # its age, at receipt
+    assert read.samples == [Sample(99.0, "spec", 2.0, 0.01, 300, beside=0.5)]  # age at receipt
 
 
 def test_an_answer_written_reads_back_at_the_reader_s_times() -> None:
-    written = answer("e", "e:2", [Sample(10.0, "base", 3.0, 0.02, 40)], now=12.0)
+    written = answer("e", "e:2", [Sample(10.0, "base", 3.0, 0.02, 40, beside=1.5)], now=12.0)
     read = parse(written, received=500.0, max_age=600.0)
     assert (read.epoch, read.next, read.dropped) == ("e", "e:2", 0)
-    assert read.samples == [Sample(498.0, "base", 3.0, 0.02, 40)]
+    assert read.samples == [Sample(498.0, "base", 3.0, 0.02, 40, beside=1.5)]
+
+
+def test_a_row_without_its_load_beside_is_never_taken_for_one_alone_on_its_gpus() -> None:
+    """A replica that does not send the other pool's load beside a sample (an older one):
+    unknown, so on shared GPUs the fit leaves it out rather than take it for one alone."""
+    row = {k: v for k, v in _row().items() if k != "beside"}
+    (read,) = parse({"epoch": "e", "next": "e:1", "samples": [row]}, 100.0, 600.0).samples
+    assert read.beside == math.inf and beside_other(read)
+    assert not beside_other(read._replace(beside=0.0))
 
 
 def test_samples_taken_late_are_kept_in_time_order() -> None:
@@ -206,10 +220,11 @@ async def test_two_replicas_as_each_other_s_peers_fit_from_both_s_samples(
     spec, base = backends
     ports = free_port(), free_port()
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    shared: dict[str, Any] = {
+    shared: dict[str, Any] = {  # servers on GPUs of their own: every sample alone on its GPUs
         "spec": [spec],
         "base": [base],
         "crossover": 2.5,
+        "given_params": {"topology": "partitioned"},
         "concurrency_source": "replicas",
         "admin_key": KEY,
         **FITTING,
@@ -279,7 +294,7 @@ async def test_the_samples_endpoint_needs_the_key_and_gives_only_newer_samples(
     assert again["samples"] == [] and newer["epoch"] == first["epoch"]
     assert len(stale["samples"]) == 3  # a cursor from before a restart: all it keeps
     row = newer["samples"][0]
-    assert set(row) == {"age", "pool", "load", "tpot", "context", "accept_length"}
+    assert set(row) == {"age", "pool", "load", "tpot", "context", "accept_length", "beside"}
     assert row["age"] >= 0
 
 

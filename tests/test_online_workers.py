@@ -101,6 +101,8 @@ async def test_two_workers_learn_one_crossover_and_both_route_by_it(tmp_path: Pa
             "0.2",
             "--online-min-samples",
             "8",
+            "--online-explore-share",  # the plain server seen at load 1 too, in seconds:
+            "0.5",  # a crossover is never adopted past the levels where both were seen
             "--admin-key",
             ADMIN,
         ) as router,

@@ -228,8 +228,8 @@ def online() -> Panels:
     explored = graph(
         "Exploration share by pool",
         "The share of routing decisions that exploration sent to the pool the policy did not "
-        "choose, near the crossover (--online-explore-share; 0, none, by default), so that the "
-        "live curves are seen on both sides of it.",
+        "choose, in turns near the crossover (--online-explore-share; 0.02 by default), so that "
+        "the live curves see both pools at the levels that decide it.",
         "percentunit",
         [
             query(

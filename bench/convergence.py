@@ -1,0 +1,288 @@
+"""``specroute bench convergence``: online calibration from a wrong start, offline in virtual
+time. A pair of one model on one GPU group (their steps taking turns), routed by the
+crossover with ``--online adopt`` and every other online setting at the router's defaults
+(exploration included), started with no profile (a crossover of 0), or with a crossover a
+factor of 4 above or below the truth. Traffic climbs past the truth and back (a ramp of
+closed-loop clients from a quarter of it to four times it), or follows the Azure LLM
+inference trace 2023 (its requests' arrivals and lengths, its rate scaled so that its mean
+load is ``AZURE_LOAD`` times the truth).
+
+The truth is what calibrating the pair finds (``--predict``: each server alone at each
+level); its interval, at best, the two doubling levels around it, where the live fit
+measures. Each run says when the crossover routed by came into that interval for good
+(``converged_at``), the requests sent by then, the stretches it spent outside it once a live
+crossover had been adopted (``outside``), and what exploring cost: tok/s against the same
+run without exploration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from specroute.bench.learning import Learning
+from specroute.bench.replay import ReplayPlan, replay
+from specroute.emulator.predict import predict
+from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.request_trace import RequestTrace
+from specroute.loadgen.trace import Phase, Trace
+from specroute.model_flags import config_from_flags
+from specroute.policies.registry import build_policy
+from specroute.policies.static import AlwaysPolicy
+from specroute.policies.view import Pool
+from specroute.router.exploration import Exploration
+from specroute.router.online import Online, OnlineMode
+from specroute.router.online_fit import DEFAULT_LEVELS
+from specroute.router.online_samples import Samples
+from specroute.router.settings import RouterSettings
+
+INPUT_LEN, OUTPUT_LEN = 256, 128
+PROFILED = [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]  # where the truth is predicted
+STARTS: dict[str, float | None] = {"none": None, "4x high": 4.0, "4x low": 0.25}
+RAMP = (0.25, 0.5, 1, 2, 4, 2, 1, 0.5)  # clients per phase, times the truth
+AZURE_LOAD = 1.5  # the Azure trace's mean load, times the truth
+PROBES = 5  # the replays that find the Azure trace's rate
+
+
+@dataclass(frozen=True)
+class Truth:
+    crossover: float
+    interval: tuple[float, float]  # the doubling levels around it: the live fit's, at best
+    tpot: float  # the speculative server's seconds per token there, for the Azure rate
+
+
+@dataclass(frozen=True)
+class Converged:
+    start: str
+    traffic: str
+    truth: Truth
+    started_at: float  # the crossover routed by at the start
+    seconds: float  # the run's, virtual
+    requests: int
+    converged_at: float | None  # from here on every fit routed by one inside the interval
+    requests_by: int | None  # the requests sent before it
+    outside: list[tuple[float, float, float]]  # once adopted: each stretch out, its value
+    routed_at_end: float
+    explored: int
+    turns: int
+    tps: float
+    tps_unexplored: float | None  # the same run without exploration (None: not run)
+    latency: float  # a request's mean seconds from sent to its last token
+    latency_unexplored: float | None
+
+    @property
+    def cost(self) -> float | None:
+        """Exploring's cost, the share of tok/s the same run without it had more (on the
+        ramp's closed loop; on a trace's open loop every request comes and tok/s is the
+        same, and the cost is in ``slower``)."""
+        if not self.tps_unexplored:
+            return None
+        return 1 - self.tps / self.tps_unexplored
+
+    @property
+    def slower(self) -> float | None:
+        """Exploring's cost in a request's mean time, over the same run without it."""
+        if not self.latency_unexplored:
+            return None
+        return self.latency / self.latency_unexplored - 1
+
+
+def defaults() -> RouterSettings:
+    """The router's settings as a user gets them: what every run routes and learns by."""
+    return RouterSettings.model_validate(
+        {"spec": ["http://spec:1"], "base": ["http://base:2"], "online": "adopt"}
+    )
+
+
+def truth(model: tuple[str, ...]) -> Truth:
+    """What calibrating the pair on one GPU group finds."""
+    spec = config_from_flags((*model, "--share-gpus", "group"), "spec")
+    base = replace(spec, mode="base")
+    found = predict(spec, PROFILED, INPUT_LEN, OUTPUT_LEN, base=base)
+    if found.crossover is None:
+        raise ValueError("speculation pays at every level up to 128 or at none: no crossover")
+    at = found.crossover
+    low = max(x for x in DEFAULT_LEVELS if x <= at)
+    high = min(x for x in DEFAULT_LEVELS if x >= at)
+    near = min(found.levels, key=lambda lv: abs(lv.concurrency - at))
+    return Truth(at, (low, high), 1 / near.spec.per_request)
+
+
+def converge(
+    model: tuple[str, ...],
+    start: str,
+    traffic: RequestTrace | int,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda _: None,
+    priced: bool = True,
+) -> Converged:
+    """One run from ``start`` (a name of ``STARTS``) on ``traffic``: the ramp this many
+    times over (60 s a phase), or a request trace (the Azure window, as it comes: scale it
+    with ``azure_at``); and, ``priced``, the same run without exploration, for its cost."""
+    known = truth(model)
+    factor = STARTS[start]
+    begin = 0.0 if factor is None else known.crossover * factor
+    plan = _plan(model, known, traffic, seed)
+    settings = defaults()
+    runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
+    for share in (
+        (settings.online_explore_share, 0.0) if priced else (settings.online_explore_share,)
+    ):
+        name = "ramp" if isinstance(traffic, int) else traffic.name
+        progress(f"from {start}, {name}: exploring {share:g}")
+        online = Online(
+            OnlineMode.ADOPT,
+            Samples(settings.online_kept(), settings.online_window_seconds),
+            settings.sureness(),
+            per_level=settings.online_window_samples,
+            accept_tolerance=settings.online_accept_tolerance,
+        )
+        explores = Exploration(online, share, settings.online_explore_span) if share > 0 else None
+        learning = Learning(online, None, settings.online_interval, exploration=explores)
+        policy = build_policy("crossover", {"crossover": begin}, None)
+        runs[share] = (replay(plan, policy, f"{start} {share:g}", learning), learning, explores)
+    records, learning, explores = runs[settings.online_explore_share]
+    assert explores is not None
+    routed = [(t, begin if c is None else c) for t, c, _ in learning.history]
+    at, outside = _settled(routed, known.interval, learning.history)
+    return Converged(
+        start,
+        "ramp" if isinstance(traffic, int) else "azure",
+        known,
+        begin,
+        plan.trace.seconds,
+        len(records),
+        at,
+        None if at is None else sum(1 for r in records if r.start < at),
+        outside,
+        routed[-1][1] if routed else begin,
+        sum(explores.explored.values()),
+        sum(explores.turns.values()),
+        _tps(records, plan.trace.seconds),
+        _tps(runs[0.0][0], plan.trace.seconds) if priced else None,
+        _latency(records),
+        _latency(runs[0.0][0]) if priced else None,
+    )
+
+
+def azure_at(
+    window: RequestTrace, model: tuple[str, ...], load: float = AZURE_LOAD
+) -> RequestTrace:
+    """``window`` at the rate whose mean load is ``load`` times the truth: its first five
+    minutes served by the plain server alone, the rate moved by the square root of the
+    target over the mean load found (Little's law: requests' seconds over the span), from
+    the rate the truth's TPOT alone would give, ``PROBES`` times."""
+    known = truth(model)
+    target = load * known.crossover
+    mean = sum(r.output_tokens for r in window.requests) / len(window.requests)
+    rate = target / (mean * known.tpot)
+    for _ in range(PROBES):
+        trial = window.scaled(rate / window.rate)
+        trial = trial.window(0.0, min(trial.seconds, 300.0))
+        served = replay(_plan(model, known, trial, 0), AlwaysPolicy("base"))
+        busy = sum((r.end or trial.seconds) - r.start for r in served)
+        found = busy / trial.seconds if trial.seconds > 0 else target
+        rate *= math.sqrt(target / max(found, 1e-9))
+    return window.scaled(rate / window.rate)
+
+
+def document(model: tuple[str, ...], runs: list[Converged]) -> dict[str, Any]:
+    settings = defaults()
+    return {
+        "model": list(model),
+        "defaults": {
+            "online_min_samples": settings.online_min_samples,
+            "online_max_ratio": settings.online_max_ratio,
+            "online_window_samples": settings.online_window_samples,
+            "online_window_seconds": settings.online_window_seconds,
+            "online_explore_share": settings.online_explore_share,
+            "online_explore_span": settings.online_explore_span,
+        },
+        "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
+    }
+
+
+def render(document: dict[str, Any]) -> str:
+    """A row per run: the truth, when it came in for good and the requests by then, the
+    crossover routed by at the end, the stretches out of the interval after the first
+    adoption (the longest), the requests explored, and exploring's cost in tok/s and in a
+    request's mean time."""
+    lines = [
+        "start    traffic  truth [interval]  in for good at  requests by       at end  "
+        "out after adopting  explored (turns)  tok/s   time",
+    ]
+    for r in document["runs"]:
+        t, at, out = r["truth"], r["converged_at"], r["outside"]
+        settled = "never" if at is None else f"{at:,.0f} s"
+        by = "-" if r["requests_by"] is None else f"{r['requests_by']:,} of {r['requests']:,}"
+        longest = max((end - start for start, end, _ in out), default=0.0)
+        strays = f"{len(out)}, longest {longest:.0f} s" if out else "none"
+        lines.append(
+            f"{r['start']:<8} {r['traffic']:<8} {t['crossover']:5.1f} "
+            f"[{t['interval'][0]:g}, {t['interval'][1]:g}]  {settled:<15} {by:<17} "
+            f"{r['routed_at_end']:6.1f}  {strays:<18}  {r['explored']:>5} ({r['turns']}){'':<7} "
+            f"{_signed(r.get('cost'))}  {_signed(r.get('slower'))}"
+        )
+    return "\n".join(lines)
+
+
+def _signed(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:+.1f}%"
+
+
+def _plan(
+    model: tuple[str, ...], known: Truth, traffic: RequestTrace | int, seed: int
+) -> ReplayPlan:
+    spec = config_from_flags((*model, "--share-gpus", "group", "--noise", "default"), "spec")
+    servers: dict[Pool, Any] = {"spec": spec, "base": replace(spec, mode="base")}
+    backends: dict[Pool, tuple[str, ...]] = {"spec": ("http://spec:1",), "base": ("http://base:2",)}
+    dataset = synthetic(INPUT_LEN, OUTPUT_LEN, seed=seed)
+    if isinstance(traffic, int):
+        clients = [max(1, round(known.crossover * f)) for f in RAMP]
+        trace = Trace("ramp", tuple(Phase(60.0, c) for c in clients * traffic))
+        return ReplayPlan(trace, dataset, servers, backends, output_len=OUTPUT_LEN, seed=seed)
+    whole = Trace(traffic.name, (Phase(traffic.seconds),))
+    return ReplayPlan(
+        whole, dataset, servers, backends, output_len=OUTPUT_LEN, seed=seed, requests=traffic
+    )
+
+
+def _settled(
+    routed: list[tuple[float, float]],
+    interval: tuple[float, float],
+    history: list[tuple[float, float | None, bool]],
+) -> tuple[float | None, list[tuple[float, float, float]]]:
+    """When the crossover routed by came into ``interval`` for good, and the stretches it
+    spent outside it once a live one had first been adopted (start, end, value at start)."""
+    low, high = interval
+    at: float | None = None
+    for t, crossover in routed:
+        at = (at if at is not None else t) if low <= crossover <= high else None
+    first = next((t for t, c, _ in history if c is not None), None)
+    outside: list[tuple[float, float, float]] = []
+    begun: tuple[float, float] | None = None
+    for t, crossover in routed:
+        if first is None or t < first:
+            continue
+        out = not low <= crossover <= high
+        if out and begun is None:
+            begun = (t, crossover)
+        elif not out and begun is not None:
+            outside.append((begun[0], t, begun[1]))
+            begun = None
+    if begun is not None:
+        outside.append((begun[0], routed[-1][0], begun[1]))
+    return at, outside
+
+
+def _latency(records: list[RequestRecord]) -> float:
+    done = [r.end - r.start for r in records if r.end is not None and r.error is None]
+    return sum(done) / len(done) if done else 0.0
+
+
+def _tps(records: list[RequestRecord], seconds: float) -> float:
+    tokens = sum(r.output_tokens or 0 for r in records if r.end is not None and r.error is None)
+    return tokens / seconds if seconds > 0 else 0.0

@@ -1,0 +1,71 @@
+"""The proof of online calibration from a wrong start, offline in virtual time
+(``bench.convergence``): a dense model's pair on one GPU group, routed by the crossover
+with ``--online adopt`` and every other online setting at the router's defaults, from no
+profile and from a crossover 4x above and 4x below the truth, on a ramp from a quarter of
+the truth to four times it: each comes to route by a crossover between the levels around
+the truth within the stated time and stays there, exploring no more than its share. What
+exploring costs in tok/s, and the Azure trace's runs, are in the committed bench JSON
+(``specroute bench convergence``), which the docs render."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from specroute.bench.convergence import Converged, converge, defaults
+from specroute.cli import main
+
+DENSE = (
+    "--hardware",
+    "llama3.1-8b-h200",
+    "--accept-length",
+    "1.6",
+    "--max-running-requests",
+    "256",
+)
+RAMPS = 4  # cycles of 8 minutes
+WITHIN = 2400.0  # virtual seconds: from the start to routing by the truth for good
+
+
+@cache
+def run(start: str) -> Converged:
+    return converge(DENSE, start, RAMPS, priced=False)
+
+
+@pytest.mark.parametrize("start", ["none", "4x high", "4x low"])
+def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> None:
+    found = run(start)
+    low, high = found.truth.interval
+    print(
+        f"from {start} ({found.started_at:.1f}): truth {found.truth.crossover:.1f} "
+        f"[{low:g}, {high:g}], in it from {found.converged_at} s ({found.requests_by} of "
+        f"{found.requests} requests), {found.explored} explored in {found.turns} turns, "
+        f"out of it after adopting: {found.outside}"
+    )
+    assert (low, high) == (16, 32)
+    assert found.converged_at is not None and found.converged_at <= WITHIN
+    assert low <= found.routed_at_end <= high
+    assert found.explored <= defaults().online_explore_share * found.requests
+    assert found.turns >= 1
+
+
+def test_the_command_says_how_each_start_went_and_keeps_its_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "convergence.json"
+    model = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
+    given = ("--starts", "4x high", "--traffic", "ramp", "--ramps", "1", "--out", str(out))
+    code = main(["bench", "convergence", *model, *given])
+    said = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    assert code == 0 and "4x high" in said and "converged at" in said
+    (row,) = document["runs"]
+    assert row["start"] == "4x high" and row["traffic"] == "ramp"
+    assert row["started_at"] == pytest.approx(4 * row["truth"]["crossover"])
+    assert row["cost"] is not None and row["tps_unexplored"] > 0
+    assert document["defaults"]["online_explore_share"] == defaults().online_explore_share
+    assert main(["bench", "convergence", *model, "--starts", "9x"]) != 0
+    assert "not a start or a traffic: 9x" in capsys.readouterr().err
