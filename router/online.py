@@ -72,7 +72,6 @@ from specroute.router.online_fit import (
     LiveFit,
     Shape,
     fit,
-    live,
     nearest,
 )
 from specroute.router.online_rings import Rings
@@ -425,7 +424,7 @@ class Online:
             self.per_level,
             made_from,
             shared,
-            tuple(live(f) for f in self.fits),
+            tuple(frozenset(f.live) for f in self.fits),
         )
 
     def settle(self, job: FitJob, made: Made) -> None:

@@ -100,11 +100,6 @@ class LiveFit:
     live: tuple[tuple[Pool, float], ...] = ()  # the pools' levels it counted live
 
 
-def live(found: LiveFit) -> Live:
-    """The pools' levels ``found`` counted live."""
-    return frozenset(found.live)
-
-
 def nearest(levels: Sequence[float], load: float) -> int:
     """The index of the level nearest ``load`` in log load (ascending levels)."""
     return bisect_left(_midpoints(tuple(levels)), load)

@@ -71,4 +71,5 @@ def _live_fit(raw: dict[str, Any]) -> LiveFit:
         else LiveCrossing(**(crossing | {"levels": tuple(crossing["levels"])})),
         raw["samples"],
         raw["min_samples"],
+        tuple((POOLS[POOLS.index(pool)], float(level)) for pool, level in raw.get("live", ())),
     )

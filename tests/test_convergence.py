@@ -2,8 +2,9 @@
 (``bench.convergence``): a dense model's pair on one GPU group, routed by the crossover
 with ``--online adopt`` and every other online setting at the router's defaults, from no
 profile and from a crossover 4x above and 4x below the truth, on a ramp from a quarter of
-the truth to four times it: each comes to route by a crossover between the levels around
-the truth within the stated time and stays there, exploring no more than its share. What
+the truth to four times it: each ends routing by a crossover between the levels around the
+truth, every stretch outside it after a first adoption back within a stated time, exploring
+no more than its share. What
 exploring costs in tok/s, and the Azure trace's runs, are in the committed bench JSON
 (``specroute bench convergence``), which the docs render."""
 
@@ -27,7 +28,10 @@ DENSE = (
     "256",
 )
 RAMPS = 4  # cycles of 8 minutes
-WITHIN = 2400.0  # virtual seconds: from the start to routing by the truth for good
+# virtual seconds: the longest the crossover routed by may stay outside the truth's interval
+# once a live one was first adopted (a fit not sure falls back to the start's; one a level
+# short is adopted) before it is back inside
+REVERTED_WITHIN = 300.0
 
 
 @cache
@@ -46,8 +50,8 @@ def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> No
         f"out of it after adopting: {found.outside}"
     )
     assert (low, high) == (16, 32)
-    assert found.converged_at is not None and found.converged_at <= WITHIN
-    assert low <= found.routed_at_end <= high
+    assert found.converged_at is not None and low <= found.routed_at_end <= high
+    assert all(end - begun <= REVERTED_WITHIN for begun, end, _ in found.outside)
     assert found.explored <= defaults().online_explore_share * found.requests
     assert found.turns >= 1
 
@@ -61,7 +65,7 @@ def test_the_command_says_how_each_start_went_and_keeps_its_json(
     code = main(["bench", "convergence", *model, *given])
     said = capsys.readouterr().out
     document = json.loads(out.read_text())
-    assert code == 0 and "4x high" in said and "converged at" in said
+    assert code == 0 and "4x high" in said and "in for good at" in said
     (row,) = document["runs"]
     assert row["start"] == "4x high" and row["traffic"] == "ramp"
     assert row["started_at"] == pytest.approx(4 * row["truth"]["crossover"])
