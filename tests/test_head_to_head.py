@@ -114,8 +114,11 @@ async def predicted_profile(model: tuple[str, ...], levels: str, path: Path) -> 
 
 
 def router_config(path: Path, spec: str, base: str, profile: Path, **more: str) -> Path:
+    """The router of a policy head-to-head: the policies alone, without exploration's turns
+    (on by default; their cost is ``bench convergence``'s to measure)."""
     extra = "".join(f'{k} = "{v}"\n' for k, v in more.items())
-    path.write_text(f'spec = ["{spec}"]\nbase = ["{base}"]\nprofile = "{profile}"\n{extra}')
+    given = f'spec = ["{spec}"]\nbase = ["{base}"]\nprofile = "{profile}"\n'
+    path.write_text(f"{given}online_explore_share = 0\n{extra}")
     return path
 
 
