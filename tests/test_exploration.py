@@ -227,3 +227,18 @@ def test_the_router_explores_after_its_policy_and_counts_it_by_reason_and_pool()
     assert 'specroute_route_decisions_total{pool="spec",reason="explore"} 47.0' in text
     assert 'specroute_route_decisions_total{pool="base",reason="above_crossover"} 103.0' in text
     assert 'specroute_online_explored_total{pool="spec"} 47.0' in text
+
+
+def test_adopt_without_a_profile_starts_at_a_crossover_of_0_and_explores_wherever_the_load_is() -> (
+    None
+):
+    """No profile and no crossover: refused unless online adopt, which starts at 0 (no
+    speculation) and whose exploration tests it at any load."""
+    settings = RouterSettings(**SERVERS, online=OnlineMode.ADOPT)
+    state = build_state(settings)
+    assert state.in_force.policy.crossover() == 0.0 and state.exploration is not None
+    with pytest.raises(ValueError, match="give crossover=N or a profile"):
+        build_state(RouterSettings(**SERVERS))  # observe, the default: nothing to learn from
+    explores = credited(state.exploration, 0)
+    decided = [explores.after(ABOVE, view(0, 20), 0.0) for _ in range(5000)]
+    assert any(d.reason == EXPLORE for d in decided)
