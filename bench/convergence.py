@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from functools import cache
 from typing import Any
 
 from specroute.bench.learning import Learning
@@ -97,8 +98,10 @@ def defaults() -> RouterSettings:
     )
 
 
+@cache
 def truth(model: tuple[str, ...]) -> Truth:
-    """What calibrating the pair on one GPU group finds."""
+    """What calibrating the pair on one GPU group finds (once per model: every run and the
+    Azure rate's probes ask)."""
     spec = config_from_flags((*model, "--share-gpus", "group"), "spec")
     base = replace(spec, mode="base")
     found = predict(spec, PROFILED, INPUT_LEN, OUTPUT_LEN, base=base)

@@ -120,7 +120,7 @@ class Exploration:
         turn = self._open.get(key)
         if turn is None:
             other: Pool = "base" if decision.pool == "spec" else "spec"
-            target, level = self._seat(view, other, decision.backend)
+            target, level = self._seat(view, other, decision.backend, key)
             if target is None or not low <= level <= high or _full(target, view):
                 return decision
             need = math.ceil(TURN * level)
@@ -131,7 +131,7 @@ class Exploration:
             self.turns[other] += 1
         if decision.pool == turn.to:
             return decision  # the policy's own choice: nothing to turn
-        target, level = self._seat(view, turn.to, decision.backend)
+        target, level = self._seat(view, turn.to, decision.backend, key)
         if target is None or not low <= level <= high or _full(target, view):
             del self._open[key]  # the load left the span, or the server cannot take more
             return decision
@@ -150,11 +150,13 @@ class Exploration:
             return ""
         return next((b.group for b in view.backends if b.name == decision.backend), "")
 
-    def _seat(self, view: View, pool: Pool, chosen: str | None) -> tuple[BackendView | None, int]:
+    def _seat(
+        self, view: View, pool: Pool, chosen: str | None, group: str
+    ) -> tuple[BackendView | None, int]:
         """The server of ``pool`` the request would run on instead, and the level that pool
         comes to hold in a turn, the request included, counted as the online samples count
-        it: the group's load (both pools) in the shared topology; in the partitioned one, the
-        chosen server's and that server's together."""
+        it: the load of ``group`` (both pools; the turn's key) in the shared topology; in the
+        partitioned one, the chosen server's and that server's together."""
         source = view.source
         if not self.online.shared:
             target = view.least_loaded(pool)
@@ -162,7 +164,6 @@ class Exploration:
                 return None, 0
             mine = next((b.load(source) for b in view.backends if b.name == chosen), 0)
             return target, mine + target.load(source) + 1
-        group = next((b.group for b in view.backends if b.name == chosen), "")
         return view.least_loaded(pool, group), view.group_load(group) + 1
 
     def _preferred(self, pool: Pool, level: float, low: float, high: float, at: float) -> bool:
@@ -196,7 +197,7 @@ class Exploration:
         if pool == "base" and bound != "above":
             need += under[-2:-1]
         return [
-            lvl for lvl in levels if lvl in need and short[levels.index(lvl)] and low <= lvl <= high
+            lvl for i, lvl in enumerate(levels) if short[i] and lvl in need and low <= lvl <= high
         ]
 
     def _learn(self) -> None:
