@@ -217,7 +217,7 @@ class _Replay:
         phase = self.phase(self.now)
         body = self.bodies(phase) if body is None else body
         learning = self.learning
-        live = None if learning is None else learning.online.adopted
+        live = () if learning is None else learning.online.live_bands
         view = View(tuple(s.view() for s in self.servers), self.plan.source, self.now, live)
         info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)

@@ -22,13 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specroute.crossing import Band
+from specroute.crossing import Band, first_top
 from specroute.policies.crossover import (
     TOPOLOGY,
     CrossoverParams,
     CrossoverPolicy,
     Topology,
-    first_top,
     within,
 )
 from specroute.policies.curves import Curves, curves

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specroute.crossing import Band
-from specroute.policies.crossover import TOPOLOGY, Hysteresis, Topology, first_top
+from specroute.crossing import Band, first_top
+from specroute.policies.crossover import TOPOLOGY, Hysteresis, Topology
 from specroute.policies.curves import context_curves
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.expected_latency import ExpectedLatencyPolicy
@@ -87,7 +87,7 @@ class ContextCrossoverPolicy:
     def choose(self, request: RequestInfo, view: View) -> Decision:
         seat = view.seat(self.params.topology)
         mix = joined_context(self._there(view, seat), request.context(self.axis.tokens_per_byte))
-        bands = self.axis.bands_at(mix)
+        bands = self.axis.bands_at(mix, view.live_bands)
         self.mix, self._bands = mix, bands
         if self._curves is not None:
             decision = self._curves.choose(request, view)

@@ -18,16 +18,15 @@ not speculate last time speculates again only ``hysteresis`` inside a band.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from specroute.crossing import Band
+from specroute.crossing import Band, first_top
 from specroute.policies.decision import Decision, PolicyError
 from specroute.policies.params import parse_params
 from specroute.policies.policy import seated
-from specroute.policies.profile import Profile, one_crossover, up_to
+from specroute.policies.profile import Profile, up_to
 from specroute.policies.view import RequestInfo, View
 
 Topology = Literal["shared", "partitioned"]
@@ -87,10 +86,10 @@ class CrossoverPolicy:
         """The new request joins ``load + 1`` concurrent ones where it would run: speculate
         if that is at or below the crossover."""
         seat = view.seat(self.params.topology)
-        live = view.live_crossover
-        if live is not None and (self.bands is None or one_crossover(self.bands)):
-            bands = up_to(live)  # learned from live traffic (online adopt): one crossover
-        else:  # a profile's bands that are not one crossover are never moved by it
+        live = view.live_bands[0] if len(view.live_bands) == 1 else None
+        if live is not None:
+            bands = live  # learned from live traffic (online adopt): a crossover, or bands
+        else:
             bands = up_to(self.threshold) if self.bands is None else self.bands
         out = not self._edges.inside(seat.key, seat.load + 1, bands)
         if self.bands is None:
@@ -127,15 +126,6 @@ class Hysteresis:
         inside = any(_inside(load, band, margin) for band in bands)
         self._out[key] = not inside
         return inside
-
-
-def first_top(bands: tuple[Band, ...]) -> float:
-    """The first band's top: where speculation first stops paying, going up in load (0
-    with no band: it never pays)."""
-    if not bands:
-        return 0.0
-    top = bands[0][1]
-    return math.inf if top is None else top
 
 
 def within(load: float, bands: tuple[Band, ...]) -> bool:

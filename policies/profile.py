@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,21 +104,27 @@ class ContextAxis:
     tokens_per_byte: float
     buckets: tuple[ContextBucket, ...]
 
-    def bands_at(self, context: float) -> tuple[Band, ...]:
+    def bands_at(
+        self, context: float, live: Sequence[tuple[Band, ...] | None] = ()
+    ) -> tuple[Band, ...]:
         """The bands where speculation pays for requests of ``context`` KV tokens: between
         two buckets that each have one crossover (one band from the lowest load), that
         crossover interpolated linearly in log context and log load, as a crossover is
         between levels; otherwise the nearer bucket's bands (in log context); beyond the
-        end buckets, theirs."""
+        end buckets, theirs. ``live``: per bucket, the bands learned from live traffic that
+        stand for the profile's (None: the profile's; as many as the buckets, else none)."""
+        given = [b.crossover.bands for b in self.buckets]
+        if len(live) == len(given):
+            given = [p if b is None else b for p, b in zip(given, live, strict=True)]
         buckets = self.buckets
         if context <= buckets[0].context:
-            return buckets[0].crossover.bands
+            return given[0]
         if context >= buckets[-1].context:
-            return buckets[-1].crossover.bands
+            return given[-1]
         hi = next(i for i, b in enumerate(buckets) if b.context >= context)
         below, above = buckets[hi - 1], buckets[hi]
         share = math.log(context / below.context) / math.log(above.context / below.context)
-        lo_bands, hi_bands = below.crossover.bands, above.crossover.bands
+        lo_bands, hi_bands = given[hi - 1], given[hi]
         if one_crossover(lo_bands) and one_crossover(hi_bands):
             low, high = lo_bands[0][1], hi_bands[0][1]
             assert low is not None and high is not None

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple
 
+from specroute.crossing import Band, first_top
+
 Pool = Literal["spec", "base"]
+LiveBands = tuple[tuple[Band, ...] | None, ...]  # per context bucket: None, the profile's
 POOLS: tuple[Pool, ...] = ("spec", "base")
 
 
@@ -70,9 +73,17 @@ class View:
     backends: tuple[BackendView, ...]
     source: ConcurrencySource = ConcurrencySource.ROUTER
     now: float = 0.0
-    # the crossover learned from live traffic, when the router routes by it (``--online
-    # adopt``, sure enough); None: the policy's own
-    live_crossover: float | None = None
+    # the bands learned from live traffic per context bucket of the profile (one without
+    # a context axis), when the router routes by them (``--online adopt``, sure enough);
+    # None where the profile's stand, () when none is
+    live_bands: LiveBands = ()
+
+    @property
+    def live_crossover(self) -> float | None:
+        """The live crossover routed by (the first band's top) for one context, if any."""
+        if len(self.live_bands) != 1 or (only := self.live_bands[0]) is None:
+            return None
+        return first_top(only)
 
     def healthy(self, pool: Pool) -> tuple[BackendView, ...]:
         return tuple([b for b in self.backends if b.pool == pool and b.healthy])

@@ -15,10 +15,11 @@ their lifetimes.
 Where: a turn starts when the level the other pool would come to hold (the group's load,
 both pools, in the shared topology; the chosen server's and the other's together in the
 partitioned one; the request itself included) lies within a factor ``span`` of the
-crossover routed by (``crossover / span`` to ``crossover * span``; at any level for a
-crossover of 0: no profile, or one that says speculation pays nowhere, is tested wherever
-the traffic is), at the level nearest the crossover, on the side where the policy does not
-send that pool, where it has fewer live samples than a level needs to count
+crossover (``crossover / span`` to ``crossover * span``; at any level for a crossover of 0:
+no profile, or one that says speculation pays nowhere, is tested wherever the traffic is),
+or of any edge of bands (the last fit's estimate, else those routed by), at the level
+nearest it, on the side where the policy does not send that pool, where it has fewer live
+samples than a level needs to count
 (``--online-min-samples``), or at any level there once the credit has waited a whole turn
 at the top of the span. A span of 4 reaches a crossover off by a factor of 4 either way
 at once; each crossover adopted re-centres it, so a profile further off, or none (a
@@ -34,9 +35,12 @@ Bounded and stated:
 - never to an ejected server, nor to one whose reported running requests have reached its
   ``max_running_requests``, nor at a level past ``crossover * span`` (a turn ends there):
   it never overloads a server to learn;
-- only on a decision a crossover or a profile's bands made (``below_crossover``,
-  ``above_crossover``, ``inside_band``, ``outside_band``), around the crossover (the first
-  band's top): failover, retries, probes and the other policies' choices are left alone.
+- only on a decision a crossover or bands made (``below_crossover``, ``above_crossover``,
+  ``inside_band``, ``outside_band``, and ``context-crossover``'s ``*_band_at_context``),
+  around each edge of the bands (a crossover is one edge; a mixture-of-experts model's band
+  has one where speculation starts paying too, where the pools' sides are the other way
+  round), in every context bucket: failover, retries, probes and the other policies'
+  choices are left alone.
 
 On the request path: a credit added and compared, a turn looked up; the rest only when one
 starts. What the last fit saw (each pool's live samples per level) is read once per fit,
@@ -51,14 +55,26 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specroute.crossing import Band
 from specroute.policies.decision import Decision
 from specroute.policies.view import BackendView, Pool, View
 from specroute.router.online import Online
+from specroute.router.online_fit import LiveCrossing
 
 EXPLORE = "explore"  # the decision's reason
-# decisions it may turn: a crossover's, and a profile's bands' (a calibrated profile writes
-# its one band as bands), explored around the crossover (the first band's top)
-_CROSSOVER = frozenset({"below_crossover", "above_crossover", "inside_band", "outside_band"})
+# decisions it may turn: a crossover's, a profile's bands' (a calibrated profile writes its
+# one band as bands), and context-crossover's bands at a context, explored around each edge
+_CROSSOVER = frozenset(
+    {
+        "below_crossover",
+        "above_crossover",
+        "inside_band",
+        "outside_band",
+        "inside_band_at_context",
+        "outside_band_at_context",
+    }
+)
+Edge = tuple[float, str]  # a load where speculation stops paying ("down") or starts ("up")
 # a turn's requests per request of the level it explores: about one lifetime of the level's
 # requests while the pool it leaves drains, two with the other pool alone, and one whose
 # requests the pool left takes again as they end
@@ -92,25 +108,22 @@ class Exploration:
         self._read: float | None = None  # the fit whose samples ``_short`` holds
         self._levels: tuple[float, ...] = ()
         self._short: dict[Pool, tuple[bool, ...]] = {}  # per level: fewer live samples than count
-        self._estimate: float | None = None  # the last fit's crossover (a bound's level)
+        self._estimate: list[Edge] = []  # the last fit's edges (a bound's level), every context
 
     def after(self, decision: Decision, view: View, crossover: float | None) -> Decision:
         """The policy's ``decision``, or the other pool's server with reason ``explore``;
         ``crossover``: the policy's own. Explored around the last fit's live estimate, sure
-        or not (a bound's level for a bound: where the evidence is wanted), or else the
-        crossover routed by."""
+        or not (a bound's level for a bound: where the evidence is wanted), or else what is
+        routed by: each edge of its bands, in every context."""
         self._decided += 1
         self._learn()
-        threshold = next(
-            (x for x in (self._estimate, view.live_crossover, crossover) if x is not None), None
-        )
-        if decision.reason not in _CROSSOVER or threshold is None:
+        if decision.reason not in _CROSSOVER:
             return decision
-        if not 0 <= threshold < math.inf:
+        edges = self._edges(view, crossover)
+        if not edges:
             return decision
-        low = threshold / self.span
-        high = threshold * self.span if threshold > 0 else math.inf
-        longest = TURN * min(high, CEILING)
+        top = max(at for at, _ in edges)
+        longest = TURN * min(top * self.span if top > 0 else math.inf, CEILING)
         owed = self.share * self._decided - self._spent  # a product: no sum's rounding drift
         if owed > KEPT * longest:
             self._spent, owed = self._spent + owed - KEPT * longest, KEPT * longest
@@ -121,10 +134,11 @@ class Exploration:
         if turn is None:
             other: Pool = "base" if decision.pool == "spec" else "spec"
             target, level = self._seat(view, other, decision.backend, key)
-            if target is None or not low <= level <= high or _full(target, view):
+            edge = self._near(level, edges)
+            if target is None or edge is None or _full(target, view):
                 return decision
             need = math.ceil(TURN * level)
-            preferred = self._preferred(other, level, low, high, threshold)
+            preferred = self._preferred(other, level, edge)
             if owed < need or (owed < longest and not preferred):
                 return decision
             turn = self._open[key] = Turn(other, need, level)
@@ -132,7 +146,7 @@ class Exploration:
         if decision.pool == turn.to:
             return decision  # the policy's own choice: nothing to turn
         target, level = self._seat(view, turn.to, decision.backend, key)
-        if target is None or not low <= level <= high or _full(target, view):
+        if target is None or self._near(level, edges) is None or _full(target, view):
             del self._open[key]  # the load left the span, or the server cannot take more
             return decision
         if owed < 1:
@@ -143,6 +157,25 @@ class Exploration:
         if turn.left <= 0:
             del self._open[key]
         return Decision(turn.to, target.name, EXPLORE)
+
+    def _edges(self, view: View, crossover: float | None) -> list[Edge]:
+        """Where to explore: the last fit's estimate; else the live bands routed by; else
+        the policy's crossover (0: no profile, or one where speculation pays nowhere)."""
+        if self._estimate:
+            found = self._estimate
+        elif any(bands is not None for bands in view.live_bands):
+            found = [edge for bands in view.live_bands if bands is not None for edge in _of(bands)]
+        else:
+            found = [] if crossover is None else [(crossover, "down")]
+        return [(at, way) for at, way in found if 0 <= at < math.inf]
+
+    def _near(self, level: float, edges: list[Edge]) -> Edge | None:
+        """The edge nearest ``level`` (in log load) whose span holds it, if any: within a
+        factor ``span`` of it, at any level for an edge at 0."""
+        inside = [e for e in edges if e[0] == 0 or e[0] / self.span <= level <= e[0] * self.span]
+        if not inside:
+            return None
+        return min(inside, key=lambda e: abs(math.log(level / e[0])) if e[0] > 0 else math.inf)
 
     def _key(self, view: View, decision: Decision) -> str:
         """The turn a decision belongs to: its server's GPU group's, or the pair's."""
@@ -166,36 +199,42 @@ class Exploration:
             return target, mine + target.load(source) + 1
         return view.least_loaded(pool, group), view.group_load(group) + 1
 
-    def _preferred(self, pool: Pool, level: float, low: float, high: float, at: float) -> bool:
-        """Whether ``level`` is one ``pool`` needs samples at (``_wanted``), within a
-        ``CENTRE`` of it; when it needs none and the other pool does, not, so that the credit
-        goes where the evidence is missing; when neither does, any level in the span, so that
-        every one keeps being refreshed and the window follows drift."""
-        if not self._short or at <= 0:
+    def _preferred(self, pool: Pool, level: float, edge: Edge) -> bool:
+        """Whether ``level`` is one ``pool`` needs samples at (``_wanted``) around ``edge``,
+        within a ``CENTRE`` of it; when it needs none and the other pool does, not, so that
+        the credit goes where the evidence is missing; when neither does, any level in the
+        span, so that every one keeps being refreshed and the window follows drift."""
+        if not self._short or edge[0] <= 0:
             return True  # no fit yet, or no crossover: every level is as unknown as the next
-        wanted = self._wanted(pool, low, high, at)
+        wanted = self._wanted(pool, edge)
         if not wanted:
             other: Pool = "base" if pool == "spec" else "spec"
-            return not self._wanted(other, low, high, at)
+            return not self._wanted(other, edge)
         return any(abs(math.log2(level / lvl)) <= CENTRE for lvl in wanted)
 
-    def _wanted(self, pool: Pool, low: float, high: float, at: float) -> list[float]:
-        """The levels in the span where ``pool`` is short of the samples a level needs to
-        count, among those the crossover ``at`` needs: the level on each side of it (a
-        crossing between them needs both pools at both), and the next one out on the side
-        where the policy does not send ``pool`` (above for the speculative pool, below for
-        the plain one) unless a live bound says the crossing is not there, so that the
-        evidence grows outwards a level at a time."""
+    def _wanted(self, pool: Pool, edge: Edge) -> list[float]:
+        """The levels in ``edge``'s span where ``pool`` is short of the samples a level needs
+        to count, among those the edge needs: the level on each side of it (a crossing
+        between them needs both pools at both), and the next one out on the side where the
+        policy does not send ``pool`` (past a ``down`` edge for the speculative pool, short
+        of it for the plain one; the other way round at an ``up`` edge) unless a live bound
+        says the crossing is not there, so that the evidence grows outwards a level at a
+        time."""
+        at, way = edge
         levels, short = self._levels, self._short[pool]
-        found = self.online.fits[0].crossing if self.online.fits else None
-        bound = None if found is None or found.at is not None else found.bound
+        found = self.online.fits[0].crossing if len(self.online.fits) == 1 else None
+        bound = None if found is None or found.at is not None or found.edges else found.bound
         under = [lvl for lvl in levels if lvl <= at]
         over = [lvl for lvl in levels if lvl >= at]
         need = under[-1:] + over[:1]
+        outward_spec, outward_base = (over[1:2], under[-2:-1]) if way == "down" else (
+            under[-2:-1], over[1:2]
+        )  # fmt: skip
         if pool == "spec" and bound != "below":
-            need += over[1:2]
+            need += outward_spec
         if pool == "base" and bound != "above":
-            need += under[-2:-1]
+            need += outward_base
+        low, high = at / self.span, at * self.span
         return [
             lvl for i, lvl in enumerate(levels) if short[i] and lvl in need and low <= lvl <= high
         ]
@@ -207,8 +246,9 @@ class Exploration:
             return
         self._read = online.fitted_at
         fits = online.fits
-        found = fits[0].crossing if len(fits) == 1 else None
-        self._estimate = None if found is None else (found.at or found.limit)
+        self._estimate = [
+            edge for f in fits if f.crossing is not None for edge in _estimated(f.crossing)
+        ]
         if not fits:
             self._levels, self._short = (), {}
             return
@@ -231,6 +271,23 @@ class Exploration:
             "turns": dict(self.turns),
             "open_turns": [asdict(t) | {"group": k} for k, t in self._open.items()],
         }
+
+
+def _estimated(found: LiveCrossing) -> list[Edge]:
+    """A fit's edges: its bands' turns; a crossover's; a bound's level."""
+    if found.edges:
+        return [(e.at, e.direction) for e in found.edges]
+    at = found.at or found.limit
+    return [] if at is None else [(at, "down")]
+
+
+def _of(bands: tuple[Band, ...]) -> list[Edge]:
+    """The edges of bands routed by: each start an ``up``, each closed top a ``down``
+    (speculation nowhere: an edge at 0, any level)."""
+    if not bands:
+        return [(0.0, "down")]
+    edges = [(start, "up") for start, _ in bands if start is not None]
+    return edges + [(end, "down") for _, end in bands if end is not None]
 
 
 def _full(target: BackendView, view: View) -> bool:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from specroute.crossing import first_top
+from specroute.policies.profile import up_to
 from specroute.router.online_gauges import online_gauges
 from specroute.router.state import RouterState
 
@@ -50,14 +52,17 @@ class StateGauges(Collector):
         )
         policy, profile = state.in_force.policy, state.in_force.profile
         crossover = policy.crossover()
-        live = state.online.adopted
-        if live is not None and crossover is not None and policy.name == "crossover":
-            crossover = live  # what it routes by now: the crossover learned live (adopt)
+        live = state.online.live_bands
+        routed = live[0] if len(live) == 1 and policy.name == "crossover" else None
+        if routed is not None and crossover is not None:
+            crossover = first_top(routed)  # what it routes by now: learned live (adopt)
         if crossover is not None:
             yield GaugeMetricFamily(
                 "specroute_crossover", "The crossover the policy routes by.", value=crossover
             )
         bands = getattr(policy, "bands", None)
+        if routed is not None and (bands is not None or up_to(first_top(routed)) != routed):
+            bands = routed  # live bands stand for the profile's
         if bands is not None:
             edges = GaugeMetricFamily(
                 "specroute_band_edge",

@@ -1,5 +1,7 @@
 """Online calibration: the live curves fitted from served requests, drift from the profile,
-and, in ``adopt``, the live crossover routed by once it is sure.
+and, in ``adopt``, the live crossing routed by once it is sure: a crossover, or bands where
+the margin turns more than once (a mixture-of-experts model), per context bucket of the
+profile (one without a context axis), each bucket's adopted or not on its own evidence.
 
 On the request path only cheap steps: the load a request joins, read at dispatch, the load
 lived through so far (the board's integral of in-flight counts over time) at its first
@@ -7,23 +9,24 @@ byte and at its end, and one sample appended then (``served``). The fit runs in 
 task every ``online_interval`` seconds (``keep_fitting``), off the request path.
 
 Which requests make samples: those answered 200 as a stream whose last event says how many
-tokens they produced (``stream_options.include_usage``); a whole body has no first token to
-time the decode from. A sample's load is the mean load the request decoded under, from its
-first byte to its end, as a profile's level is the load its requests decoded under: the
-load it joined is not, since under a crossover a server's load rises and falls between
-the crossover and below it, so that a request joining at the bottom decodes among more
-(and one joining at the top among fewer). Load is counted as the policy counts it: the
-server's own requests in flight in the partitioned topology, its GPU group's (both pools)
-in the shared one, itself included; the load it joined is the sample's when it had no
-time decoding.
+tokens they produced (``stream_options.include_usage``, which the router asks of the server
+for every stream it forwards); a whole body has no first token to time the decode from. A
+sample's load is the mean load the request decoded under, from its first byte to its end, as
+a profile's level is the load its requests decoded under: the load it joined is not, since
+under a crossover a server's load rises and falls between the crossover and below it, so
+that a request joining at the bottom decodes among more (and one joining at the top among
+fewer). Load is counted as the policy counts it: the server's own requests in flight in the
+partitioned topology, its GPU group's (both pools) in the shared one, itself included; the
+load it joined is the sample's when it had no time decoding.
 
 Several workers learn as one: each records its samples, at loads counted over every worker
 through the board, in a ring of its own in shared memory (``Rings``: a slot, no lock). The
 leader (worker 0) alone fits, from what every ring was given since its last fit, taken into
 its ``Samples`` so that the window forgets by count and by age as one worker's would; it
-publishes the crossover it routes by on the board, read by every worker before its next
-decision, and the fit as a file in the workers' folder (``online_published``), which every
-worker's status page and gauges show. No worker routes on an estimate another lacks.
+publishes what it routes by on the board (one crossover itself; bands, or crossings per
+context, as a pointer to the fit), read by every worker before its next decision, and the
+fit as a file in the workers' folder (``online_published``), which every worker's status
+page and gauges show. No worker routes on an estimate another lacks.
 
 Under a concurrency source other than ``router`` (several router replicas in front of the
 same servers: ``replicas``; or ``backend``, ``max``), the policy counts a server's load as
@@ -59,10 +62,10 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-from specroute.crossing import CONFIDENCE
+from specroute.crossing import CONFIDENCE, first_top
 from specroute.policies.curves import Curves, context_curves, curves
-from specroute.policies.profile import Crossover, Profile, ProfileError, one_crossover
-from specroute.policies.view import ConcurrencySource, Pool
+from specroute.policies.profile import Crossover, Profile, ProfileError, up_to
+from specroute.policies.view import ConcurrencySource, LiveBands, Pool
 from specroute.router.flight import Flight, usage
 from specroute.router.online_fit import (
     DEFAULT_LEVELS,
@@ -122,26 +125,41 @@ class Sureness:
     max_ratio: float = 2.0
 
     def sure(self, found: LiveCrossing | None, holding: bool) -> bool:
+        """Bands (``found.edges``) are as sure as their least sure edge, each by the rule
+        of a crossover, and a band that ends at the last level as a bound is."""
         if found is None:
             return False
         need = self.min_samples / 2 if holding else self.min_samples
         if found.near < need:
             return False
+        ratio = self.max_ratio * 2 if holding else self.max_ratio
+        if found.edges:
+            return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2 and all(
+                e.low is not None and e.high is not None and e.high <= e.low * ratio
+                for e in found.edges
+            )
         if found.at is None:
             return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2
         if found.low is None or found.high is None:
             return False
-        ratio = self.max_ratio * 2 if holding else self.max_ratio
         return found.high <= found.low * ratio
 
-    def holds(self, found: LiveCrossing | None, adopted: float) -> bool:
-        """Whether a fit still holds the crossover adopted: sure half as well, and its
-        interval (a bound's, from its limit outwards) around it."""
+    def holds(self, found: LiveCrossing | None, adopted: LiveCrossing) -> bool:
+        """Whether a fit still holds the crossing adopted: sure half as well, and its
+        interval (a bound's, from its limit outwards) around the crossover adopted; for
+        bands, the same turns, each interval around the edge adopted."""
         if not self.sure(found, holding=True):
             return False
         assert found is not None
+        if adopted.edges or found.edges:
+            turns = [e.direction for e in found.edges]
+            return turns == [e.direction for e in adopted.edges] and all(
+                (new.low is None or new.low <= was.at) and (new.high is None or was.at <= new.high)
+                for new, was in zip(found.edges, adopted.edges, strict=True)
+            )
         low, high = _span(found.low, found.high, found.at, found.bound, found.limit)
-        return low <= adopted <= high
+        threshold = adopted.threshold
+        return threshold is not None and low <= threshold <= high
 
 
 class Seat(Protocol):
@@ -249,7 +267,10 @@ class Online:
         self.shared = True  # the topology the load joined is counted in, from the policy
         self.fits: tuple[LiveFit, ...] = ()
         self.drift: tuple[bool, ...] = ()
-        self.adopted: float | None = None  # the live crossover routed by, in adopt
+        # in adopt, per fit (context bucket): the live bands routed by, None where the
+        # profile's stand; () when none is
+        self.live_bands: LiveBands = ()
+        self._held: tuple[LiveCrossing | None, ...] = ()  # the leader's: the crossings adopted
         self.fitted_at: float | None = None
         self._fitted_on: tuple[object, ...] | None = None  # what the last fit was made from
         self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
@@ -258,6 +279,19 @@ class Online:
         self.left_out = 0  # the samples the last fit left out, taught by another drafter
         self.beside = 0  # and those it left out, taken beside the other pool's on its GPUs
         self.peers: list[dict[str, Any]] = []  # each peer replica's, as the leader last saw it
+
+    @property
+    def adopted(self) -> float | None:
+        """The live crossover routed by (the first band's top), for one context; None when
+        the profile's is, or the fits are per context (``live_bands`` says each)."""
+        if len(self.live_bands) != 1 or (only := self.live_bands[0]) is None:
+            return None
+        return first_top(only)
+
+    @adopted.setter
+    def adopted(self, crossover: float | None) -> None:
+        self.live_bands = () if crossover is None else (up_to(crossover),)
+        self._held = ()
 
     # On the request path
 
@@ -356,15 +390,23 @@ class Online:
                     "context": f.context,
                     "samples": f.samples,
                     "crossover": None if f.crossing is None else asdict(f.crossing),
+                    # the live bands routed by in this context (None: the profile's)
+                    "adopted_bands": None if bands is None else [list(b) for b in bands],
                     "drift": drift,
                     "levels": {
                         pool: [asdict(level) for level in rows if level.samples]
                         for pool, rows in f.curves.items()
                     },
                 }
-                for f, drift in zip(self.fits, self.drift, strict=True)
+                for f, drift, bands in zip(self.fits, self.drift, self._routed(), strict=True)
             ],
         }
+
+    def _routed(self) -> LiveBands:
+        """Per fit, the live bands routed by (None: the profile's)."""
+        if len(self.live_bands) == len(self.fits):
+            return self.live_bands
+        return (None,) * len(self.fits)
 
     # Off it
 
@@ -411,7 +453,7 @@ class Online:
         ends = (window[0], window[-1]) if window else ()
         settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
         made_from = (len(window), *ends, accept_length, profile, shared, *settings)
-        if self._fitted_on is not None and _same((*made_from, self.adopted), self._fitted_on):
+        if self._fitted_on is not None and _same((*made_from, self.live_bands), self._fitted_on):
             self.fitted_at = now
             return None
         return FitJob(
@@ -442,8 +484,8 @@ class Online:
             crossovers is not None and self._drifted(f.crossing, c)
             for f, c in zip(fits, crossovers or [None] * len(fits), strict=True)
         )
-        self._adopt(fits, profile)
-        self._fitted_on = (*job.made_from, self.adopted)
+        self._adopt(fits)
+        self._fitted_on = (*job.made_from, self.live_bands)
 
     def _drifted(self, live: LiveCrossing | None, profiled: Crossover | None) -> bool:
         """The live interval no longer meets the profile's: only for a live crossing sure
@@ -456,23 +498,31 @@ class Online:
         p_low, p_high = _span(ci[0], ci[1], profiled.value, profiled.bound, profiled.limit)
         return high < p_low or p_high < low
 
-    def _adopt(self, fits: tuple[LiveFit, ...], profile: Profile | None) -> None:
-        """Fails closed: only in ``adopt``, only for one context and one crossover (a
-        profile with bands routes by them), only while sure."""
-        given = None if profile is None else profile.crossover.given_bands
-        banded = bool(given) and not one_crossover(given or ())
-        if self.mode is not OnlineMode.ADOPT or len(fits) != 1 or banded:
-            self.adopted = None
+    def _adopt(self, fits: tuple[LiveFit, ...]) -> None:
+        """Fails closed: only in ``adopt``, each context bucket's live crossing (a crossover,
+        or bands) only while sure; one adopted stays while the fit holds it."""
+        if self.mode is not OnlineMode.ADOPT:
+            self.live_bands, self._held = (), ()
             return
-        found, was = fits[0].crossing, self.adopted
-        if self.sureness.sure(found, holding=False):
-            assert found is not None
-            self.adopted = found.threshold
-            if was is None:
-                _log.warning("Online: routing by the live crossover %.3g.", self.adopted)
-        elif was is not None and not self.sureness.holds(found, was):
-            self.adopted = None
-            _log.warning("Online: the live crossover is no longer sure; the profile's again.")
+        held = self._held if len(self._held) == len(fits) else (None,) * len(fits)
+        chosen: list[LiveCrossing | None] = []
+        for f, was in zip(fits, held, strict=True):
+            found = f.crossing
+            if self.sureness.sure(found, holding=False):
+                chosen.append(found)
+            elif was is not None and self.sureness.holds(found, was):
+                chosen.append(was)
+            else:
+                chosen.append(None)
+            if (was is None) != (chosen[-1] is None):
+                context = "" if f.context is None else f" at context {f.context:g}"
+                if was is None:
+                    _log.warning("Online: routing by the live crossing%s.", context)
+                else:
+                    _log.warning("Online: the live crossing%s is no longer sure.", context)
+        adopting = any(c is not None for c in chosen)
+        self._held = tuple(chosen) if adopting else ()
+        self.live_bands = tuple(None if c is None else c.bands for c in chosen) if adopting else ()
 
 
 def _apart(backend: Seat, counts_others: bool) -> Lived:

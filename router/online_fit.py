@@ -32,7 +32,15 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
 
-from specroute.crossing import at_or_beyond, crossing, log_margin, percentile_interval, snapped
+from specroute.crossing import (
+    Band,
+    at_or_beyond,
+    crossing,
+    crossings,
+    log_margin,
+    percentile_interval,
+    snapped,
+)
 from specroute.policies.view import POOLS, Pool
 from specroute.router.online_samples import Sample
 
@@ -56,13 +64,31 @@ class Level:
 
 
 @dataclass(frozen=True)
+class LiveEdge:
+    """One edge of live bands (a mixture-of-experts model's margin may turn more than once):
+    where speculation stops paying going up in load (``down``) or starts (``up``), its
+    interval from the replicates' same turn nearest it (an end None: open, a replicate that
+    does not turn there), and the fewest live samples of either pool at the two levels
+    around it."""
+
+    at: float
+    direction: str
+    low: float | None
+    high: float | None
+    near: int
+
+
+@dataclass(frozen=True)
 class LiveCrossing:
     """The live crossover and its interval (an end None: open), or a bound when the margin
     does not change sign among the levels used; ``levels`` are those the margin was taken
     at, ``near``: the fewest live samples of either pool at the two levels around it (at the
     bound's level for a bound), none where a pool took the profile's value: a crossing is
     only as sure as the live evidence on both sides of it; ``beyond``: for a bound, the
-    share of replicates that find it too."""
+    share of replicates that find it too. When the margin turns up (speculation starts
+    paying above some load: a mixture-of-experts model's bands), ``edges`` holds every turn,
+    ``at`` is the first fall, if any, and ``beyond`` the share of replicates paying at the
+    last level, where the last band ends when it pays there (1 when it does not)."""
 
     at: float | None
     low: float | None
@@ -72,6 +98,8 @@ class LiveCrossing:
     levels: tuple[float, ...]
     near: int
     beyond: float = 0.0
+    edges: tuple[LiveEdge, ...] = ()
+    paid_first: bool = True  # banded: whether speculation paid at the first level used
 
     @property
     def threshold(self) -> float | None:
@@ -79,11 +107,38 @@ class LiveCrossing:
         for a bound, never past the evidence: when it pays at every level seen, the last
         one (where both pools were seen); when at none, the load below the first one, so
         that a request that would make that level goes to the plain pool (below it nothing
-        was seen: the level a lone request makes, 1, gives 0, speculation nowhere)."""
+        was seen: the level a lone request makes, 1, gives 0, speculation nowhere). With
+        bands, the first band's top."""
+        if self.edges:
+            route = self.bands
+            top = route[0][1] if route else 0.0
+            return math.inf if top is None else top
         if self.at is not None:
             return self.at
         limit = self.limit if self.limit is not None else 0.0
         return limit if self.bound == "above" else max(0.0, limit - 1)
+
+    @property
+    def bands(self) -> tuple[Band, ...]:
+        """The loads to speculate at, never past the evidence: below the first level used
+        as at it (open below when it paid there, as a crossover is); a band that still pays
+        at the last level ends there; speculation nowhere is no band."""
+        if not self.edges:
+            top = self.threshold
+            assert top is not None
+            return () if top <= 0 else ((None, None if math.isinf(top) else top),)
+        found: list[Band] = []
+        start: float | None = None
+        paying = self.paid_first
+        for edge in self.edges:
+            if edge.direction == "up":
+                start, paying = edge.at, True
+            else:
+                found.append((start, edge.at))
+                paying = False
+        if paying:
+            found.append((start, self.levels[-1]))
+        return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -231,28 +286,69 @@ def _crossing(
     if not used:
         return None
     at = [levels[i] for i in used]
-    found = crossing(at, log_margin(points["spec"], points["base"]))
-    replicates = [
-        at_or_beyond(
-            at, log_margin([c[r] for c in columns["spec"]], [c[r] for c in columns["base"]])
-        )
+    margin = log_margin(points["spec"], points["base"])
+    found = crossing(at, margin)
+    margins = [
+        log_margin([c[r] for c in columns["spec"]], [c[r] for c in columns["base"]])
         for r in range(REPLICATES)
     ]
-    around = _around(at, found.at if found.at is not None else found.limit)
-    near = min(  # a pool that stood on the profile's value there counts none
-        (
-            curves[pool][used[j]].samples if draws[pool][used[j]] is not None else 0
-            for j in around
-            for pool in POOLS
-        ),
-        default=0,
-    )
+    replicates = [at_or_beyond(at, m) for m in margins]
+
+    def near_of(indices: Sequence[int]) -> int:  # a pool on the profile's value counts none
+        return min(
+            (
+                curves[pool][used[j]].samples if draws[pool][used[j]] is not None else 0
+                for j in indices
+                for pool in POOLS
+            ),
+            default=0,
+        )
+
+    near = near_of(_around(at, found.at if found.at is not None else found.limit))
+    turns = crossings(at, margin)
+    if any(t.direction == "up" for t in turns):
+        edges = tuple(_edge(at, t.at, t.direction, margins, near_of) for t in turns)
+        # as sure as its least sure edge, and where it still pays at the last level (a band
+        # that ends there, a bound), as the samples there and the replicates agreeing on it
+        bound = margin[-1] > 0
+        ends = [e.near for e in edges] + ([near_of([len(at) - 1])] if bound else [])
+        agree = sum(1 for m in margins if m[-1] > 0) / len(margins) if bound else 1.0
+        return LiveCrossing(
+            found.at, None, None, None, None, tuple(at), min(ends), agree,
+            edges=edges, paid_first=margin[0] > 0,
+        )  # fmt: skip
     if found.at is None:
         side = math.inf if found.bound == "above" else -math.inf
         agree = sum(1 for r in replicates if r == side) / len(replicates)
         return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near, agree)
     low, high = snapped(at, *percentile_interval(replicates))
     return LiveCrossing(found.at, low, high, None, None, tuple(at), near)
+
+
+def _edge(
+    levels: Sequence[float],
+    at: float,
+    direction: str,
+    margins: Sequence[Sequence[float]],
+    near_of: Callable[[Sequence[int]], int],
+) -> LiveEdge:
+    """The turn of the medians' margin at ``at`` with its interval: per replicate, its own
+    turn of the same direction nearest ``at`` within a level of the two around it, or
+    beyond that stretch on the side its margin's sign puts it (an open end)."""
+    around = _around(levels, at)
+    lo, hi = max(0, around[0] - 1), min(len(levels), around[-1] + 2)
+    stretch = levels[lo:hi]
+    replicates = []
+    for m in margins:
+        part = m[lo:hi]
+        same = [t.at for t in crossings(stretch, part) if t.direction == direction]
+        if same:
+            replicates.append(min(same, key=lambda x: abs(math.log(x / at))))
+        else:  # no such turn here: paying throughout puts a fall above, a rise below
+            paying = sum(1 for v in part if v > 0) * 2 > len(part)
+            replicates.append(math.inf if paying == (direction == "down") else -math.inf)
+    low, high = snapped(stretch, *percentile_interval(replicates))
+    return LiveEdge(at, direction, low, high, near_of(around))
 
 
 def _around(levels: Sequence[float], at: float | None) -> list[int]:

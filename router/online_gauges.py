@@ -87,9 +87,9 @@ def online_gauges(online: Online, profile: Profile | None) -> Iterator[GaugeMetr
     yield from (accept, left_out)
     yield GaugeMetricFamily(
         "specroute_online_adopted",
-        "1 when the router routes by the live crossover (online=adopt, sure enough); 0 when "
-        "by the profile's.",
-        value=int(online.adopted is not None),
+        "1 when the router routes by a live crossover or live bands (online=adopt, sure "
+        "enough; in one context bucket at least); 0 when by the profile's.",
+        value=int(any(bands is not None for bands in online.live_bands)),
     )
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from specroute.policies.view import POOLS
+from specroute.policies.view import POOLS, LiveBands
 from specroute.router.online import Online
-from specroute.router.online_fit import Level, LiveCrossing, LiveFit
+from specroute.router.online_fit import Level, LiveCrossing, LiveEdge, LiveFit
+from specroute.router.worker_sync import IN_THE_FIT
 
 
 def published(online: Online) -> dict[str, Any]:
@@ -33,16 +34,21 @@ def published(online: Online) -> dict[str, Any]:
         "accept_length": online.accept_length,
         "left_out": online.left_out,
         "beside": online.beside,
+        "live_bands": [
+            None if b is None else [list(band) for band in b] for b in online.live_bands
+        ],
     }
 
 
 def take(online: Online, adopted: float | None, document: dict[str, Any] | None) -> None:
-    """In another worker: route by ``adopted``, and show the fit of ``document`` (None:
-    the one shown stands). A document that does not read raises ValueError, KeyError or
-    TypeError before anything of it is taken."""
-    online.adopted = adopted
+    """In another worker: route by what the board holds (``adopted``: ``on_board``), and
+    show the fit of ``document`` (None: the one shown stands). A document that does not
+    read raises ValueError, KeyError or TypeError, after the board's crossover is taken
+    (bands that are only in it: none, the profile's) and before anything of it is."""
+    online.adopted = None if adopted == IN_THE_FIT else adopted
     if document is None:
         return
+    live = _live_bands(document.get("live_bands", ())) if adopted == IN_THE_FIT else None
     fits = tuple(_live_fit(f) for f in document["fits"])
     drift = tuple(bool(d) for d in document["drift"])
     if len(drift) != len(fits):
@@ -55,6 +61,23 @@ def take(online: Online, adopted: float | None, document: dict[str, Any] | None)
     online.counted, online.shared = samples, bool(document["shared"])
     online.peers = [dict(p) for p in document.get("peers", [])]
     online.accept_length, online.left_out, online.beside = accept, left_out, beside
+    if live is not None:
+        online.live_bands = live
+
+
+def _live_bands(raw: Any) -> LiveBands:
+    """The live bands of a published fit: per fit, None or a list of [from, to]."""
+    return tuple(
+        None if bands is None else tuple((_end(a), _end(b)) for a, b in bands) for bands in raw
+    )
+
+
+def _end(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a band's end is a number or null, not {value!r}")
+    return float(value)
 
 
 def _live_fit(raw: dict[str, Any]) -> LiveFit:
@@ -68,7 +91,15 @@ def _live_fit(raw: dict[str, Any]) -> LiveFit:
         },
         None
         if crossing is None
-        else LiveCrossing(**(crossing | {"levels": tuple(crossing["levels"])})),
+        else LiveCrossing(
+            **(
+                crossing
+                | {
+                    "levels": tuple(crossing["levels"]),
+                    "edges": tuple(LiveEdge(**e) for e in crossing.get("edges", ())),
+                }
+            )
+        ),
         raw["samples"],
         raw["min_samples"],
         tuple((POOLS[POOLS.index(pool)], float(level)) for pool, level in raw.get("live", ())),

@@ -95,14 +95,16 @@ class RouterState:
             tuple([b.view(stale_after, now) for b in self.roster.backends]),
             source=self.settings.concurrency_source,
             now=now,
-            live_crossover=self.online.adopted,
+            live_bands=self.online.live_bands,
         )
 
     def place(self, decision: Decision, request: RequestInfo, view: View) -> Decision:
         """The policy's decision, explored (``exploration``) and placed within its pool;
         counted unless left to the policy. In the speculative pool no server at the
         crossover is chosen by its hash."""
-        crossover = self.in_force.policy.crossover()
+        crossover = view.live_crossover
+        if crossover is None:
+            crossover = self.in_force.policy.crossover()
         if (exploration := self.exploration) is not None:
             decision = exploration.after(decision, view, crossover)
         ceiling = crossover if decision.pool == "spec" else None
@@ -135,7 +137,7 @@ class RouterState:
     def publish_online(self, fitted: bool = True) -> None:
         """The leader, after a fit (``fitted``) or a failed one: the live crossover it
         routes by and the fit, for the other workers to route by and show."""
-        self.sync.publish_online(self.online.adopted, published(self.online) if fitted else None)
+        self.sync.publish_online(self.online.live_bands, published(self.online) if fitted else None)
 
     def health_checked(self, backend: Backend, ok: bool) -> None:
         """The leader's health check: published for every worker's breaker, its own first."""
@@ -168,4 +170,7 @@ class RouterState:
         except (OSError, ValueError, KeyError, TypeError):
             take(self.online, adopted, None)
             self.metrics.background_errors.labels(task="online").inc()
-            _log.exception("The leader's online fit did not read; its crossover is routed by.")
+            _log.exception(
+                "The leader's online fit did not read; its crossover on the board is routed "
+                "by (bands and crossings per context are in the fit: the profile's instead)."
+            )

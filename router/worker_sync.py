@@ -10,6 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specroute.crossing import first_top
+from specroute.policies.profile import up_to
+from specroute.policies.view import LiveBands
 from specroute.router.board import Board
 
 POSTED_FILE = "posted-profile.json"
@@ -63,22 +66,26 @@ class WorkerSync:
         raw: dict[str, Any] = json.loads((self.folder / POSTED_FILE).read_text())
         return raw
 
-    def publish_online(self, adopted: float | None, fit: dict[str, Any] | None = None) -> None:
-        """The leader's online fit (None: the last one stands) and the live crossover it
-        routes by, for the other workers; it has seen them itself. The crossover is
-        published even when writing the fit fails (which then raises)."""
+    def publish_online(self, live_bands: LiveBands, fit: dict[str, Any] | None = None) -> None:
+        """The leader's online fit (None: the last one stands) and the live bands it routes
+        by, for the other workers; it has seen them itself. One crossover in one context
+        goes on the board whole, so that it is routed by even when writing the fit fails
+        (which then raises); bands, or a crossing per context, go in the fit, and the board
+        says to read them there only once it is written (else: none, the profile's)."""
         if self.folder is None:
             return
+        written = False
         try:
             if fit is not None:
                 _write_whole(self.folder / ONLINE_FILE, json.dumps(fit), self.board.worker)
+                written = True
         finally:
-            self.board.publish_online(adopted)
+            self.board.publish_online(on_board(live_bands, written))
             self._online_seen = self.board.online_published()
 
     def new_online(self) -> bool:
-        """Whether the leader published an online fit this worker has not seen (the
-        crossover it routes by is then on the board: ``Board.live_crossover``)."""
+        """Whether the leader published an online fit this worker has not seen (what it
+        routes by is then on the board: ``Board.live_crossover``, and ``on_board``)."""
         published = self.board.online_published()
         if published == self._online_seen or self.folder is None:
             return False
@@ -91,6 +98,21 @@ class WorkerSync:
             return None
         fit: dict[str, Any] = json.loads((self.folder / ONLINE_FILE).read_text())
         return fit
+
+
+IN_THE_FIT = -1.0  # on the board: the live bands routed by are in the fit's document
+
+
+def on_board(live_bands: LiveBands, written: bool) -> float | None:
+    """What the board holds of the live bands routed by: None, none; one crossover in one
+    context, itself (0: speculation nowhere); else ``IN_THE_FIT`` once the fit holding them
+    is ``written``, and None (the profile's) when it could not be."""
+    if not live_bands:
+        return None
+    only = live_bands[0] if len(live_bands) == 1 else None
+    if only is not None and up_to(first_top(only)) == only:
+        return first_top(only)
+    return IN_THE_FIT if written else None
 
 
 def _write_whole(path: Path, text: str, worker: int) -> None:

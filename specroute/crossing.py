@@ -98,6 +98,15 @@ def bands(levels: Sequence[float], margin: Sequence[float]) -> list[Band]:
     return found
 
 
+def first_top(bands: Sequence[Band]) -> float:
+    """The first band's top: where speculation first stops paying, going up in load (0
+    with no band: it never pays)."""
+    if not bands:
+        return 0.0
+    top = bands[0][1]
+    return math.inf if top is None else top
+
+
 def _between(x0: float, m0: float, x1: float, m1: float) -> float:
     """Where the line through (log x0, m0) and (log x1, m1) reaches 0."""
     return float(x0 * (x1 / x0) ** (m0 / (m0 - m1)))

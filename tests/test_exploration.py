@@ -3,6 +3,7 @@ sends one; its settings, and its counts in the router's metrics."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import pytest
@@ -10,6 +11,7 @@ from prometheus_client import generate_latest
 from pydantic import ValidationError
 
 from specroute.policies.decision import Decision
+from specroute.policies.profile import up_to
 from specroute.policies.view import POOLS, BackendView, Pool, RequestInfo, View
 from specroute.router.app import build_state
 from specroute.router.exploration import EXPLORE, Exploration
@@ -39,7 +41,7 @@ def view(
             BackendView("spec-a", "spec", spec_healthy, spec, max_running_requests=spec_cap),
             BackendView("base-a", "base", True, base),
         ),
-        live_crossover=live,
+        live_bands=() if live is None else (up_to(live),),
     )
 
 
@@ -78,10 +80,24 @@ CASES = [
         "spec",
     ),
     Case(
-        "context bands are left alone",
+        "context bands' edges as a crossover's",
         Decision("base", "base-a", "outside_band_at_context"),
         view(9, 3),
         8,
+        "spec",
+    ),
+    Case(
+        "a live band's start (speculation pays from 32 up): to spec below it",
+        Decision("base", "base-a", "outside_band"),
+        replace(view(0, 20), live_bands=(((32.0, None),),)),
+        None,
+        "spec",
+    ),
+    Case(
+        "a live band's start: not past its span",
+        Decision("base", "base-a", "outside_band"),
+        replace(view(0, 6), live_bands=(((32.0, None),),)),
+        None,
         None,
     ),
     # shared: the group's load, both pools

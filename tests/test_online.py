@@ -6,6 +6,7 @@ import asyncio
 import math
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from specroute.background import cancel_and_wait
-from specroute.crossing import crossing, log_margin
-from specroute.policies.profile import parse_profile
+from specroute.crossing import bands, crossing, log_margin
+from specroute.policies.profile import parse_profile, up_to
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router import online as online_module
@@ -242,7 +243,7 @@ def test_a_held_crossover_stays_where_it_is_until_a_sure_fit_moves_it() -> None:
     online = Online(OnlineMode.ADOPT, Samples(16, 600.0), Sureness(30))
 
     def fitted(found: LiveCrossing) -> float | None:
-        online._adopt((LiveFit(None, {}, found, 80),), None)
+        online._adopt((LiveFit(None, {}, found, 80),))
         return online.adopted
 
     assert fitted(around(2.4, 2.0, 4.0)) == 2.4
@@ -251,9 +252,14 @@ def test_a_held_crossover_stays_where_it_is_until_a_sure_fit_moves_it() -> None:
     assert fitted(around(2.4, 1.0, 4.0, near=20)) is None  # no longer holds 6.2: the profile's
 
 
+def live_at(crossover: float | None) -> tuple[tuple[tuple[float | None, float | None], ...], ...]:
+    """The view's live bands of one live crossover, in one context (None: none)."""
+    return () if crossover is None else (up_to(crossover),)
+
+
 def view(load: int, live: float | None) -> View:
     spec = BackendView("s", "spec", True, load)
-    return View((spec, BackendView("b", "base", True, 0)), live_crossover=live)
+    return View((spec, BackendView("b", "base", True, 0)), live_bands=live_at(live))
 
 
 def test_the_crossover_policy_sees_the_live_crossover_through_its_view() -> None:
@@ -283,14 +289,27 @@ def test_with_several_workers_each_records_in_its_ring_and_the_leader_alone_fits
     assert leader.samples.window(2.0) == [sample]
 
 
-def test_a_profile_s_one_band_is_a_crossover_the_live_one_replaces_but_real_bands_stay() -> None:
+def test_live_bands_stand_for_the_profile_s_one_crossover_or_bands() -> None:
+    """Adopted live, a crossover replaces a profile's bands and bands replace a profile's
+    crossover: what the live evidence found, each edge of it sure, is routed by."""
     request = RequestInfo("/v1/chat/completions")
     one = {"value": 5.2, "ci": [5.2, 5.2], "bands": [[None, 5.2]]}
     banded = {"value": None, "bound": "below", "limit": 1, "bands": [[30, 120]]}
-    for crossover, load, pool in ((one, 3, "base"), (banded, 40, "spec")):
+    middle: tuple[tuple[float | None, float | None], ...] = ((8.0, 24.0),)
+    cases = (
+        (one, 3, live_at(2.0), "base"),
+        (banded, 40, live_at(2.0), "base"),
+        (banded, 1, live_at(2.0), "spec"),
+        (one, 3, (middle,), "base"),  # below the live band's start
+        (one, 12, (middle,), "spec"),  # a profile's crossover of 5.2 would not
+        (banded, 40, (None,), "spec"),  # None: the profile's stand
+    )
+    for crossover, load, live, pool in cases:
         profile = parse_profile({"schema": "specroute.profile/v1", "crossover": crossover})
         policy = build_policy("crossover", {}, profile)
-        assert policy.choose(request, view(load, 2.0)).pool == pool
+        spec = BackendView("s", "spec", True, load)
+        seen = View((spec, BackendView("b", "base", True, 0)), live_bands=live)
+        assert policy.choose(request, seen).pool == pool, (crossover, load, live)
 
 
 def test_the_crossover_gauge_says_the_live_one_while_it_is_routed_by() -> None:
@@ -356,6 +375,96 @@ def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
         pytest.approx(true_crossover(dense(1 / 8)), rel=0.05),
     ]
     assert online.drift == (True, False)  # 21 is far above the first bucket's 7 to 9
+
+
+def moe(pool: str, load: float) -> float:
+    """Seconds per token of a mixture-of-experts pair: a verify reads many more experts
+    than a decode step at low load, so speculation pays only in a band, about 3 to 12."""
+    if pool == "spec":
+        return 0.009 * (1 + load / 12) + 0.012 / load
+    return 0.014 * (1 + load / 32)
+
+
+def true_bands(model: Model) -> list[tuple[float | None, float | None]]:
+    margin = log_margin([model("spec", c) for c in LEVELS], [model("base", c) for c in LEVELS])
+    return bands(LEVELS, margin)
+
+
+def test_a_margin_that_turns_twice_gives_live_bands_adopted_once_each_edge_is_sure() -> None:
+    """The live fit of a mixture-of-experts pair: an edge where speculation starts paying
+    and one where it stops, each with its interval; adopted as bands while both are sure,
+    and routed by; thin samples around one edge keep the profile's."""
+    found = fit(served(moe, 40), LEVELS, min_samples=10).crossing
+    assert found is not None
+    assert [e.direction for e in found.edges] == ["up", "down"]
+    (start, end), truth = found.bands[0], true_bands(moe)[0]
+    assert found.bands == ((start, end),)
+    assert [(e.low, e.high) for e in found.edges] == [(2.0, 4.0), (8.0, 16.0)]  # each holds
+    assert truth[0] is not None and truth[1] is not None and 2 < truth[0] < 4 < 8 < truth[1] < 16
+    # a shallow margin (5% a side at 8 and 16): a point within a fifth of the truth
+    assert start == pytest.approx(truth[0], rel=0.2) and end == pytest.approx(truth[1], rel=0.2)
+    assert found.threshold == end  # the first band's top
+    online = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
+    for s in served(moe, 40):
+        online.samples.add(s)
+    online.refit(1.0, None, shared=True)
+    assert online.live_bands == (found.bands,) and online.adopted == end
+    policy = build_policy("crossover", {"crossover": 64}, None)
+    request = RequestInfo("/v1/chat/completions")
+    for load, pool in ((1, "base"), (5, "spec"), (20, "base")):
+        spec = BackendView("s", "spec", True, load)
+        seen = View((spec, BackendView("b", "base", True, 0)), live_bands=online.live_bands)
+        assert policy.choose(request, seen).pool == pool, load
+    # too few samples past 8: the band that still pays there ends there, never past it
+    short = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
+    for s in served(moe, 40, levels=LEVELS[:4]) + served(moe, 12, levels=LEVELS[4:], seed=4):
+        short.samples.add(s)
+    short.refit(1.0, None, shared=True)
+    assert short.live_bands == (((start, 8.0),),)
+    # too few at 2: the edge lies somewhere between 1 and 4, two doublings, not sure
+    thin = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
+    levels = (LEVELS[1],)
+    for s in served(moe, 12, levels=levels) + served(moe, 40, levels=LEVELS[2:], seed=4):
+        thin.samples.add(s)
+    for s in served(moe, 40, levels=LEVELS[:1], seed=6):
+        thin.samples.add(s)
+    thin.refit(1.0, None, shared=True)
+    edges = thin.fits[0].crossing.edges if thin.fits[0].crossing else ()
+    assert [(e.low, e.high) for e in edges][:1] == [(1.0, 4.0)] and thin.live_bands == ()
+
+
+def test_adopt_is_per_context_bucket_each_on_its_own_evidence() -> None:
+    """A profile with context buckets: each bucket's live crossover is adopted once sure,
+    the other's profile crossover stands meanwhile, and ``context-crossover`` routes each
+    context by its own."""
+    buckets = [
+        {"context": c, "crossover": {"value": v, "ci": [v - 1, v + 1]}}
+        for c, v in ((500, 8.0), (4000, 3.0))
+    ]
+    profile = parse_profile(
+        {
+            "schema": "specroute.profile/v2",
+            "crossover": buckets[0]["crossover"],
+            "context": {"tokens_per_byte": 0.25, "buckets": buckets},
+        }
+    )
+    online = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30, 4.0))
+    short = served(dense(1 / 8), 40)  # crossover near 5: the first bucket (context 1000)
+    long = [s._replace(context=3000) for s in served(dense(1 / 8), 12, seed=5)]  # too few
+    for s in short + long:
+        online.samples.add(s)
+    online.refit(1.0, profile, shared=True)
+    (first, second) = online.live_bands
+    assert second is None and first is not None and online.adopted is None  # two contexts
+    assert first[0][1] == pytest.approx(true_crossover(dense(1 / 8)), rel=0.05)
+    status = online.describe(2.0)["fits"]
+    assert [f["adopted_bands"] for f in status] == [[list(first[0])], None]
+    policy = build_policy("context-crossover", {}, profile)
+    spec = BackendView("s", "spec", True, 6)
+    seen = View((spec, BackendView("b", "base", True, 0)), live_bands=online.live_bands)
+    short_request = RequestInfo("/v1/chat/completions", prompt_bytes=1600, max_tokens=200)
+    assert policy.choose(short_request, seen).pool == "base"  # live 5, not the profile's 8
+    assert policy.choose(short_request, replace(seen, live_bands=())).pool == "spec"
 
 
 def test_a_backend_s_load_lived_through_is_its_count_integrated_over_time(

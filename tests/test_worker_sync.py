@@ -101,7 +101,7 @@ def test_the_leader_s_online_fit_reaches_another_worker_whole(tmp_path: Path) ->
     board = Board(2, 2)
     sync, other = WorkerSync(board, tmp_path), WorkerSync(board, tmp_path)
     assert not other.new_online() and other.online_fit() is None
-    sync.publish_online(leader.adopted, published(leader))
+    sync.publish_online(leader.live_bands, published(leader))
     assert not sync.new_online()  # its own
     assert other.new_online() and not other.new_online()
     follower = Online(OnlineMode.ADOPT, Samples(16, 600.0), Sureness(30, 4.0), leads=False)
@@ -109,7 +109,7 @@ def test_the_leader_s_online_fit_reaches_another_worker_whole(tmp_path: Path) ->
     assert follower.fits == leader.fits and follower.drift == leader.drift
     assert follower.adopted == leader.adopted and follower.shared is False
     assert follower.describe(2.0) == leader.describe(2.0)
-    sync.publish_online(None)  # a failed fit: the profile's crossover, the fit shown stands
+    sync.publish_online(())  # a failed fit: the profile's crossover, the fit shown stands
     assert other.new_online() and board.live_crossover() is None
     take(follower, board.live_crossover(), other.online_fit())
     assert follower.adopted is None and follower.fits == leader.fits
@@ -141,3 +141,41 @@ def test_a_worker_routes_by_the_leader_s_crossover_even_when_its_fit_does_not_re
     counted = {s.labels["task"]: s.value for s in errors.samples if s.name.endswith("_total")}
     assert counted["online"] == 1
     assert "specroute_online_adopted 1.0" in generate_latest(state.metrics.exposed).decode()
+
+
+def test_live_bands_reach_another_worker_through_the_fit_and_fail_closed_without_it(
+    tmp_path: Path,
+) -> None:
+    """Bands (a mixture-of-experts pair's) are no crossover the board can hold: it points to
+    the fit, the other worker routes by the bands written there, and when the fit does not
+    read it routes by the profile's, never by what it does not have."""
+    from specroute.router.online import Online, OnlineMode, Sureness
+    from specroute.router.online_published import published, take
+    from specroute.router.online_samples import Samples
+    from specroute.router.worker_sync import IN_THE_FIT, ONLINE_FILE
+    from tests.test_online import moe, served
+
+    leader = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
+    for s in served(moe, 40):
+        leader.record(s)
+    leader.refit(1.0, None, shared=True)
+    ((band,),) = leader.live_bands  # type: ignore[misc]
+    assert band[0] is not None  # from some load up: no crossover
+    board = Board(2, 2)
+    sync, other = WorkerSync(board, tmp_path), WorkerSync(board, tmp_path)
+    sync.publish_online(leader.live_bands, published(leader))
+    assert other.new_online() and board.live_crossover() == IN_THE_FIT
+    follower = Online(OnlineMode.ADOPT, Samples(16, 600.0), Sureness(30), leads=False)
+    take(follower, board.live_crossover(), other.online_fit())
+    assert follower.live_bands == leader.live_bands
+    assert follower.describe(2.0)["fits"] == leader.describe(2.0)["fits"]
+    (tmp_path / ONLINE_FILE).write_text("{not json")
+    with pytest.raises(ValueError):
+        take(follower, board.live_crossover(), other.online_fit())
+    take(follower, board.live_crossover(), None)  # as a worker does when the fit is unread
+    assert follower.live_bands == ()
+    (tmp_path / ONLINE_FILE).unlink()
+    tmp_path.joinpath(ONLINE_FILE).mkdir()  # the leader cannot write it: nothing points there
+    with pytest.raises(OSError):
+        sync.publish_online(leader.live_bands, published(leader))
+    assert board.live_crossover() is None
