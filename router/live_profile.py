@@ -20,7 +20,7 @@ from typing import Any
 
 from specroute.crossing import CONFIDENCE
 from specroute.policies.curves import context_curves, curves
-from specroute.policies.profile import SCHEMA, SCHEMA_V2, Profile, one_crossover, parse_profile
+from specroute.policies.profile import SCHEMA, SCHEMA_V2, Profile, parse_profile
 from specroute.policies.view import POOLS, Pool
 from specroute.router.online import Online, OnlineMode, Sureness, profiled
 from specroute.router.online_fit import REPLICATES, Known, Level, LiveCrossing, LiveFit
@@ -100,12 +100,6 @@ def _ready(online: Online, profile: Profile | None) -> tuple[LiveFit, ...]:
             f"No live fit yet: the first comes --online-interval seconds after the start "
             f"({kept} samples kept so far)."
         )
-    given = None if profile is None else profile.crossover.given_bands
-    if given and not one_crossover(given):
-        raise LiveProfileRefused(
-            "The profile in force has bands of load where speculation pays, and the live fit "
-            "finds one crossover: it would not say where the bands are. Calibrate instead."
-        )
     fits = online.fits
     axis = None if profile is None else profile.context
     wanted = [None] if axis is None else [b.context for b in axis.buckets]
@@ -170,6 +164,18 @@ def _crossover(found: LiveCrossing | None, sureness: Sureness) -> dict[str, Any]
         "samples_near": found.near,
         "sure": sureness.sure(found, holding=False),
     }
+    if found.edges:  # bands: each edge with its interval, the first fall as the crossover
+        edges = [
+            {"at": e.at, "direction": e.direction, "ci": [e.low, e.high], "samples_near": e.near}
+            for e in found.edges
+        ]
+        banded = {"bands": [list(b) for b in found.bands], "edges": edges}
+        banded |= {"replicates_agreeing": round(found.beyond, 4)}
+        if found.paid_first:
+            fall = found.edges[0]
+            return {"value": fall.at, "ci": [fall.low, fall.high]} | banded | common
+        first = found.levels[0]
+        return {"value": None, "ci": None, "bound": "below", "limit": first} | banded | common
     if found.at is None:
         beyond = round(found.beyond, 4)
         bound = {"value": None, "ci": None, "bound": found.bound, "limit": found.limit}

@@ -34,7 +34,7 @@ from specroute.router.online_samples import Sample, Samples
 from specroute.router.openapi import document as openapi
 from tests.emulators import running_emulator
 from tests.routers import running_router
-from tests.test_online import LEVELS, Model, dense, profile_of, served, true_crossover
+from tests.test_online import LEVELS, Model, dense, moe, profile_of, served, true_crossover
 from tests.test_online_live import streamed as streamed_with_usage
 
 SERVING = Serving(
@@ -185,15 +185,30 @@ def profiled_online() -> tuple[Online, Any]:
     return fed([], in_force), in_force
 
 
-def banded_online() -> tuple[Online, Any]:
-    """A mixture of experts' profile, speculation paying from 4 to 16 only."""
-    raw = profile_of(dense(), (4.0, 8.0))
-    in_force = parse_profile(raw | {"crossover": raw["crossover"] | {"bands": [[4, 16]]}})
-    return fed(served(dense(), 40), in_force), in_force
+def test_live_bands_are_written_as_bands_each_edge_with_its_interval() -> None:
+    """A mixture of experts' pair, speculation paying in a band only: the live profile
+    writes the bands (and each edge's interval), it reads back as a profile with bands,
+    the openapi schema describes it, and the crossover policy routes by them."""
+    in_force = parse_profile(profile_of(dense(), (4.0, 8.0)))  # a profile that says one crossover
+    learning = fed(served(moe, 40), in_force)
+    found = learning.fits[0].crossing
+    assert found is not None and found.edges
+    document = live_profile(learning, in_force, SERVING, 2.0, CREATED)
+    described = {"$ref": "#/components/schemas/Profile", "components": openapi()["components"]}
+    jsonschema.Draft202012Validator(described).validate(document)
+    crossover = document["crossover"]
+    assert crossover["bands"] == [list(b) for b in found.bands]
+    assert [e["direction"] for e in crossover["edges"]] == ["up", "down"]
+    assert [e["ci"] for e in crossover["edges"]] == [[2.0, 4.0], [8.0, 16.0]]
+    assert crossover["value"] is None and crossover["bound"] == "below"  # not paying at 1
+    profile = parse_profile(json.loads(json.dumps(document)))
+    assert profile.crossover.bands == found.bands
+    policy = build_policy("crossover", {}, profile)
+    request = RequestInfo("/v1/chat/completions")
+    assert [policy.choose(request, seated(n)).pool for n in (0, 4, 20)] == ["base", "spec", "base"]
 
 
 REFUSALS: list[tuple[str, Any, str]] = [
-    ("bands in force", banded_online, "has bands of load"),
     ("online off", lambda: (online(OnlineMode.OFF), None), "Online calibration is off"),
     ("before the first fit", lambda: (online(), None), "No live fit yet"),
     (
