@@ -25,13 +25,14 @@ from typing import Any
 
 from specroute.bench.learning import Learning
 from specroute.bench.replay import ReplayPlan, replay
+from specroute.crossing import Band, bands, crossings, first_top
 from specroute.emulator.predict import predict
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
-from specroute.policies.registry import build_policy
+from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import Pool
 from specroute.router.exploration import Exploration
@@ -49,10 +50,22 @@ PROBES = 5  # the replays that find the Azure trace's rate
 
 
 @dataclass(frozen=True)
+class TruthEdge:
+    """Where speculation stops paying going up in load (``down``) or starts (``up``), and
+    the doubling levels around it: the live fit's interval, at best."""
+
+    at: float
+    direction: str
+    interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class Truth:
-    crossover: float
+    crossover: float  # the first edge: a dense model's crossover
     interval: tuple[float, float]  # the doubling levels around it: the live fit's, at best
     tpot: float  # the speculative server's seconds per token there, for the Azure rate
+    bands: tuple[Band, ...] = ()  # where speculation pays (a mixture of experts: a band)
+    edges: tuple[TruthEdge, ...] = ()  # every edge of the bands, in order of load
 
 
 @dataclass(frozen=True)
@@ -65,14 +78,15 @@ class Converged:
     requests: int
     converged_at: float | None  # from here on every fit routed by one inside the interval
     requests_by: int | None  # the requests sent before it
-    outside: list[tuple[float, float, float]]  # once adopted: each stretch out, its value
-    routed_at_end: float
+    outside: list[tuple[float, float, float]]  # once adopted: each stretch out, its edge
+    routed_at_end: float  # the first edge of the bands routed by at the end (0: none)
     explored: int
     turns: int
     tps: float
     tps_unexplored: float | None  # the same run without exploration (None: not run)
     latency: float  # a request's mean seconds from sent to its last token
     latency_unexplored: float | None
+    bands_at_end: tuple[Band, ...] = ()  # the bands routed by at the end
 
     @property
     def cost(self) -> float | None:
@@ -101,17 +115,26 @@ def defaults() -> RouterSettings:
 @cache
 def truth(model: tuple[str, ...]) -> Truth:
     """What calibrating the pair on one GPU group finds (once per model: every run and the
-    Azure rate's probes ask)."""
+    Azure rate's probes ask): each server alone at each level, and every edge of the bands
+    where speculation pays."""
     spec = config_from_flags((*model, "--share-gpus", "group"), "spec")
     base = replace(spec, mode="base")
     found = predict(spec, PROFILED, INPUT_LEN, OUTPUT_LEN, base=base)
-    if found.crossover is None:
+    levels = [float(lv.concurrency) for lv in found.levels]
+    margin = [math.log(speedup) for _, speedup in found.per_request]
+    turns = crossings(levels, margin)
+    if not turns:
         raise ValueError("speculation pays at every level up to 128 or at none: no crossover")
-    at = found.crossover
-    low = max(x for x in DEFAULT_LEVELS if x <= at)
-    high = min(x for x in DEFAULT_LEVELS if x >= at)
-    near = min(found.levels, key=lambda lv: abs(lv.concurrency - at))
-    return Truth(at, (low, high), 1 / near.spec.per_request)
+    edges = tuple(TruthEdge(t.at, t.direction, _around(t.at)) for t in turns)
+    first = edges[0]
+    near = min(found.levels, key=lambda lv: abs(lv.concurrency - first.at))
+    paying = tuple(bands(levels, margin))
+    return Truth(first.at, first.interval, 1 / near.spec.per_request, paying, edges)
+
+
+def _around(at: float) -> tuple[float, float]:
+    """The doubling levels around ``at``: where the live fit measures."""
+    return max(x for x in DEFAULT_LEVELS if x <= at), min(x for x in DEFAULT_LEVELS if x >= at)
 
 
 def converge(
@@ -128,6 +151,7 @@ def converge(
     known = truth(model)
     factor = STARTS[start]
     begin = 0.0 if factor is None else known.crossover * factor
+    given = () if factor is None else _scaled(known.bands, factor)
     plan = _plan(model, known, traffic, seed)
     settings = defaults()
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
@@ -145,12 +169,15 @@ def converge(
         )
         explores = Exploration(online, share, settings.online_explore_span) if share > 0 else None
         learning = Learning(online, None, settings.online_interval, exploration=explores)
-        policy = build_policy("crossover", {"crossover": begin}, None)
+        policy = CrossoverPolicy(CrossoverParams(), first_top(given), given)
         runs[share] = (replay(plan, policy, f"{start} {share:g}", learning), learning, explores)
     records, learning, explores = runs[settings.online_explore_share]
     assert explores is not None
-    routed = [(t, begin if c is None else c) for t, c, _ in learning.history]
-    at, outside = _settled(routed, known.interval, learning.history)
+    routed = [(t, given if not live or live[0] is None else live[0]) for t, live in learning.bands]
+    top = known.crossover * max(RAMP)  # past the load the traffic brings, an edge is moot
+    adopted = next((t for t, live in learning.bands if any(b is not None for b in live)), None)
+    at, outside = _settled(routed, known, top, adopted)
+    end = routed[-1][1] if routed else given
     return Converged(
         start,
         "ramp" if isinstance(traffic, int) else "azure",
@@ -161,13 +188,47 @@ def converge(
         at,
         None if at is None else sum(1 for r in records if r.start < at),
         outside,
-        routed[-1][1] if routed else begin,
+        _first(end),
         sum(explores.explored.values()),
         sum(explores.turns.values()),
         _tps(records, plan.trace.seconds),
         _tps(runs[0.0][0], plan.trace.seconds) if priced else None,
         _latency(records),
         _latency(runs[0.0][0]) if priced else None,
+        end,
+    )
+
+
+def _scaled(paying: tuple[Band, ...], factor: float) -> tuple[Band, ...]:
+    """Bands with every edge moved by ``factor``: a profile that factor off."""
+    return tuple(
+        (None if a is None else a * factor, None if b is None else b * factor) for a, b in paying
+    )
+
+
+def _edges(paying: tuple[Band, ...]) -> list[tuple[float, str]]:
+    """The edges of bands in order of load: each start ``up``, each closed top ``down``."""
+    found = []
+    for start, end in paying:
+        found += [(start, "up")] if start is not None else []
+        found += [(end, "down")] if end is not None else []
+    return found
+
+
+def _first(paying: tuple[Band, ...]) -> float:
+    """The first edge of bands (0: speculation nowhere, or everywhere)."""
+    edges = _edges(paying)
+    return edges[0][0] if edges else 0.0
+
+
+def _agrees(paying: tuple[Band, ...], known: Truth, top: float) -> bool:
+    """Whether bands route as the truth's do at the loads the traffic brings (below
+    ``top``): the same edges, each inside its edge's interval."""
+    mine = [(at, way) for at, way in _edges(paying) if at < top]
+    want = [e for e in known.edges if e.at < top]
+    return len(mine) == len(want) and all(
+        way == e.direction and e.interval[0] <= at <= e.interval[1]
+        for (at, way), e in zip(mine, want, strict=True)
     )
 
 
@@ -254,25 +315,25 @@ def _plan(
 
 
 def _settled(
-    routed: list[tuple[float, float]],
-    interval: tuple[float, float],
-    history: list[tuple[float, float | None, bool]],
+    routed: list[tuple[float, tuple[Band, ...]]],
+    known: Truth,
+    top: float,
+    first: float | None,
 ) -> tuple[float | None, list[tuple[float, float, float]]]:
-    """When the crossover routed by came into ``interval`` for good, and the stretches it
-    spent outside it once a live one had first been adopted (start, end, value at start)."""
-    low, high = interval
+    """When the bands routed by came to agree with the truth's for good (``_agrees``), and
+    the stretches they did not once a live crossing had first been adopted (at ``first``;
+    None: never): start, end, first edge at start."""
     at: float | None = None
-    for t, crossover in routed:
-        at = (at if at is not None else t) if low <= crossover <= high else None
-    first = next((t for t, c, _ in history if c is not None), None)
+    for t, paying in routed:
+        at = (at if at is not None else t) if _agrees(paying, known, top) else None
     outside: list[tuple[float, float, float]] = []
     begun: tuple[float, float] | None = None
-    for t, crossover in routed:
+    for t, paying in routed:
         if first is None or t < first:
             continue
-        out = not low <= crossover <= high
+        out = not _agrees(paying, known, top)
         if out and begun is None:
-            begun = (t, crossover)
+            begun = (t, _first(paying))
         elif not out and begun is not None:
             outside.append((begun[0], t, begun[1]))
             begun = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specroute.policies.profile import Profile
+from specroute.policies.view import LiveBands
 from specroute.router.exploration import Exploration
 from specroute.router.online import Online
 
@@ -20,6 +21,8 @@ class Learning:
     exploration: Exploration | None = None  # of ``online``; None: none
     # each fit's time, the crossover adopted (None: the profile's) and whether it drifted
     history: list[tuple[float, float | None, bool]] = field(default_factory=list)
+    # each fit's time and the live bands routed by per context bucket (() none)
+    bands: list[tuple[float, LiveBands]] = field(default_factory=list)
     # each fit's time, the live crossover of its first context with its interval's ends
     # (None: none, or an open end; a bound's point is its limit), and the crossover adopted
     live: list[tuple[float, float | None, float | None, float | None, float | None]] = field(
@@ -31,6 +34,7 @@ class Learning:
         it (``View.accept_length``; None: unknown)."""
         self.online.refit(now, self.profile, self.shared, accept_length=accept_length)
         self.history.append((now, self.online.adopted, any(self.online.drift)))
+        self.bands.append((now, self.online.live_bands))
         found = self.online.fits[0].crossing if self.online.fits else None
         if found is None:
             self.live.append((now, None, None, None, self.online.adopted))

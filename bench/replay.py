@@ -54,6 +54,7 @@ from specroute.policies.view import (
     View,
 )
 from specroute.router.backend import backend_name
+from specroute.router.exploration import policy_bands
 from specroute.router.online_samples import Sample
 from specroute.router.request import request_info
 
@@ -222,7 +223,7 @@ class _Replay:
         info = request_info(_PATH, body)
         decision = self.policy.choose(info, view)
         if learning is not None and learning.exploration is not None:
-            decision = learning.exploration.after(decision, view, self.policy.crossover())
+            decision = learning.exploration.after(decision, view, policy_bands(self.policy))
         server = next(s for s in self.servers if s.name == decision.backend)
         config = server.config
         seq = parse(body, chat=True, context_length=config.context_length).seq

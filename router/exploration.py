@@ -57,6 +57,7 @@ from typing import Any
 
 from specroute.crossing import Band
 from specroute.policies.decision import Decision
+from specroute.policies.policy import Policy
 from specroute.policies.view import BackendView, Pool, View
 from specroute.router.online import Online
 from specroute.router.online_fit import LiveCrossing
@@ -110,16 +111,19 @@ class Exploration:
         self._short: dict[Pool, tuple[bool, ...]] = {}  # per level: fewer live samples than count
         self._estimate: list[Edge] = []  # the last fit's edges (a bound's level), every context
 
-    def after(self, decision: Decision, view: View, crossover: float | None) -> Decision:
+    def after(
+        self, decision: Decision, view: View, routed: float | tuple[Band, ...] | None
+    ) -> Decision:
         """The policy's ``decision``, or the other pool's server with reason ``explore``;
-        ``crossover``: the policy's own. Explored around the last fit's live estimate, sure
-        or not (a bound's level for a bound: where the evidence is wanted), or else what is
-        routed by: each edge of its bands, in every context."""
+        ``routed``: the policy's own crossover, or its bands (``policy_bands``). Explored
+        around the last fit's live estimate, sure or not (a bound's level for a bound: where
+        the evidence is wanted), or else what is routed by: each edge of its bands, in every
+        context."""
         self._decided += 1
         self._learn()
         if decision.reason not in _CROSSOVER:
             return decision
-        edges = self._edges(view, crossover)
+        edges = self._edges(view, routed)
         if not edges:
             return decision
         top = max(at for at, _ in edges)
@@ -158,15 +162,18 @@ class Exploration:
             del self._open[key]
         return Decision(turn.to, target.name, EXPLORE)
 
-    def _edges(self, view: View, crossover: float | None) -> list[Edge]:
+    def _edges(self, view: View, routed: float | tuple[Band, ...] | None) -> list[Edge]:
         """Where to explore: the last fit's estimate; else the live bands routed by; else
-        the policy's crossover (0: no profile, or one where speculation pays nowhere)."""
+        the policy's crossover or bands (a crossover of 0: no profile, or one where
+        speculation pays nowhere)."""
         if self._estimate:
             found = self._estimate
         elif any(bands is not None for bands in view.live_bands):
             found = [edge for bands in view.live_bands if bands is not None for edge in _of(bands)]
+        elif isinstance(routed, tuple):
+            found = _of(routed)
         else:
-            found = [] if crossover is None else [(crossover, "down")]
+            found = [] if routed is None else [(routed, "down")]
         return [(at, way) for at, way in found if 0 <= at < math.inf]
 
     def _near(self, level: float, edges: list[Edge]) -> Edge | None:
@@ -273,10 +280,23 @@ class Exploration:
         }
 
 
+def policy_bands(policy: Policy) -> float | tuple[Band, ...] | None:
+    """What a policy routes by, for ``Exploration.after``: its bands when it has them (a
+    profile's), else its crossover (None: none)."""
+    bands = getattr(policy, "bands", None)
+    return bands if isinstance(bands, tuple) else policy.crossover()
+
+
 def _estimated(found: LiveCrossing) -> list[Edge]:
-    """A fit's edges: its bands' turns; a crossover's; a bound's level."""
+    """A fit's edges: its bands' turns, and the last level when the last band still pays
+    there (a bound: where the evidence ends, and is wanted next); a crossover's; a bound's
+    level."""
     if found.edges:
-        return [(e.at, e.direction) for e in found.edges]
+        turns = [(e.at, e.direction) for e in found.edges]
+        paying = found.bands
+        if paying and paying[-1][1] == found.levels[-1]:
+            turns.append((found.levels[-1], "down"))
+        return turns
     at = found.at or found.limit
     return [] if at is None else [(at, "down")]
 

@@ -31,7 +31,7 @@ from specroute.router.backend import Backend
 from specroute.router.board import Board
 from specroute.router.decision_log import DecisionLog
 from specroute.router.discovery import Resolve, resolve_ipv4
-from specroute.router.exploration import Exploration
+from specroute.router.exploration import Exploration, policy_bands
 from specroute.router.flight import Flight
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online import Online
@@ -102,11 +102,12 @@ class RouterState:
         """The policy's decision, explored (``exploration``) and placed within its pool;
         counted unless left to the policy. In the speculative pool no server at the
         crossover is chosen by its hash."""
+        policy = self.in_force.policy
         crossover = view.live_crossover
         if crossover is None:
-            crossover = self.in_force.policy.crossover()
+            crossover = policy.crossover()
         if (exploration := self.exploration) is not None:
-            decision = exploration.after(decision, view, crossover)
+            decision = exploration.after(decision, view, policy_bands(policy))
         ceiling = crossover if decision.pool == "spec" else None
         placed, outcome = self.placement.place(decision, request, view, ceiling)
         if outcome != "least_load":
