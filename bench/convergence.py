@@ -27,14 +27,17 @@ from specroute.bench.learning import Learning
 from specroute.bench.replay import ReplayPlan, replay
 from specroute.crossing import Band, bands, crossings, first_top
 from specroute.emulator.predict import predict
-from specroute.loadgen.dataset import synthetic
+from specroute.loadgen.dataset import synthetic, synthetic_tokens_per_byte
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
+from specroute.policies.context_crossover import ContextCrossoverParams, ContextCrossoverPolicy
 from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
+from specroute.policies.policy import Policy
+from specroute.policies.profile import ContextAxis, ContextBucket, Crossover, Profile
 from specroute.policies.static import AlwaysPolicy
-from specroute.policies.view import Pool
+from specroute.policies.view import LiveBands, Pool
 from specroute.router.exploration import Exploration
 from specroute.router.online import Online, OnlineMode
 from specroute.router.online_fit import DEFAULT_LEVELS
@@ -86,7 +89,10 @@ class Converged:
     tps_unexplored: float | None  # the same run without exploration (None: not run)
     latency: float  # a request's mean seconds from sent to its last token
     latency_unexplored: float | None
-    bands_at_end: tuple[Band, ...] = ()  # the bands routed by at the end
+    bands_at_end: tuple[Band, ...] = ()  # the bands routed by at the end (the first context's)
+    # with prompts of several lengths, per context bucket: its KV tokens, its truth and the
+    # bands routed by at the end
+    contexts: tuple[tuple[float, Truth, tuple[Band, ...]], ...] = ()
 
     @property
     def cost(self) -> float | None:
@@ -113,13 +119,13 @@ def defaults() -> RouterSettings:
 
 
 @cache
-def truth(model: tuple[str, ...]) -> Truth:
-    """What calibrating the pair on one GPU group finds (once per model: every run and the
-    Azure rate's probes ask): each server alone at each level, and every edge of the bands
-    where speculation pays."""
+def truth(model: tuple[str, ...], input_len: int = INPUT_LEN) -> Truth:
+    """What calibrating the pair on one GPU group finds (once per model and prompt length:
+    every run and the Azure rate's probes ask): each server alone at each level, and every
+    edge of the bands where speculation pays."""
     spec = config_from_flags((*model, "--share-gpus", "group"), "spec")
     base = replace(spec, mode="base")
-    found = predict(spec, PROFILED, INPUT_LEN, OUTPUT_LEN, base=base)
+    found = predict(spec, PROFILED, input_len, OUTPUT_LEN, base=base)
     levels = [float(lv.concurrency) for lv in found.levels]
     margin = [math.log(speedup) for _, speedup in found.per_request]
     turns = crossings(levels, margin)
@@ -144,15 +150,21 @@ def converge(
     seed: int = 0,
     progress: Callable[[str], None] = lambda _: None,
     priced: bool = True,
+    prompts: tuple[int, ...] = (),
 ) -> Converged:
     """One run from ``start`` (a name of ``STARTS``) on ``traffic``: the ramp this many
     times over (60 s a phase), or a request trace (the Azure window, as it comes: scale it
-    with ``azure_at``); and, ``priced``, the same run without exploration, for its cost."""
-    known = truth(model)
-    factor = STARTS[start]
+    with ``azure_at``); and, ``priced``, the same run without exploration, for its cost.
+    ``prompts``: prompt lengths (two or more, a ramp only) to run as context buckets: each
+    ramp step's minute split among them, routed by ``context-crossover`` from a ``v2``
+    profile whose buckets each start off by the factor, each adopted on its own."""
+    truths = tuple(truth(model, n) for n in prompts) if prompts else (truth(model),)
+    known, factor = truths[0], STARTS[start]
+    if prompts and factor is None:
+        raise ValueError("without a profile there are no context buckets: start off by a factor")
     begin = 0.0 if factor is None else known.crossover * factor
-    given = () if factor is None else _scaled(known.bands, factor)
-    plan = _plan(model, known, traffic, seed)
+    starts = tuple(() if factor is None else _scaled(t.bands, factor) for t in truths)
+    plan = _plan(model, known, traffic, seed, prompts)
     settings = defaults()
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
     for share in (
@@ -168,16 +180,18 @@ def converge(
             accept_tolerance=settings.online_accept_tolerance,
         )
         explores = Exploration(online, share, settings.online_explore_span) if share > 0 else None
-        learning = Learning(online, None, settings.online_interval, exploration=explores)
-        policy = CrossoverPolicy(CrossoverParams(), first_top(given), given)
+        profile = _buckets(prompts, starts) if prompts else None
+        learning = Learning(online, profile, settings.online_interval, exploration=explores)
+        policy: Policy = CrossoverPolicy(CrossoverParams(), first_top(starts[0]), starts[0])
+        if profile is not None and profile.context is not None:
+            policy = ContextCrossoverPolicy(ContextCrossoverParams(), profile.context)
         runs[share] = (replay(plan, policy, f"{start} {share:g}", learning), learning, explores)
     records, learning, explores = runs[settings.online_explore_share]
     assert explores is not None
-    routed = [(t, given if not live or live[0] is None else live[0]) for t, live in learning.bands]
-    top = known.crossover * max(RAMP)  # past the load the traffic brings, an edge is moot
+    routed = [(t, _routed(starts, live)) for t, live in learning.bands]
     adopted = next((t for t, live in learning.bands if any(b is not None for b in live)), None)
-    at, outside = _settled(routed, known, top, adopted)
-    end = routed[-1][1] if routed else given
+    at, outside = _settled(routed, truths, adopted)
+    end = routed[-1][1] if routed else starts
     return Converged(
         start,
         "ramp" if isinstance(traffic, int) else "azure",
@@ -188,15 +202,39 @@ def converge(
         at,
         None if at is None else sum(1 for r in records if r.start < at),
         outside,
-        _first(end),
+        _first(end[0]),
         sum(explores.explored.values()),
         sum(explores.turns.values()),
         _tps(records, plan.trace.seconds),
         _tps(runs[0.0][0], plan.trace.seconds) if priced else None,
         _latency(records),
         _latency(runs[0.0][0]) if priced else None,
-        end,
+        end[0],
+        tuple(
+            (n + OUTPUT_LEN / 2, t, bands) for n, t, bands in zip(prompts, truths, end, strict=True)
+        )
+        if prompts
+        else (),
     )
+
+
+def _buckets(prompts: tuple[int, ...], starts: tuple[tuple[Band, ...], ...]) -> Profile:
+    """A ``v2`` profile of bands only, a bucket per prompt length (its mean KV tokens while
+    decoding), for the synthetic prompts' tokens per byte: the start a context run routes
+    by, its buckets the fits' (no curves: a profile off by a factor is off in them too)."""
+    ratio = synthetic_tokens_per_byte(list(prompts), OUTPUT_LEN)
+    buckets = tuple(
+        ContextBucket(n + OUTPUT_LEN / 2, Crossover(None, None, "below", None, bands))
+        for n, bands in zip(prompts, starts, strict=True)
+    )
+    return Profile(buckets[0].crossover, context=ContextAxis(ratio, buckets))
+
+
+def _routed(starts: tuple[tuple[Band, ...], ...], live: LiveBands) -> tuple[tuple[Band, ...], ...]:
+    """Per context, the bands routed by: the live ones where adopted, else the start's."""
+    if len(live) != len(starts):
+        return starts
+    return tuple(s if b is None else b for s, b in zip(starts, live, strict=True))
 
 
 def _scaled(paying: tuple[Band, ...], factor: float) -> tuple[Band, ...]:
@@ -221,9 +259,11 @@ def _first(paying: tuple[Band, ...]) -> float:
     return edges[0][0] if edges else 0.0
 
 
-def _agrees(paying: tuple[Band, ...], known: Truth, top: float) -> bool:
-    """Whether bands route as the truth's do at the loads the traffic brings (below
-    ``top``): the same edges, each inside its edge's interval."""
+def _agrees(paying: tuple[Band, ...], known: Truth) -> bool:
+    """Whether bands route as the truth's do at the loads the traffic brings (below four
+    times its first edge, the ramp's top): the same edges, each inside its edge's
+    interval."""
+    top = known.crossover * max(RAMP)  # past the load the traffic brings, an edge is moot
     mine = [(at, way) for at, way in _edges(paying) if at < top]
     want = [e for e in known.edges if e.at < top]
     return len(mine) == len(want) and all(
@@ -298,15 +338,27 @@ def _signed(share: float | None) -> str:
 
 
 def _plan(
-    model: tuple[str, ...], known: Truth, traffic: RequestTrace | int, seed: int
+    model: tuple[str, ...],
+    known: Truth,
+    traffic: RequestTrace | int,
+    seed: int,
+    prompts: tuple[int, ...] = (),
 ) -> ReplayPlan:
+    """The replay: the ramp's clients from a quarter of the first edge to four times it,
+    60 s a step (with ``prompts``, the step's minute split among them, its clients from a
+    quarter of the buckets' edges' geometric mean to four times it); or the request trace."""
     spec = config_from_flags((*model, "--share-gpus", "group", "--noise", "default"), "spec")
     servers: dict[Pool, Any] = {"spec": spec, "base": replace(spec, mode="base")}
     backends: dict[Pool, tuple[str, ...]] = {"spec": ("http://spec:1",), "base": ("http://base:2",)}
     dataset = synthetic(INPUT_LEN, OUTPUT_LEN, seed=seed)
     if isinstance(traffic, int):
-        clients = [max(1, round(known.crossover * f)) for f in RAMP]
-        trace = Trace("ramp", tuple(Phase(60.0, c) for c in clients * traffic))
+        edges = [truth(model, n).crossover for n in prompts] or [known.crossover]
+        middle = math.exp(sum(math.log(x) for x in edges) / len(edges))
+        clients = [max(1, round(middle * f)) for f in RAMP]
+        lengths: list[tuple[int, ...]] = [(n,) for n in prompts] or [()]
+        seconds = 60.0 / len(lengths)
+        steps = tuple(Phase(seconds, c, input_len=n) for c in clients for n in lengths)
+        trace = Trace("ramp", steps * traffic)
         return ReplayPlan(trace, dataset, servers, backends, output_len=OUTPUT_LEN, seed=seed)
     whole = Trace(traffic.name, (Phase(traffic.seconds),))
     return ReplayPlan(
@@ -315,25 +367,29 @@ def _plan(
 
 
 def _settled(
-    routed: list[tuple[float, tuple[Band, ...]]],
-    known: Truth,
-    top: float,
+    routed: list[tuple[float, tuple[tuple[Band, ...], ...]]],
+    truths: tuple[Truth, ...],
     first: float | None,
 ) -> tuple[float | None, list[tuple[float, float, float]]]:
-    """When the bands routed by came to agree with the truth's for good (``_agrees``), and
-    the stretches they did not once a live crossing had first been adopted (at ``first``;
-    None: never): start, end, first edge at start."""
+    """When the bands routed by (per context) came to agree with the truths for good
+    (``_agrees``), and the stretches they did not once a live crossing had first been
+    adopted (at ``first``; None: never): start, end, the first context's first edge at
+    start."""
+
+    def agree(paying: tuple[tuple[Band, ...], ...]) -> bool:
+        return all(_agrees(b, t) for b, t in zip(paying, truths, strict=True))
+
     at: float | None = None
     for t, paying in routed:
-        at = (at if at is not None else t) if _agrees(paying, known, top) else None
+        at = (at if at is not None else t) if agree(paying) else None
     outside: list[tuple[float, float, float]] = []
     begun: tuple[float, float] | None = None
     for t, paying in routed:
         if first is None or t < first:
             continue
-        out = not _agrees(paying, known, top)
+        out = not agree(paying)
         if out and begun is None:
-            begun = (t, _first(paying))
+            begun = (t, _first(paying[0]))
         elif not out and begun is not None:
             outside.append((begun[0], t, begun[1]))
             begun = None

@@ -3,6 +3,7 @@ of backends and the profile posted last, each seen once by each worker."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,12 @@ def test_live_bands_reach_another_worker_through_the_fit_and_fail_closed_without
     assert follower.live_bands == leader.live_bands
     assert follower.describe(2.0)["fits"] == leader.describe(2.0)["fits"]
     (tmp_path / ONLINE_FILE).write_text("{not json")
-    with pytest.raises(ValueError):
+    with pytest.raises(json.JSONDecodeError):
         take(follower, board.live_crossover(), other.online_fit())
     take(follower, board.live_crossover(), None)  # as a worker does when the fit is unread
     assert follower.live_bands == ()
     (tmp_path / ONLINE_FILE).unlink()
     tmp_path.joinpath(ONLINE_FILE).mkdir()  # the leader cannot write it: nothing points there
-    with pytest.raises(OSError):
+    with pytest.raises(IsADirectoryError):
         sync.publish_online(leader.live_bands, published(leader))
     assert board.live_crossover() is None
