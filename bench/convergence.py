@@ -18,7 +18,7 @@ run without exploration.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from typing import Any
@@ -27,6 +27,7 @@ from specroute.bench.learning import Learning
 from specroute.bench.replay import ReplayPlan, replay
 from specroute.crossing import Band, bands, crossings, first_top
 from specroute.emulator.predict import predict
+from specroute.loadgen import lag
 from specroute.loadgen.dataset import synthetic, synthetic_tokens_per_byte
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
@@ -163,7 +164,7 @@ def converge(
     if prompts and factor is None:
         raise ValueError("without a profile there are no context buckets: start off by a factor")
     begin = 0.0 if factor is None else known.crossover * factor
-    starts = tuple(() if factor is None else _scaled(t.bands, factor) for t in truths)
+    starts = tuple(() if factor is None else scaled(t.bands, factor) for t in truths)
     plan = _plan(model, known, traffic, seed, prompts)
     settings = defaults()
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
@@ -190,7 +191,7 @@ def converge(
     assert explores is not None
     routed = [(t, _routed(starts, live)) for t, live in learning.bands]
     adopted = next((t for t, live in learning.bands if any(b is not None for b in live)), None)
-    at, outside = _settled(routed, truths, adopted)
+    at, outside = settled(routed, truths, adopted)
     end = routed[-1][1] if routed else starts
     return Converged(
         start,
@@ -202,13 +203,13 @@ def converge(
         at,
         None if at is None else sum(1 for r in records if r.start < at),
         outside,
-        _first(end[0]),
+        first_edge(end[0]),
         sum(explores.explored.values()),
         sum(explores.turns.values()),
-        _tps(records, plan.trace.seconds),
-        _tps(runs[0.0][0], plan.trace.seconds) if priced else None,
-        _latency(records),
-        _latency(runs[0.0][0]) if priced else None,
+        output_tps(records, plan.trace.seconds),
+        output_tps(runs[0.0][0], plan.trace.seconds) if priced else None,
+        mean_latency(records),
+        mean_latency(runs[0.0][0]) if priced else None,
         end[0],
         tuple(
             (n + OUTPUT_LEN / 2, t, bands) for n, t, bands in zip(prompts, truths, end, strict=True)
@@ -237,7 +238,7 @@ def _routed(starts: tuple[tuple[Band, ...], ...], live: LiveBands) -> tuple[tupl
     return tuple(s if b is None else b for s, b in zip(starts, live, strict=True))
 
 
-def _scaled(paying: tuple[Band, ...], factor: float) -> tuple[Band, ...]:
+def scaled(paying: tuple[Band, ...], factor: float) -> tuple[Band, ...]:
     """Bands with every edge moved by ``factor``: a profile that factor off."""
     return tuple(
         (None if a is None else a * factor, None if b is None else b * factor) for a, b in paying
@@ -253,7 +254,7 @@ def _edges(paying: tuple[Band, ...]) -> list[tuple[float, str]]:
     return found
 
 
-def _first(paying: tuple[Band, ...]) -> float:
+def first_edge(paying: tuple[Band, ...]) -> float:
     """The first edge of bands (0: speculation nowhere, or everywhere)."""
     edges = _edges(paying)
     return edges[0][0] if edges else 0.0
@@ -293,7 +294,12 @@ def azure_at(
     return window.scaled(rate / window.rate)
 
 
-def document(model: tuple[str, ...], runs: list[Converged]) -> dict[str, Any]:
+def document(
+    model: tuple[str, ...],
+    runs: list[Converged],
+    live: Sequence[tuple[Converged, float | None]] = (),
+) -> dict[str, Any]:
+    """The JSON of the runs, and of those run live with how far their servers lagged."""
     settings = defaults()
     return {
         "model": list(model),
@@ -306,31 +312,64 @@ def document(model: tuple[str, ...], runs: list[Converged]) -> dict[str, Any]:
             "online_explore_span": settings.online_explore_span,
         },
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
+        "live": [asdict(r) | {"lag": behind} for r, behind in live],
     }
 
 
 def render(document: dict[str, Any]) -> str:
-    """A row per run: the truth, when it came in for good and the requests by then, the
-    crossover routed by at the end, the stretches out of the interval after the first
-    adoption (the longest), the requests explored, and exploring's cost in tok/s and in a
-    request's mean time."""
+    """A row per run: the truth (its first edge, ``up`` where speculation starts paying),
+    when the bands routed by came to agree with it for good and the requests by then, the
+    first edge routed by at the end, the stretches out after the first adoption (the
+    longest), the requests explored, and exploring's cost in tok/s and in a request's mean
+    time; under a row, the bands routed by at the end where the truth is bands, and each
+    context bucket's."""
     lines = [
         "start    traffic  truth [interval]  in for good at  requests by       at end  "
         "out after adopting  explored (turns)  tok/s   time",
     ]
-    for r in document["runs"]:
+    live = [r | {"traffic": "live"} for r in document.get("live", [])]
+    for r in [*document["runs"], *live]:
         t, at, out = r["truth"], r["converged_at"], r["outside"]
         settled = "never" if at is None else f"{at:,.0f} s"
         by = "-" if r["requests_by"] is None else f"{r['requests_by']:,} of {r['requests']:,}"
         longest = max((end - start for start, end, _ in out), default=0.0)
         strays = f"{len(out)}, longest {longest:.0f} s" if out else "none"
+        up = " up" if [e["direction"] for e in t.get("edges", [])][:1] == ["up"] else ""
         lines.append(
-            f"{r['start']:<8} {r['traffic']:<8} {t['crossover']:5.1f} "
+            f"{r['start']:<8} {r['traffic']:<8} {t['crossover']:5.1f}{up} "
             f"[{t['interval'][0]:g}, {t['interval'][1]:g}]  {settled:<15} {by:<17} "
             f"{r['routed_at_end']:6.1f}  {strays:<18}  {r['explored']:>5} ({r['turns']}){'':<7} "
             f"{_signed(r.get('cost'))}  {_signed(r.get('slower'))}"
         )
+        given = t.get("bands")  # absent from a run before bands were measured
+        banded = given is not None and (len(given) != 1 or given[0][0] is not None)
+        for context, truth_there, bands_there in r.get("contexts", []):
+            lines.append(
+                f"    context {context:g}: truth {_bands(truth_there['bands'])}, "
+                f"at end {_bands(bands_there)}"
+            )
+        if "lag" in r:
+            lines.append(
+                f"    live: the servers' lag {lag.shown(r['lag'])}"
+                + (
+                    f" NOT KEPT TIME ({lag.late(r['lag'])})"
+                    if r["lag"] is not None and r["lag"] > lag.LIMIT
+                    else ""
+                )
+            )
+        if banded and not r.get("contexts"):
+            lines.append(f"    truth {_bands(given)}, at end {_bands(r.get('bands_at_end', []))}")
     return "\n".join(lines)
+
+
+def _bands(bands: Any) -> str:
+    """Bands in words: ``[a, b]`` each, open ends as ``-`` (none: ``nowhere``)."""
+    if not bands:
+        return "nowhere"
+    return " ".join(
+        f"[{'-' if a is None else f'{a:.1f}'}, {'-' if b is None else f'{b:.1f}'}]"
+        for a, b in bands
+    )
 
 
 def _signed(share: float | None) -> str:
@@ -366,7 +405,7 @@ def _plan(
     )
 
 
-def _settled(
+def settled(
     routed: list[tuple[float, tuple[tuple[Band, ...], ...]]],
     truths: tuple[Truth, ...],
     first: float | None,
@@ -389,7 +428,7 @@ def _settled(
             continue
         out = not agree(paying)
         if out and begun is None:
-            begun = (t, _first(paying[0]))
+            begun = (t, first_edge(paying[0]))
         elif not out and begun is not None:
             outside.append((begun[0], t, begun[1]))
             begun = None
@@ -398,11 +437,11 @@ def _settled(
     return at, outside
 
 
-def _latency(records: list[RequestRecord]) -> float:
+def mean_latency(records: list[RequestRecord]) -> float:
     done = [r.end - r.start for r in records if r.end is not None and r.error is None]
     return sum(done) / len(done) if done else 0.0
 
 
-def _tps(records: list[RequestRecord], seconds: float) -> float:
+def output_tps(records: list[RequestRecord], seconds: float) -> float:
     tokens = sum(r.output_tokens or 0 for r in records if r.end is not None and r.error is None)
     return tokens / seconds if seconds > 0 else 0.0

@@ -77,12 +77,14 @@ async def serve_live(
         urls = [p.url for p in servers]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
             before = await lag.clocks(session, urls)
-            records = await _replay(session, router.url, contender.name, trace, time_scale, until)
+            records = await replay_live(
+                session, router.url, contender.name, trace, time_scale, until
+            )
             behind = lag.overall(before, await lag.clocks(session, urls))
     return LiveRun(records, behind)
 
 
-async def _replay(
+async def replay_live(
     session: aiohttp.ClientSession,
     url: str,
     name: str,
@@ -90,6 +92,9 @@ async def _replay(
     time_scale: float,
     until: float,
 ) -> list[RequestRecord]:
+    """Every request of ``trace`` sent to ``url`` at its arrival (scaled by ``time_scale``),
+    those not finished ``until`` emulated seconds from the start cancelled; the records'
+    times in emulated seconds."""
     model = await served_model(session, url)
     rng = random.Random(f"deployments|{name}")
     start = time.monotonic()

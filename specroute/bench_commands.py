@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,8 +21,10 @@ from specroute.model_flags import add_model_flags, emulator_config, given_model_
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from specroute.bench.convergence import Converged
     from specroute.bench.learning import Learning
     from specroute.flags import Subcommands
+    from specroute.loadgen.request_trace import RequestTrace
     from specroute.loadgen.trace import Trace
     from specroute.policies.profile import Profile
     from specroute.router.settings import RouterSettings
@@ -813,8 +816,10 @@ def _add_convergence(commands: Subcommands) -> None:
         "with no profile and with a crossover 4x above and below the truth (what calibrating "
         "the pair finds), on a ramp from a quarter of the truth to four times it and back, "
         "and on the Azure LLM inference trace 2023 at a mean load of 1.5 times the truth. "
-        "Each run says when the crossover routed by came between the levels around the "
-        "truth for good, the requests by then, and the tok/s exploring cost.",
+        "A mixture-of-experts model's truth is bands: each of their edges is started off by "
+        "the factor and must come between the levels around it. Each run says when the "
+        "bands routed by came to agree with the truth's for good, the requests by then, and "
+        "the tok/s exploring cost.",
     )
     add_model_flags(convergence)
     convergence.add_argument(
@@ -829,13 +834,30 @@ def _add_convergence(commands: Subcommands) -> None:
     convergence.add_argument(
         "--window", default="0+3600", metavar="START+SECONDS", help="of the Azure trace"
     )
+    convergence.add_argument(
+        "--prompts",
+        default="",
+        metavar="N1,N2,...",
+        help="prompt lengths in tokens, two or more: a context bucket each, routed by "
+        "context-crossover from a v2 profile whose buckets start off by the factor (each "
+        "ramp step's minute split among them; the ramp only, and a start off by a factor)",
+    )
+    convergence.add_argument(
+        "--live",
+        type=float,
+        metavar="TIME_SCALE",
+        help="run each start on the Azure trace live too: the pair as emulator processes at "
+        "this time scale, a router in front, every time setting of the router scaled by it; "
+        "a run whose servers lag their time says so and the command exits 1",
+    )
     convergence.add_argument("--out", metavar="FILE.json")
     convergence.set_defaults(handler=_convergence)
 
 
 def _convergence(args: argparse.Namespace) -> int:
     from specroute.bench.convergence import STARTS, azure_at, converge, document, render
-    from specroute.loadgen.request_trace import RequestTrace, azure_conversations
+    from specroute.loadgen import lag
+    from specroute.loadgen.request_trace import azure_conversations
 
     model = tuple(given_model_flags(args))
     starts = [s.strip() for s in args.starts.split(",")]
@@ -845,18 +867,45 @@ def _convergence(args: argparse.Namespace) -> int:
     ]
     if unknown:
         raise ValueError(f"not a start or a traffic: {', '.join(unknown)}")
-    runs = []
+    prompts = tuple(int(n) for n in args.prompts.split(",") if n.strip())
+    if prompts and (len(prompts) < 2 or "none" in starts or traffics != ["ramp"]):
+        raise ValueError(
+            "--prompts takes two or more lengths, on --traffic ramp, from starts off by a "
+            "factor (without a profile there are no context buckets)"
+        )
+    if args.live is not None and "azure" not in traffics:
+        raise ValueError("--live runs the Azure trace: give --traffic azure")
+    runs, live = [], []
     for traffic in traffics:
         given: RequestTrace | int = args.ramps
         if traffic == "azure":
             start, _, seconds = args.window.partition("+")
             window = azure_conversations().window(float(start), float(seconds))
             given = azure_at(window, model)
-        runs += [converge(model, s, given, args.seed, _note) for s in starts]
-    found = document(model, runs)
+        runs += [converge(model, s, given, args.seed, _note, prompts=prompts) for s in starts]
+        if not isinstance(given, int) and args.live is not None:
+            live = run_loop(_converge_live(model, starts, given, args.live))
+    found = document(model, runs, live)
     print(render(found))
     _save(found, args.out)
-    return 0
+    late = [behind for _, behind in live if behind is not None and behind > lag.LIMIT]
+    for behind in late:
+        print(f"NOT KEPT TIME: {lag.late(behind)}", file=sys.stderr)
+    return 1 if late else 0
+
+
+async def _converge_live(
+    model: tuple[str, ...], starts: list[str], trace: RequestTrace, time_scale: float
+) -> list[tuple[Converged, float | None]]:
+    """Each start on ``trace`` live, one after the other, each in a folder of its own."""
+    from specroute.bench.convergence_live import converge_live
+
+    found = []
+    for start in starts:
+        _note(f"from {start}, live at time scale {time_scale:g}")
+        with tempfile.TemporaryDirectory() as folder:
+            found.append(await converge_live(model, start, trace, time_scale, Path(folder)))
+    return found
 
 
 def _deployments(args: argparse.Namespace) -> int:

@@ -1,0 +1,151 @@
+"""``specroute bench convergence --live``: a run of the convergence bench as a user deploys
+it. The pair as ``specroute emulate`` processes sharing one GPU group's file at a time scale,
+a ``specroute serve`` router in front with ``--online adopt`` and the start's crossover, and
+the trace's requests sent through it by their arrival times (``live_contender``).
+
+The router's own clocks are wall seconds, so every setting that is a time (the fit's
+interval, the window, the polls and health checks) is given times the time scale: the
+router learns over the emulated seconds the offline run learns over. Its status is read at
+each fit's interval: the bands it routes by (``online.fits[].adopted_bands``, else the
+start's), and at the end what it explored. Times come back in emulated seconds; a run whose
+servers could not keep their time says so, and nothing is concluded from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from specroute.bench.convergence import (
+    STARTS,
+    Converged,
+    defaults,
+    first_edge,
+    mean_latency,
+    output_tps,
+    scaled,
+    settled,
+    truth,
+)
+from specroute.bench.live_contender import STREAM_INTERVAL, replay_live
+from specroute.crossing import Band
+from specroute.loadgen import lag
+from specroute.loadgen.request_trace import RequestTrace
+from specroute.loadgen.spawn import NO_DRAIN, spawned
+from specroute.policies.view import POOLS
+
+
+async def converge_live(
+    model: tuple[str, ...],
+    start: str,
+    trace: RequestTrace,
+    time_scale: float,
+    folder: Path,
+) -> tuple[Converged, float | None]:
+    """One run from ``start`` on ``trace`` live, and how far the servers lagged their time
+    (``loadgen.lag.overall``; None: unknown)."""
+    known, factor, settings = truth(model), STARTS[start], defaults()
+    begin = 0.0 if factor is None else known.crossover * factor
+    given = () if factor is None else scaled(known.bands, factor)
+    scale = ("--time-scale", f"{time_scale:g}", "--stream-interval", STREAM_INTERVAL)
+    shared = ("--share-gpus", str(folder / "gpus"), "--noise", "default")
+    every = settings.online_interval * time_scale
+    timed = {
+        "online_interval": every,
+        "online_window_seconds": settings.online_window_seconds * time_scale,
+        "poll_interval": settings.poll_interval * time_scale,
+        "stale_after": settings.stale_after * time_scale,
+        "health_interval": settings.health_interval * time_scale,
+    }
+    config = folder / "router.toml"
+    config.write_text('online = "adopt"\n' + "".join(f"{k} = {v!r}\n" for k, v in timed.items()))
+    routing = ["--config", str(config)]
+    if factor is not None:
+        routing += ["--policy-param", f"crossover={begin!r}"]
+    async with AsyncExitStack() as stack:
+        servers = [
+            await stack.enter_async_context(
+                spawned("emulate", *model, *shared, "--mode", pool, *scale)
+            )
+            for pool in POOLS
+        ]
+        backends = folder / "backends.json"
+        targets = [
+            {"targets": [p.url], "labels": {"pool": pool}}
+            for pool, p in zip(POOLS, servers, strict=True)
+        ]
+        backends.write_text(json.dumps(targets))
+        router = await stack.enter_async_context(
+            spawned("serve", *NO_DRAIN, "--backends-file", str(backends), *routing)
+        )
+        urls = [p.url for p in servers]
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            before = await lag.clocks(session, urls)
+            polls: list[tuple[float, Any]] = []
+            began = time.monotonic()
+            watching = asyncio.create_task(_watch(session, router.url, every, polls))
+            try:
+                records = await replay_live(
+                    session, router.url, f"convergence {start}", trace, time_scale, trace.seconds
+                )
+            finally:
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
+            status = await _status(session, router.url)
+            behind = lag.overall(before, await lag.clocks(session, urls))
+    routed = [((t - began) / time_scale, _routed(given, online)) for t, online in polls]
+    adopted = next((t for t, online in routed if online is not given), None)
+    at, outside = settled([(t, (b,)) for t, b in routed], (known,), adopted)
+    end = routed[-1][1] if routed else given
+    explored = (status.get("online") or {}).get("exploration") or {}
+    return Converged(
+        start,
+        "azure",
+        known,
+        begin,
+        trace.seconds,
+        len(records),
+        at,
+        None if at is None else sum(1 for r in records if r.start < at),
+        outside,
+        first_edge(end),
+        sum(explored.get("explored", {}).values()),
+        sum(explored.get("turns", {}).values()),
+        output_tps(records, trace.seconds),
+        None,
+        mean_latency(records),
+        None,
+        end,
+    ), behind
+
+
+async def _watch(
+    session: aiohttp.ClientSession, url: str, every: float, polls: list[tuple[float, Any]]
+) -> None:
+    """The router's online status, every ``every`` wall seconds, with its wall time."""
+    while True:
+        await asyncio.sleep(every)
+        polls.append((time.monotonic(), (await _status(session, url)).get("online")))
+
+
+async def _status(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(f"{url}/router/status") as answer:
+        answer.raise_for_status()
+        found: dict[str, Any] = await answer.json()
+        return found
+
+
+def _routed(given: tuple[Band, ...], online: Any) -> tuple[Band, ...]:
+    """The bands a status says the router routes by: the first fit's adopted ones, else
+    the start's (``given``, the same object: never adopted)."""
+    fits = (online or {}).get("fits") or []
+    adopted = fits[0].get("adopted_bands") if fits else None
+    if adopted is None:
+        return given
+    return tuple((a, b) for a, b in adopted)
