@@ -214,6 +214,17 @@ RUNS: dict[str, Run] = {
         "--max-running-requests 256 --out convergence-llama3.1-8b-h200.json",
         "2026-12-06",
     ),
+    "convergence-qwen3-30b-a3b-h200": Run(
+        "specroute bench convergence --hardware qwen3-30b-a3b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --out convergence-qwen3-30b-a3b-h200.json",
+        "2026-12-06",
+    ),
+    "convergence-llama3.1-8b-h200-sdpa-contexts": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200-sdpa --accept-length 2.0 "
+        "--max-running-requests 256 --prompts 512,2048 --starts '4x high,4x low' "
+        "--traffic ramp --out convergence-llama3.1-8b-h200-sdpa-contexts.json",
+        "2026-12-06",
+    ),
     "soak": Run(
         "specroute bench soak --requests 100000 --out soak.json",
         "2026-12-02",
