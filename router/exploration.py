@@ -234,9 +234,9 @@ class Exploration:
         under = [lvl for lvl in levels if lvl <= at]
         over = [lvl for lvl in levels if lvl >= at]
         need = under[-1:] + over[:1]
-        outward_spec, outward_base = (over[1:2], under[-2:-1]) if way == "down" else (
-            under[-2:-1], over[1:2]
-        )  # fmt: skip
+        outward_spec, outward_base = over[1:2], under[-2:-1]  # past a fall, short of it
+        if way == "up":
+            outward_spec, outward_base = outward_base, outward_spec
         if pool == "spec" and bound != "below":
             need += outward_spec
         if pool == "base" and bound != "above":

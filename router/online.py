@@ -514,12 +514,15 @@ class Online:
                 chosen.append(was)
             else:
                 chosen.append(None)
-            if (was is None) != (chosen[-1] is None):
+            if (was is None) != ((now := chosen[-1]) is None):
                 context = "" if f.context is None else f" at context {f.context:g}"
-                if was is None:
-                    _log.warning("Online: routing by the live crossing%s.", context)
+                if now is not None:
+                    _log.warning("Online: routing by the live bands%s: %s.", context, now.bands)
                 else:
-                    _log.warning("Online: the live crossing%s is no longer sure.", context)
+                    _log.warning(
+                        "Online: the live crossing%s is no longer sure; the profile's again.",
+                        context,
+                    )
         adopting = any(c is not None for c in chosen)
         self._held = tuple(chosen) if adopting else ()
         self.live_bands = tuple(None if c is None else c.bands for c in chosen) if adopting else ()

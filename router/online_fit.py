@@ -314,9 +314,8 @@ def _crossing(
         ends = [e.near for e in edges] + ([near_of([len(at) - 1])] if bound else [])
         agree = sum(1 for m in margins if m[-1] > 0) / len(margins) if bound else 1.0
         return LiveCrossing(
-            found.at, None, None, None, None, tuple(at), min(ends), agree,
-            edges=edges, paid_first=margin[0] > 0,
-        )  # fmt: skip
+            found.at, None, None, None, None, tuple(at), min(ends), agree, edges, margin[0] > 0
+        )
     if found.at is None:
         side = math.inf if found.bound == "above" else -math.inf
         agree = sum(1 for r in replicates if r == side) / len(replicates)
