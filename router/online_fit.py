@@ -35,12 +35,14 @@ from itertools import pairwise
 from specroute.crossing import (
     Band,
     at_or_beyond,
+    between,
     crossing,
     crossings,
     log_margin,
     percentile_interval,
     snapped,
 )
+from specroute.policies.profile import up_to
 from specroute.policies.view import POOLS, Pool
 from specroute.router.online_samples import Sample
 
@@ -126,19 +128,9 @@ class LiveCrossing:
         if not self.edges:
             top = self.threshold
             assert top is not None
-            return () if top <= 0 else ((None, None if math.isinf(top) else top),)
-        found: list[Band] = []
-        start: float | None = None
-        paying = self.paid_first
-        for edge in self.edges:
-            if edge.direction == "up":
-                start, paying = edge.at, True
-            else:
-                found.append((start, edge.at))
-                paying = False
-        if paying:
-            found.append((start, self.levels[-1]))
-        return tuple(found)
+            return up_to(top)
+        turns = [(e.at, e.direction) for e in self.edges]
+        return tuple(between(turns, self.paid_first, self.levels[-1]))
 
 
 @dataclass(frozen=True)

@@ -84,17 +84,24 @@ def bands(levels: Sequence[float], margin: Sequence[float]) -> list[Band]:
     when the first level pays; closed at the last level when it pays there, as a crossover
     that was never found is (nothing was measured past it). A single crossover is the one
     band ``(None, crossover)``."""
+    turns = [(t.at, t.direction) for t in crossings(levels, margin)]
+    return between(turns, bool(margin) and margin[0] > 0, float(levels[-1]))
+
+
+def between(turns: Sequence[tuple[float, str]], paid_first: bool, last: float) -> list[Band]:
+    """The bands between ``turns`` (load and direction, in order of load): open below when
+    speculation ``paid_first`` at the lowest load; closed at ``last`` when it still pays."""
     found: list[Band] = []
     start: float | None = None
-    paying = bool(margin) and margin[0] > 0
-    for turn in crossings(levels, margin):
-        if turn.direction == "up":
-            start, paying = turn.at, True
+    paying = paid_first
+    for at, direction in turns:
+        if direction == "up":
+            start, paying = at, True
         else:
-            found.append((start, turn.at))
+            found.append((start, at))
             paying = False
     if paying:
-        found.append((start, float(levels[-1])))
+        found.append((start, last))
     return found
 
 

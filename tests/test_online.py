@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from specroute.background import cancel_and_wait
 from specroute.crossing import bands, crossing, log_margin
-from specroute.policies.profile import parse_profile, up_to
+from specroute.policies.profile import Profile, parse_profile, up_to
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router import online as online_module
@@ -349,18 +349,24 @@ async def test_a_failing_fit_is_counted_and_routing_goes_back_to_the_profile(
     assert float(next(ln for ln in text.splitlines() if ln.startswith(errors)).split()[-1]) >= 1
 
 
-def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
+def two_buckets() -> Profile:
+    """A ``v2`` profile of two context buckets: a crossover of 8 at 500 KV tokens, of 3 at
+    4,000."""
     buckets = [
         {"context": c, "crossover": {"value": v, "ci": [v - 1, v + 1]}}
         for c, v in ((500, 8.0), (4000, 3.0))
     ]
-    profile = parse_profile(
+    return parse_profile(
         {
             "schema": "specroute.profile/v2",
             "crossover": buckets[0]["crossover"],
             "context": {"tokens_per_byte": 0.25, "buckets": buckets},
         }
     )
+
+
+def test_a_profile_with_context_buckets_gets_a_live_fit_per_bucket() -> None:
+    profile = two_buckets()
     online = Online(OnlineMode.OBSERVE, Samples(4096, 600.0), Sureness(30, 4.0))
     short = served(dense(1 / 16), 40)  # crossover near 21, context 1000: the first bucket
     long = [s._replace(context=3000) for s in served(dense(1 / 8), 40, seed=5)]
@@ -437,17 +443,7 @@ def test_adopt_is_per_context_bucket_each_on_its_own_evidence() -> None:
     """A profile with context buckets: each bucket's live crossover is adopted once sure,
     the other's profile crossover stands meanwhile, and ``context-crossover`` routes each
     context by its own."""
-    buckets = [
-        {"context": c, "crossover": {"value": v, "ci": [v - 1, v + 1]}}
-        for c, v in ((500, 8.0), (4000, 3.0))
-    ]
-    profile = parse_profile(
-        {
-            "schema": "specroute.profile/v2",
-            "crossover": buckets[0]["crossover"],
-            "context": {"tokens_per_byte": 0.25, "buckets": buckets},
-        }
-    )
+    profile = two_buckets()
     online = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30, 4.0))
     short = served(dense(1 / 8), 40)  # crossover near 5: the first bucket (context 1000)
     long = [s._replace(context=3000) for s in served(dense(1 / 8), 12, seed=5)]  # too few
