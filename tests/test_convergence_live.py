@@ -37,8 +37,10 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     assert live["requests"] - offline["requests"] in (0, 1)
     assert live["tps"] == pytest.approx(offline["tps"], rel=0.1)
     assert live["latency"] == pytest.approx(offline["latency"], rel=0.15)
-    assert live["started_at"] == offline["started_at"] == pytest.approx(
-        4 * offline["truth"]["crossover"]
+    assert (
+        live["started_at"]
+        == offline["started_at"]
+        == pytest.approx(4 * offline["truth"]["crossover"])
     )
     # a window too short to be sure of a crossing: both route by the start throughout
     assert live["routed_at_end"] == offline["routed_at_end"] == live["started_at"]
