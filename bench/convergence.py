@@ -182,7 +182,9 @@ def converge(
         )
         explores = Exploration(online, share, settings.online_explore_span) if share > 0 else None
         profile = _buckets(prompts, starts) if prompts else None
-        learning = Learning(online, profile, settings.online_interval, exploration=explores)
+        learning = Learning(
+            online, profile, settings.online_interval, exploration=explores, routed=starts
+        )
         policy: Policy = CrossoverPolicy(CrossoverParams(), first_top(starts[0]), starts[0])
         if profile is not None and profile.context is not None:
             policy = ContextCrossoverPolicy(ContextCrossoverParams(), profile.context)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specroute.crossing import Band
 from specroute.policies.profile import Profile
 from specroute.policies.view import LiveBands
 from specroute.router.exploration import Exploration
@@ -19,6 +20,8 @@ class Learning:
     interval: float = 5.0  # virtual seconds between fits, as ``online_interval``
     shared: bool = True  # the topology the load joined is counted in
     exploration: Exploration | None = None  # of ``online``; None: none
+    # the bands the policy routes by per context bucket (None: the profile's)
+    routed: tuple[tuple[Band, ...], ...] | None = None
     # each fit's time, the crossover adopted (None: the profile's) and whether it drifted
     history: list[tuple[float, float | None, bool]] = field(default_factory=list)
     # each fit's time and the live bands routed by per context bucket (() none)
@@ -32,7 +35,9 @@ class Learning:
     def refit(self, now: float, accept_length: float | None = None) -> None:
         """One fit at ``now``, the speculative pool's accept length then as the router reads
         it (``View.accept_length``; None: unknown)."""
-        self.online.refit(now, self.profile, self.shared, accept_length=accept_length)
+        self.online.refit(
+            now, self.profile, self.shared, accept_length=accept_length, routed=self.routed
+        )
         self.history.append((now, self.online.adopted, any(self.online.drift)))
         self.bands.append((now, self.online.live_bands))
         found = self.online.fits[0].crossing if self.online.fits else None

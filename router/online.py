@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-from specroute.crossing import CONFIDENCE, first_top
+from specroute.crossing import CONFIDENCE, Band, first_top
 from specroute.policies.curves import Curves, context_curves, curves
 from specroute.policies.profile import Crossover, Profile, ProfileError, up_to
 from specroute.policies.view import ConcurrencySource, LiveBands, Pool
@@ -199,6 +199,8 @@ class FitJob:
     # per context bucket, the pools' levels live in the last fit: they stay in this one down
     # to half ``min_samples`` (hysteresis: a level enters at the full count)
     stay: tuple[Live, ...] = ()
+    # per context bucket, whether the routing in force has bands (``banded``)
+    banded: tuple[bool, ...] = ()
 
     def run(self) -> Made:
         """The fits, per context bucket of the profile (one when it has none), and how
@@ -224,9 +226,10 @@ class FitJob:
             ]
         levels, least, per = _levels(profile), self.min_samples, self.per_level
         stays = self.stay if len(self.stay) == len(parts) else (frozenset(),) * len(parts)
+        kinds = self.banded if len(self.banded) == len(parts) else (False,) * len(parts)
         fits = tuple(
-            fit(part, levels, c, known, least, per, shape=shape, stay=stay)
-            for (c, part, known, shape), stay in zip(parts, stays, strict=True)
+            fit(part, levels, c, known, least, per, shape=shape, stay=stay, banded=kind)
+            for (c, part, known, shape), stay, kind in zip(parts, stays, kinds, strict=True)
         )
         return Made(fits, len(self.window) - len(drafted), len(drafted) - len(counted))
 
@@ -417,6 +420,7 @@ class Online:
         shared: bool,
         taken: Sequence[Sample] = (),
         accept_length: float | None = None,
+        routed: Sequence[tuple[Band, ...]] | None = None,
     ) -> None:
         """The live curves again from the samples in the window, per context bucket of the
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
@@ -424,8 +428,8 @@ class Online:
         ``accept_length``: the speculative pool's now (None: unknown, every sample counts),
         the samples taught by another drafter left out. All here, at once: the router's
         task does the same in its three steps, the heavy ones off the event loop
-        (``online_task.fit_now``)."""
-        job = self.prepare(now, profile, shared, [*taken, *self.fresh()], accept_length)
+        (``online_task.fit_now``); ``routed``: as ``prepare`` takes it."""
+        job = self.prepare(now, profile, shared, [*taken, *self.fresh()], accept_length, routed)
         if job is not None:
             self.settle(job, job.run())
 
@@ -442,17 +446,21 @@ class Online:
         shared: bool,
         fresh: Sequence[Sample],
         accept_length: float | None,
+        routed: Sequence[tuple[Band, ...]] | None = None,
     ) -> FitJob | None:
         """``fresh`` taken in, and the fit to make now: None when it would be the last one
         again (the same window, accept length, profile, settings and crossover routed by:
-        its replicates are seeded; a router serving whole answers makes no samples)."""
+        its replicates are seeded; a router serving whole answers makes no samples).
+        ``routed``: the bands the policy routes by, per context bucket (None: the
+        profile's): where they are bands, not one crossover, so are the live ones."""
+        banded = tuple(not _one(b) for b in (_profiled(profile) if routed is None else routed))
         self.shared = shared
         self.samples.merge(fresh)
         window = self.samples.window(now)
         # the window only gains at its end and loses at its start: its ends and length say it
         ends = (window[0], window[-1]) if window else ()
         settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
-        made_from = (len(window), *ends, accept_length, profile, shared, *settings)
+        made_from = (len(window), *ends, accept_length, profile, shared, banded, *settings)
         if self._fitted_on is not None and _same((*made_from, self.live_bands), self._fitted_on):
             self.fitted_at = now
             return None
@@ -467,6 +475,7 @@ class Online:
             made_from,
             shared,
             tuple(frozenset(f.live) for f in self.fits),
+            banded,
         )
 
     def settle(self, job: FitJob, made: Made) -> None:
@@ -526,6 +535,21 @@ class Online:
         adopting = any(c is not None for c in chosen)
         self._held = tuple(chosen) if adopting else ()
         self.live_bands = tuple(None if c is None else c.bands for c in chosen) if adopting else ()
+
+
+def _profiled(profile: Profile | None) -> tuple[tuple[Band, ...], ...]:
+    """The bands a profile routes by, per context bucket (one without a context axis; none
+    without a profile)."""
+    if profile is None:
+        return ((),)
+    if profile.context is None:
+        return (profile.crossover.bands,)
+    return tuple(b.crossover.bands for b in profile.context.buckets)
+
+
+def _one(bands: tuple[Band, ...]) -> bool:
+    """Bands that are one crossover (speculation nowhere and everywhere included)."""
+    return up_to(first_top(bands)) == bands
 
 
 def _apart(backend: Seat, counts_others: bool) -> Lived:

@@ -168,13 +168,17 @@ def fit(
     seed: int = 0,
     shape: Shape | None = None,
     stay: Live = frozenset(),
+    banded: bool = False,
 ) -> LiveFit:
     """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
     pool's level from its last ``per_level`` samples (all: None), each read at its level
     along ``shape`` (as measured: None); a pool's level with fewer than ``min_samples`` live
     samples takes ``known`` there (the profile's curve), but for one of ``stay`` (live in the
     last fit), which counts down to half as many: a level enters at the full count and
-    leaves at half, so that the levels of the fit do not flap with a level's count."""
+    leaves at half, so that the levels of the fit do not flap with a level's count.
+    ``banded``: the routing in force has bands (a mixture-of-experts model's), so a margin
+    that turns up is taken as bands; otherwise as one crossover, its first fall (a dense
+    model's margin falls once, and a turn up in it is noise the fit must not route by)."""
     seen: dict[Pool, list[list[Sample]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
         seen[s.pool][nearest(levels, s.load)].append(s)
@@ -202,7 +206,7 @@ def fit(
             reps.append(replicates if len(values) >= least else None)
         curves[pool], draws[pool] = tuple(rows), reps
     counted = sum(level.samples for rows in curves.values() for level in rows)
-    found = _crossing(levels, curves, draws, known, min_samples)
+    found = _crossing(levels, curves, draws, known, min_samples, banded)
     counted_live = tuple(
         (pool, level) for pool in POOLS for level, r in zip(levels, draws[pool], strict=True) if r
     )
@@ -254,8 +258,10 @@ def _crossing(
     draws: dict[Pool, list[list[float] | None]],
     known: Known | None,
     min_samples: int,
+    banded: bool = False,
 ) -> LiveCrossing | None:
-    """The crossing at the levels where both pools are live; where none is, at those where
+    """The crossing at the levels where both pools are live (``banded``: every turn of the
+    margin, bands); where none is, at those where
     both have a value, live or known (the profile's), an estimate that is never sure (no
     level around it has both pools live): a crossing is never fitted past the evidence."""
     used: list[int] = []
@@ -298,7 +304,7 @@ def _crossing(
 
     near = near_of(_around(at, found.at if found.at is not None else found.limit))
     turns = crossings(at, margin)
-    if any(t.direction == "up" for t in turns):
+    if banded and any(t.direction == "up" for t in turns):
         edges = tuple(_edge(at, t.at, t.direction, margins, near_of) for t in turns)
         # as sure as its least sure edge, and where it still pays at the last level (a band
         # that ends there, a bound), as the samples there and the replicates agreeing on it

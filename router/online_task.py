@@ -12,7 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 
+from specroute.crossing import Band
 from specroute.policies.policy import Policy
+from specroute.policies.profile import Profile, up_to
+from specroute.router.exploration import policy_bands
 from specroute.router.online_samples import Sample
 from specroute.router.state import RouterState
 
@@ -76,13 +79,27 @@ async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     shared = shares_gpus(in_force.policy)
     accept = state.view().accept_length(state.settings.online_window_seconds)
     fresh = await loop.run_in_executor(state.fitter, online.fresh)
-    job = online.prepare(time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept)
+    routed = routed_bands(in_force.policy, in_force.profile)
+    job = online.prepare(
+        time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept, routed
+    )
     if job is not None:
         made = await loop.run_in_executor(state.fitter, job.run)
         if state.in_force.profile is not job.profile:
             return
         online.settle(job, made)
     state.publish_online()
+
+
+def routed_bands(policy: Policy, profile: Profile | None) -> tuple[tuple[Band, ...], ...] | None:
+    """The bands the policy routes by, for one context: its own (a profile's, or its
+    crossover as one band); None: with context buckets, the profile's per bucket."""
+    if profile is not None and profile.context is not None:
+        return None
+    given = policy_bands(policy)
+    if given is None:
+        return None
+    return (given,) if isinstance(given, tuple) else (up_to(given),)
 
 
 def shares_gpus(policy: Policy) -> bool:

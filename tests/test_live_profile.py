@@ -189,7 +189,8 @@ def test_live_bands_are_written_as_bands_each_edge_with_its_interval() -> None:
     """A mixture of experts' pair, speculation paying in a band only: the live profile
     writes the bands (and each edge's interval), it reads back as a profile with bands,
     the openapi schema describes it, and the crossover policy routes by them."""
-    in_force = parse_profile(profile_of(dense(), (4.0, 8.0)))  # a profile that says one crossover
+    raw = profile_of(dense(), (4.0, 8.0))  # a mixture of experts' profile: bands, off by 2x
+    in_force = parse_profile(raw | {"crossover": raw["crossover"] | {"bands": [[6, 24]]}})
     learning = fed(served(moe, 40), in_force)
     found = learning.fits[0].crossing
     assert found is not None and found.edges

@@ -396,11 +396,14 @@ def true_bands(model: Model) -> list[tuple[float | None, float | None]]:
     return bands(LEVELS, margin)
 
 
+MOE_ROUTED = (((6.0, 24.0),),)  # a mixture-of-experts profile's band, routed by before
+
+
 def test_a_margin_that_turns_twice_gives_live_bands_adopted_once_each_edge_is_sure() -> None:
-    """The live fit of a mixture-of-experts pair: an edge where speculation starts paying
-    and one where it stops, each with its interval; adopted as bands while both are sure,
-    and routed by; thin samples around one edge keep the profile's."""
-    found = fit(served(moe, 40), LEVELS, min_samples=10).crossing
+    """The live fit of a mixture-of-experts pair, routed by bands: an edge where speculation
+    starts paying and one where it stops, each with its interval; adopted as bands while
+    both are sure, and routed by; thin samples around one edge keep the profile's."""
+    found = fit(served(moe, 40), LEVELS, min_samples=10, banded=True).crossing
     assert found is not None
     assert [e.direction for e in found.edges] == ["up", "down"]
     (start, end), truth = found.bands[0], true_bands(moe)[0]
@@ -410,10 +413,7 @@ def test_a_margin_that_turns_twice_gives_live_bands_adopted_once_each_edge_is_su
     # a shallow margin (5% a side at 8 and 16): a point within a fifth of the truth
     assert start == pytest.approx(truth[0], rel=0.2) and end == pytest.approx(truth[1], rel=0.2)
     assert found.threshold == end  # the first band's top
-    online = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
-    for s in served(moe, 40):
-        online.samples.add(s)
-    online.refit(1.0, None, shared=True)
+    online = adopted(served(moe, 40))
     assert online.live_bands == (found.bands,) and online.adopted == end
     policy = build_policy("crossover", {"crossover": 64}, None)
     request = RequestInfo("/v1/chat/completions")
@@ -422,21 +422,35 @@ def test_a_margin_that_turns_twice_gives_live_bands_adopted_once_each_edge_is_su
         seen = View((spec, BackendView("b", "base", True, 0)), live_bands=online.live_bands)
         assert policy.choose(request, seen).pool == pool, load
     # too few samples past 8: the band that still pays there ends there, never past it
-    short = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
-    for s in served(moe, 40, levels=LEVELS[:4]) + served(moe, 12, levels=LEVELS[4:], seed=4):
-        short.samples.add(s)
-    short.refit(1.0, None, shared=True)
+    short = adopted(served(moe, 40, levels=LEVELS[:4]) + served(moe, 12, levels=LEVELS[4:], seed=4))
     assert short.live_bands == (((start, 8.0),),)
     # too few at 2: the edge lies somewhere between 1 and 4, two doublings, not sure
-    thin = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
-    levels = (LEVELS[1],)
-    for s in served(moe, 12, levels=levels) + served(moe, 40, levels=LEVELS[2:], seed=4):
-        thin.samples.add(s)
-    for s in served(moe, 40, levels=LEVELS[:1], seed=6):
-        thin.samples.add(s)
-    thin.refit(1.0, None, shared=True)
+    thin = adopted(
+        served(moe, 12, levels=LEVELS[1:2])
+        + served(moe, 40, levels=LEVELS[2:], seed=4)
+        + served(moe, 40, levels=LEVELS[:1], seed=6)
+    )
     edges = thin.fits[0].crossing.edges if thin.fits[0].crossing else ()
     assert [(e.low, e.high) for e in edges][:1] == [(1.0, 4.0)] and thin.live_bands == ()
+
+
+def test_routed_by_one_crossover_a_turn_up_in_the_margin_is_not_taken_for_bands() -> None:
+    """The same samples under a router whose routing is one crossover (a dense model's, or
+    none): the margin's first fall is the crossover, and the turn up below it is not
+    routed by (on a dense pair it is noise, a few percent either way)."""
+    online = adopted(served(moe, 40), routed=((up_to(64.0)),))
+    found = online.fits[0].crossing
+    assert found is not None and not found.edges and found.bound == "below"
+    assert online.live_bands != adopted(served(moe, 40)).live_bands
+
+
+def adopted(samples: list[Sample], routed: Any = MOE_ROUTED) -> Online:
+    """An ``adopt`` fit of ``samples`` without a profile, the router's routing ``routed``."""
+    online = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
+    for s in samples:
+        online.samples.add(s)
+    online.refit(1.0, None, shared=True, routed=routed)
+    return online
 
 
 def test_adopt_is_per_context_bucket_each_on_its_own_evidence() -> None:

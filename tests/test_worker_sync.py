@@ -154,12 +154,12 @@ def test_live_bands_reach_another_worker_through_the_fit_and_fail_closed_without
     from specroute.router.online_published import published, take
     from specroute.router.online_samples import Samples
     from specroute.router.worker_sync import IN_THE_FIT, ONLINE_FILE
-    from tests.test_online import moe, served
+    from tests.test_online import MOE_ROUTED, moe, served
 
     leader = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))
     for s in served(moe, 40):
         leader.record(s)
-    leader.refit(1.0, None, shared=True)
+    leader.refit(1.0, None, shared=True, routed=MOE_ROUTED)
     ((band,),) = leader.live_bands  # type: ignore[misc]
     assert band[0] is not None  # from some load up: no crossover
     board = Board(2, 2)
