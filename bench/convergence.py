@@ -8,11 +8,14 @@ inference trace 2023 (its requests' arrivals and lengths, its rate scaled so tha
 load is ``AZURE_LOAD`` times the truth).
 
 The truth is what calibrating the pair finds (``--predict``: each server alone at each
-level); its interval, at best, the two doubling levels around it, where the live fit
-measures. Each run says when the crossover routed by came into that interval for good
-(``converged_at``), the requests sent by then, the stretches it spent outside it once a live
-crossover had been adopted (``outside``), and what exploring cost: tok/s against the same
-run without exploration.
+level): the bands where speculation pays, one crossover for a dense model, a band for a
+mixture of experts; each edge's interval, at best, the two doubling levels around it, where
+the live fit measures. A start off by a factor moves every edge by it. Each run says when
+the bands routed by came to agree with the truth's for good (the same edges below the
+ramp's top, each inside its interval: ``converged_at``), the requests sent by then, the
+stretches they did not once a live crossing had been adopted (``outside``), and what
+exploring cost: tok/s against the same run without exploration. With ``prompts`` of several
+lengths, each is a context bucket with a truth of its own (``contexts``).
 """
 
 from __future__ import annotations
