@@ -120,9 +120,9 @@ async def test_two_workers_learn_one_crossover_and_both_route_by_it(tmp_path: Pa
                 break
         assert all(p[0] == "spec" for p in pools.values()), pools  # by the profile: 1 <= 1.5
         total = sum(len(p) for p in pools.values())
-        for _ in range(50):  # the leader's next fit takes in the last samples
+        for _ in range(50):  # the leader's next fit takes in the last samples, both read it
             seen = [(await status(http, url))["online"] for http in clients.values()]
-            if all(s["samples"] == total for s in seen):
+            if all(s["samples"] == s["fits"][0]["samples"] == total for s in seen):
                 break
             await asyncio.sleep(0.1)
         one, another = seen
