@@ -31,8 +31,8 @@ from specroute.loadgen.spawn import NO_DRAIN, spawned
 from specroute.policies.decision import Decision
 from specroute.policies.placement import PrefixAffinity
 from specroute.policies.view import BackendView, ConcurrencySource, View
-from specroute.router.backend import backend_name
-from specroute.router.request import request_info
+from specroute.router.backends.backend import backend_name
+from specroute.router.proxy.request import request_info
 
 PLACEMENTS = ("least-load", "prefix-affinity")
 _CHAT = "/v1/chat/completions"

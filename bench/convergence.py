@@ -42,10 +42,10 @@ from specroute.policies.policy import Policy
 from specroute.policies.profile import ContextAxis, ContextBucket, Crossover, Profile
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import LiveBands, Pool
-from specroute.router.exploration import Exploration
-from specroute.router.online import Online, OnlineMode
-from specroute.router.online_fit import DEFAULT_LEVELS
-from specroute.router.online_samples import Samples
+from specroute.router.online.estimator import Online, OnlineMode
+from specroute.router.online.exploration import Exploration
+from specroute.router.online.fit import DEFAULT_LEVELS
+from specroute.router.online.samples import Samples
 from specroute.router.settings import RouterSettings
 
 INPUT_LEN, OUTPUT_LEN = 256, 128

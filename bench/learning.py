@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from specroute.crossing import Band
 from specroute.policies.profile import Profile
 from specroute.policies.view import LiveBands
-from specroute.router.exploration import Exploration
-from specroute.router.online import Online
+from specroute.router.online.estimator import Online
+from specroute.router.online.exploration import Exploration
 
 
 @dataclass

@@ -53,10 +53,10 @@ from specroute.policies.view import (
     RequestInfo,
     View,
 )
-from specroute.router.backend import backend_name
-from specroute.router.exploration import policy_bands
-from specroute.router.online_samples import Sample
-from specroute.router.request import request_info
+from specroute.router.backends.backend import backend_name
+from specroute.router.online.exploration import policy_bands
+from specroute.router.online.samples import Sample
+from specroute.router.proxy.request import request_info
 
 _PATH = "/v1/chat/completions"
 _GOLDEN = 0.6180339887  # spreads the clients' polling beats evenly

@@ -32,7 +32,7 @@ import aiohttp
 from specroute.bench.agreement import agreement, check_lines, describe_races, races, scrape, settle
 from specroute.bench.mix import Limits, Mix, Tally, ask, draw_asks, serving
 from specroute.loadgen.spawn import Spawned, spawned
-from specroute.router.upstream_pool import KEEPALIVE
+from specroute.router.upstream.pool import KEEPALIVE
 
 _TASK_READS = 30  # 0.1 s apart: six rounds of the router's 0.5 s poll
 KEEPALIVE_SECONDS = 15.0  # aiohttp's, for health checks and polls: the longest an idle one stays

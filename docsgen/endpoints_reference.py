@@ -1,12 +1,12 @@
 """The router's HTTP endpoints, read from the OpenAPI document it serves at
-``/openapi.json`` (``specroute.router.openapi.document``)."""
+``/openapi.json`` (``specroute.router.operator.openapi.document``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from docsgen.markdown import code, table
-from specroute.router.openapi import document
+from specroute.router.operator.openapi import document
 
 
 def _key(operation: dict[str, Any]) -> str:

@@ -20,21 +20,23 @@ def _contracts() -> list[dict[str, Any]]:
 
 def imports_reference() -> str:
     contracts = _contracts()
-    layers = next(c for c in contracts if c["type"] == "layers")
+    layered = [c for c in contracts if c["type"] == "layers"]
+    others = [f"- {c['name']} (`{c['type']}`)" for c in contracts if c not in layered]
+    return "\n\n".join([*(_layers(c) for c in layered), "The other contracts:", "\n".join(others)])
+
+
+def _layers(contract: dict[str, Any]) -> str:
+    """One layers contract as a table, top layer first; inside a container, its parts."""
+    inside = contract.get("containers", ["specroute"])[0]
     rows = [
         (str(i), ", ".join(code(m.strip().removeprefix("specroute.")) for m in layer.split("|")))
-        for i, layer in enumerate(layers["layers"], 1)
+        for i, layer in enumerate(contract["layers"], 1)
     ]
-    others = [f"- {c['name']} (`{c['type']}`)" for c in contracts if c is not layers]
     return "\n".join(
         [
-            f"{layers['name']}: each layer imports only the layers below it, and the parts "
+            f"{contract['name']}: each layer imports only the layers below it, and the parts "
             "side by side in one layer import none of each other.",
             "",
-            table(["layer", "parts of `specroute`"], rows, "rl"),
-            "",
-            "The other contracts:",
-            "",
-            *others,
+            table(["layer", f"parts of `{inside}`"], rows, "rl"),
         ]
     )

@@ -15,8 +15,9 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from docsgen.markdown import code, table
 from specroute.emulator.metrics import EngineMetrics
-from specroute.router.app import STATE, create_app
+from specroute.router.app import create_app
 from specroute.router.settings import RouterSettings
+from specroute.router.state import STATE
 
 # a profile with everything the router's gauges show: bands, an accept length, a context
 _PROFILE = {

@@ -30,7 +30,7 @@ import aiohttp
 
 from specroute.loadgen.client import send
 from specroute.loadgen.record import RequestRecord, tokens_between
-from specroute.router.backend_stats import BackendStats, parse, window_accept_length
+from specroute.server_metrics import BackendStats, parse, window_accept_length
 
 CANCELLED = "cancelled: the measurement window ended"
 WARMUP_REQUESTS = 1  # per client, after the staggered start has spread their phases

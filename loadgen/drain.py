@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from specroute.router.backend_stats import BackendStats, parse_loads
+from specroute.server_metrics import BackendStats, parse_loads
 
 EVERY = 0.05  # seconds between reads: a cancelled stream leaves at its server's next step
 

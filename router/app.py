@@ -18,28 +18,49 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from specroute.background import cancel_and_wait
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
-from specroute.router.access_log import LOG as ACCESS_LOG
-from specroute.router.access_log import stamp
-from specroute.router.admission import Admission
-from specroute.router.auth import Keys, without_credentials
-from specroute.router.board import Board
-from specroute.router.cache_flush import PATH as FLUSH_PATH
-from specroute.router.cache_flush import flush_cache
-from specroute.router.content_coding import read_decoded
-from specroute.router.decision_log import DecisionLog
-from specroute.router.discovery import Discovery, Resolve, resolve_ipv4
-from specroute.router.engine_profile import START as PROFILE_START
-from specroute.router.engine_profile import STOP as PROFILE_STOP
-from specroute.router.engine_profile import start_profile, stop_profile
-from specroute.router.errors import error_response
-from specroute.router.front import front
-from specroute.router.gauges import StateGauges
-from specroute.router.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
-from specroute.router.loads import PATHS as LOADS_PATHS
-from specroute.router.loads import loads
+from specroute.router.admission.auth import Keys, without_credentials
+from specroute.router.admission.limits import Admission
+from specroute.router.admission.rate_limit import RateLimit
+from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
+from specroute.router.backends.roster import Roster
+from specroute.router.backends.verdicts import Verdicts
+from specroute.router.http.middleware import front
 from specroute.router.metrics import RouterMetrics
-from specroute.router.model_card import model_card
-from specroute.router.monitor import (
+from specroute.router.observability.access_log import LOG as ACCESS_LOG
+from specroute.router.observability.access_log import stamp
+from specroute.router.observability.decision_log import DecisionLog
+from specroute.router.observability.tracing import Tracing
+from specroute.router.online.estimator import Online, OnlineMode
+from specroute.router.online.peer_answer import SAMPLES_PATH
+from specroute.router.online.peers import Peers
+from specroute.router.online.rings import Rings
+from specroute.router.online.samples import Samples
+from specroute.router.operator.cache_flush import PATH as FLUSH_PATH
+from specroute.router.operator.cache_flush import flush_cache
+from specroute.router.operator.engine_profile import START as PROFILE_START
+from specroute.router.operator.engine_profile import STOP as PROFILE_STOP
+from specroute.router.operator.engine_profile import start_profile, stop_profile
+from specroute.router.operator.gauges import StateGauges
+from specroute.router.operator.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
+from specroute.router.operator.loads import PATHS as LOADS_PATHS
+from specroute.router.operator.loads import loads
+from specroute.router.operator.model_card import model_card
+from specroute.router.operator.openapi import document
+from specroute.router.operator.request_abort import PATH as ABORT_PATH
+from specroute.router.operator.request_abort import abort_request
+from specroute.router.operator.samples_endpoint import online_samples_endpoint
+from specroute.router.operator.server_info import MODEL_INFO, SERVER_INFO, relay_info
+from specroute.router.policy_in_force import PolicyInForce, digest_of
+from specroute.router.processes import Workers, quota_of
+from specroute.router.protocol.content_coding import read_decoded
+from specroute.router.protocol.errors import error_response
+from specroute.router.protocol.request_id import Tagged
+from specroute.router.proxy.handler import PROXIED, proxy
+from specroute.router.proxy.stored_responses import PATH as RESPONSES_PATH
+from specroute.router.proxy.stored_responses import stored
+from specroute.router.settings import RouterSettings
+from specroute.router.state import STATE, RouterState
+from specroute.router.tasks.monitor import (
     check_health,
     discover,
     each_backend,
@@ -50,36 +71,11 @@ from specroute.router.monitor import (
     rediscover,
     watch_profile,
 )
-from specroute.router.online import Online, OnlineMode
-from specroute.router.online_peer_answer import SAMPLES_PATH
-from specroute.router.online_peers import Peers
-from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Samples
-from specroute.router.online_samples_endpoint import online_samples_endpoint
-from specroute.router.online_task import fitter, keep_fitting, shares_gpus
-from specroute.router.openapi import document
-from specroute.router.policy_in_force import PolicyInForce, digest_of
-from specroute.router.proxy import proxy
-from specroute.router.quota import quota_of
-from specroute.router.rate_limit import RateLimit
-from specroute.router.request_abort import PATH as ABORT_PATH
-from specroute.router.request_abort import abort_request
-from specroute.router.request_id import Tagged
-from specroute.router.roster import Roster
-from specroute.router.server_info import MODEL_INFO, SERVER_INFO, relay_info
-from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState
-from specroute.router.stored_responses import PATH as RESPONSES_PATH
-from specroute.router.stored_responses import stored
-from specroute.router.tracing import Tracing
-from specroute.router.upstream_answer import Dropped
-from specroute.router.upstream_pool import UpstreamPool
-from specroute.router.verdicts import Verdicts
-from specroute.router.worker_sync import WorkerSync
-from specroute.router.workers import Workers
-
-STATE = web.AppKey("state", RouterState)
-PROXIED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
+from specroute.router.tasks.online_fits import fitter, keep_fitting, shares_gpus
+from specroute.router.upstream.answer import Dropped
+from specroute.router.upstream.pool import UpstreamPool
+from specroute.router.workers.board import Board
+from specroute.router.workers.sync import WorkerSync
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -16,12 +16,12 @@ import time
 
 from specroute import logs
 from specroute.event_loop import run as run_loop
-from specroute.router.app import STATE, create_app
-from specroute.router.front_server import DRAIN, site
-from specroute.router.runner import RouterRunner
+from specroute.router.app import create_app
+from specroute.router.http.runner import RouterRunner
+from specroute.router.http.server import DRAIN, site
+from specroute.router.processes import Workers, supervise
 from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState
-from specroute.router.workers import Workers, supervise
+from specroute.router.state import STATE, RouterState
 
 _DRAIN_POLL = 0.05
 _CUT_OFF_GRACE = 1.0

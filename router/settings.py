@@ -19,20 +19,20 @@ from specroute.policies.decision import PolicyError
 from specroute.policies.placement import Placement, PlacementName, placement
 from specroute.policies.registry import FLAT_KEYS, checked, entry
 from specroute.policies.view import ConcurrencySource, Pool
-from specroute.router.backend import Server
-from specroute.router.discovery import SCHEMES, is_dns
-from specroute.router.exploration import Exploration
-from specroute.router.health import Ejection
+from specroute.router.backends.backend import Server
+from specroute.router.backends.discovery import SCHEMES, is_dns
+from specroute.router.backends.health import Ejection
 from specroute.router.layers import PARAMS, Layers
-from specroute.router.online import (
+from specroute.router.observability.tracing import available as tracing_available
+from specroute.router.online.estimator import (
     ACCEPT_TOLERANCE,
     KEPT_PER_LEVEL,
     Online,
     OnlineMode,
     Sureness,
 )
-from specroute.router.tracing import available as tracing_available
-from specroute.router.upstream_pool import MAX_HEAD, Limits
+from specroute.router.online.exploration import Exploration
+from specroute.router.upstream.pool import MAX_HEAD, Limits
 
 _EJECTION = Ejection()  # the breaker's defaults are its own
 _DEPRECATED = "deprecated: a policy parameter, given as --policy-param KEY=VALUE instead"

@@ -21,32 +21,32 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import ClientSession
+from aiohttp import ClientSession, web
 
 from specroute.policies.decision import Decision
 from specroute.policies.placement import Placement
 from specroute.policies.view import RequestInfo, View
-from specroute.router.admission import Admission
-from specroute.router.backend import Backend
-from specroute.router.board import Board
-from specroute.router.decision_log import DecisionLog
-from specroute.router.discovery import Resolve, resolve_ipv4
-from specroute.router.exploration import Exploration, policy_bands
-from specroute.router.flight import Flight
+from specroute.router.admission.limits import Admission
+from specroute.router.admission.rate_limit import RateLimit
+from specroute.router.backends.backend import Backend
+from specroute.router.backends.discovery import Resolve, resolve_ipv4
+from specroute.router.backends.flight import Flight
+from specroute.router.backends.response_owners import Owners
+from specroute.router.backends.roster import Roster
+from specroute.router.backends.verdicts import Verdicts
 from specroute.router.metrics import RouterMetrics
-from specroute.router.online import Online
-from specroute.router.online_peers import Peers
-from specroute.router.online_published import published, take
+from specroute.router.observability.decision_log import DecisionLog
+from specroute.router.observability.tracing import Tracing
+from specroute.router.online.estimator import Online
+from specroute.router.online.exploration import Exploration, policy_bands
+from specroute.router.online.peers import Peers
+from specroute.router.online.published import published, take
 from specroute.router.policy_in_force import POSTED, PolicyInForce
-from specroute.router.rate_limit import RateLimit
-from specroute.router.response_owners import Owners
-from specroute.router.roster import Roster
 from specroute.router.settings import RouterSettings
-from specroute.router.tracing import Tracing
-from specroute.router.upstream_answer import Answer
-from specroute.router.upstream_pool import Limits, UpstreamPool
-from specroute.router.verdicts import Verdicts
-from specroute.router.worker_sync import WorkerSync
+from specroute.router.upstream.answer import Answer
+from specroute.router.upstream.pool import Limits, UpstreamPool
+from specroute.router.workers.board import Board
+from specroute.router.workers.sync import WorkerSync
 
 _log = logging.getLogger("specroute.router")
 
@@ -175,3 +175,6 @@ class RouterState:
                 "The leader's online fit did not read; its crossover on the board is routed "
                 "by (bands and crossings per context are in the fit: the profile's instead)."
             )
+
+
+STATE = web.AppKey("state", RouterState)  # where the aiohttp app keeps it

@@ -744,8 +744,8 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     """With ``online = "adopt"`` in the router's config, the router's online estimator and
     its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
-    from specroute.router.online import Online, OnlineMode
-    from specroute.router.online_samples import Samples
+    from specroute.router.online.estimator import Online, OnlineMode
+    from specroute.router.online.samples import Samples
 
     if settings.online is not OnlineMode.ADOPT:
         return None

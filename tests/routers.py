@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from specroute.router.app import STATE, create_app
-from specroute.router.front_server import site
-from specroute.router.runner import RouterRunner
+from specroute.router.app import create_app
+from specroute.router.http.runner import RouterRunner
+from specroute.router.http.server import site
 from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState
+from specroute.router.state import STATE, RouterState
 
 
 @asynccontextmanager

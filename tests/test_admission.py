@@ -17,7 +17,7 @@ import pytest
 
 from specroute.bench.servers.stub_backend import Answers, Stub, listen
 from specroute.cli import parser
-from specroute.router.quota import Quota
+from specroute.router.admission.quota import Quota
 from specroute.router.serve import drain
 from specroute.router.settings import RouterSettings
 from specroute.serve_command import given_settings

@@ -27,8 +27,8 @@ from specroute.loadgen.lag import LIMIT, clocks, late, overall
 from specroute.policies.decision import Decision
 from specroute.policies.placement import PrefixAffinity
 from specroute.policies.view import BackendView, ConcurrencySource, View
-from specroute.router.backend import backend_name
-from specroute.router.request import request_info
+from specroute.router.backends.backend import backend_name
+from specroute.router.proxy.request import request_info
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import metric

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specroute import prometheus
-from specroute.router.backend_stats import (
+from specroute.server_metrics import (
     BackendStats,
     gauge_moved,
     live_accept_length,

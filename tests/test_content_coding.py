@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from specroute.router.content_coding import decoded
+from specroute.router.protocol.content_coding import decoded
 
 TEXT = b'sglang:num_running_reqs{model_name="m"} 3.0\n'
 

@@ -29,8 +29,8 @@ from specroute.policies.view import (
     RequestInfo,
     View,
 )
-from specroute.router.board import Board
-from specroute.router.request import request_info
+from specroute.router.proxy.request import request_info
+from specroute.router.workers.board import Board
 from tests.emulators import emulator_config, running_emulator
 from tests.routers import running_router
 from tests.test_bench import run

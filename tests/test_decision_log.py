@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specroute.policies.decision import Decision
-from specroute.router.decision_log import DecisionLog
 from specroute.router.metrics import RouterMetrics
+from specroute.router.observability.decision_log import DecisionLog
 
 BELOW = Decision("spec", "spec:s:1", "below_crossover")
 ABOVE = Decision("base", "base:b:2", "above_crossover")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specroute.router.flight import Tail, usage
+from specroute.router.backends.flight import Tail, usage
 
 EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":64}}\n\n'
 DONE = b"data: [DONE]\n\n"

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specroute.router.backend_stats import parse
+from specroute.server_metrics import parse
 from tests.processes import emulator_pair, kept_time
 from tests.test_bench import run
 

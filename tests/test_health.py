@@ -22,12 +22,12 @@ from aiohttp import web
 
 from specroute.loadgen.spawn import spawned
 from specroute.router.app import build_state
-from specroute.router.backend import Backend
-from specroute.router.health import Breaker, BreakerState, Ejection, verdict
-from specroute.router.monitor import every
-from specroute.router.outcome import Outcome
+from specroute.router.backends.backend import Backend
+from specroute.router.backends.health import Breaker, BreakerState, Ejection, verdict
+from specroute.router.protocol.outcome import Outcome
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
+from specroute.router.tasks.monitor import every
 from tests.apps import listening, serving
 from tests.emulators import FAST, running_emulator
 from tests.routers import running_router

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specroute.router.app import create_app
-from specroute.router.openapi import document
+from specroute.router.operator.openapi import document
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator

@@ -20,7 +20,7 @@ import aiohttp
 import openai
 import pytest
 
-from specroute.router.stream_usage import asked_for
+from specroute.router.proxy.stream_usage import asked_for
 from tests.apps import listening
 from tests.routers import running_router
 from tests.test_emulator_api import client

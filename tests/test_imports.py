@@ -54,10 +54,12 @@ def test_the_package_keeps_its_import_contracts(tree: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "back_import", "broken"),
     [
-        ("router/proxy.py", "specroute.bench.compare", "command line > benchmarks"),
+        ("router/proxy/handler.py", "specroute.bench.compare", "command line > benchmarks"),
         ("loadgen/record.py", "specroute.profiler.stats", "command line > benchmarks"),
         ("emulator/engine.py", "specroute.policies.view", "the emulator stands alone"),
-        ("policies/view.py", "specroute.router.request", "command line > benchmarks"),
+        ("policies/view.py", "specroute.router.proxy.request", "command line > benchmarks"),
+        ("router/state.py", "specroute.router.proxy.handler", "the router's parts"),
+        ("router/protocol/errors.py", "specroute.router.metrics", "the router's parts"),
     ],
 )
 def test_a_back_import_breaks_the_contract(
@@ -79,4 +81,15 @@ def test_every_part_of_the_package_has_its_layer() -> None:
         "specroute.__init__"
     }
     parts |= {f"specroute.{name}" for name in PACKAGES}
+    assert parts == named
+
+
+def test_every_part_of_the_router_has_its_layer() -> None:
+    """Inside the router too: each of its subpackages and modules is in a layer."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c.get("containers") == ["specroute.router"])
+    named = {m.strip() for layer in layers["layers"] for m in layer.split("|")}
+    router = ROOT / "router"
+    parts = {p.stem for p in router.glob("*.py")} - {"__init__"}
+    parts |= {p.name for p in router.iterdir() if (p / "__init__.py").exists()}
     assert parts == named

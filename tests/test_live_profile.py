@@ -28,10 +28,10 @@ from specroute.policies.curves import context_curves, curves
 from specroute.policies.profile import load_profile, parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
-from specroute.router.live_profile import LiveProfileRefused, Serving, live_profile
-from specroute.router.online import Online, OnlineMode, Sureness
-from specroute.router.online_samples import Sample, Samples
-from specroute.router.openapi import document as openapi
+from specroute.router.online.estimator import Online, OnlineMode, Sureness
+from specroute.router.online.live_profile import LiveProfileRefused, Serving, live_profile
+from specroute.router.online.samples import Sample, Samples
+from specroute.router.operator.openapi import document as openapi
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_online import LEVELS, Model, dense, moe, profile_of, served, true_crossover

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from specroute import prometheus
-from specroute.router.backend_stats import parse_loads
+from specroute.server_metrics import parse_loads
 from tests.emulators import running_emulator
 from tests.processes import emulator_pair, specroute
 from tests.routers import running_router

@@ -18,7 +18,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from specroute import prometheus
 from specroute.loadgen.spawn import spawned
-from specroute.router.backend_stats import parse, window_accept_length
+from specroute.server_metrics import parse, window_accept_length
 from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router

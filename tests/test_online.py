@@ -18,18 +18,17 @@ from specroute.crossing import bands, crossing, log_margin
 from specroute.policies.profile import Profile, parse_profile, up_to
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
-from specroute.router import online as online_module
 from specroute.router.app import build_state
-from specroute.router.board import Board
-from specroute.router.online import Online, OnlineMode, Sureness
-from specroute.router.online_fit import LiveCrossing, LiveFit, fit
-from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Sample, Samples
-from specroute.router.online_task import keep_fitting
-from specroute.router.quota import quota_of
+from specroute.router.online import estimator as online_module
+from specroute.router.online.estimator import Online, OnlineMode, Sureness
+from specroute.router.online.fit import LiveCrossing, LiveFit, fit
+from specroute.router.online.rings import Rings
+from specroute.router.online.samples import Sample, Samples
+from specroute.router.processes import Workers, quota_of
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState
-from specroute.router.workers import Workers
+from specroute.router.tasks.online_fits import keep_fitting
+from specroute.router.workers.board import Board
 
 LEVELS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 Model = Callable[[str, float], float]
@@ -483,7 +482,7 @@ def test_a_backend_s_load_lived_through_is_its_count_integrated_over_time(
     """The mean load a request decoded under is two readings' difference over its time:
     every worker's requests there counted, each for as long as it was in flight."""
     clock = [10.0]
-    monkeypatch.setattr("specroute.router.board.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("specroute.router.workers.board.time.monotonic", lambda: clock[0])
     board = Board(2, 1)
     board.add_inflight(0, 1, 0)  # worker 0: one from 10 s
     first = board.lived(0, 10.0)

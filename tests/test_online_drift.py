@@ -25,9 +25,9 @@ from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
-from specroute.router.exploration import Exploration
-from specroute.router.online import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
-from specroute.router.online_samples import Samples
+from specroute.router.online.estimator import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.router.online.exploration import Exploration
+from specroute.router.online.samples import Samples
 from tests.test_bench import run
 
 MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")

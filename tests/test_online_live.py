@@ -21,9 +21,9 @@ from specroute.emulator.predict import as_profile, predict
 from specroute.loadgen.lag import clock, lag
 from specroute.model_flags import config_from_flags
 from specroute.policies.view import Pool
-from specroute.router.online_samples import Sample
-from specroute.router.online_task import fit_now
+from specroute.router.online.samples import Sample
 from specroute.router.serve import short_turns
+from specroute.router.tasks.online_fits import fit_now
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from specroute.loadgen.spawn import free_port
 from specroute.router.metrics import RouterMetrics
-from specroute.router.online_peers import Peers
+from specroute.router.online.peers import Peers
 from specroute.router.settings import RouterSettings
 from tests.test_online_live import streamed
 from tests.test_online_peers import (

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from specroute.policies.view import POOLS
-from specroute.router.online import Online, OnlineMode, Sureness
-from specroute.router.online_rings import Rings
-from specroute.router.online_samples import Sample, Samples
+from specroute.router.online.estimator import Online, OnlineMode, Sureness
+from specroute.router.online.rings import Rings
+from specroute.router.online.samples import Sample, Samples
 
 FORK = multiprocessing.get_context("fork")  # inherited, as the workers inherit theirs
 

@@ -103,7 +103,7 @@ def test_a_gateway_not_installed_is_skipped_with_how_to_get_it(
     # its few samples could all be the event loop's own)
     assert document["profiles"] == ["bare-whole-64.txt", "specroute-w1-whole-64.txt"]
     stacks = (tmp_path / "profiles" / "specroute-w1-whole-64.txt").read_text()
-    assert "specroute serve" in stacks and "router/proxy.py:" in stacks
+    assert "specroute serve" in stacks and "router/proxy/handler.py:" in stacks
     hint = GATEWAYS["smg"].install
     assert hint in capsys.readouterr().err
     assert any(hint in note for note in document["notes"])

@@ -10,7 +10,7 @@ from specroute.cli import parser
 from specroute.policies.decision import Decision
 from specroute.policies.placement import LeastLoad, PrefixAffinity
 from specroute.policies.view import BackendView, ConcurrencySource, RequestInfo, View
-from specroute.router.request import prefix, request_info
+from specroute.router.proxy.request import prefix, request_info
 from specroute.router.settings import RouterSettings
 from specroute.serve_command import given_settings
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from specroute.router.openapi import document
+from specroute.router.operator.openapi import document
 from specroute.router.state import RouterState
 from tests.apps import serving
 from tests.emulators import running_emulator

@@ -15,9 +15,9 @@ import pytest
 
 from specroute import prometheus
 from specroute.loadgen.spawn import free_port
-from specroute.router.flight import usage
-from specroute.router.request import request_info
-from specroute.router.response_owners import Owners
+from specroute.router.backends.flight import usage
+from specroute.router.backends.response_owners import Owners
+from specroute.router.proxy.request import request_info
 from specroute.router.state import RouterState
 from tests.emulators import running_emulator
 from tests.routers import running_router

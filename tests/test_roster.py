@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from specroute.router.backend import Server
-from specroute.router.board import Board
-from specroute.router.health import Ejection
-from specroute.router.roster import Roster
+from specroute.router.backends.backend import Server
+from specroute.router.backends.health import Ejection
+from specroute.router.backends.roster import Roster
+from specroute.router.workers.board import Board
 
 S0, S1 = Server("http://s:1", "spec"), Server("http://b:2", "base")
 NEW = Server("http://s:3", "spec", "g1")

@@ -11,7 +11,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from specroute.router.health import Breaker, Ejection
+from specroute.router.backends.health import Breaker, Ejection
 from specroute.router.state import RouterState
 from tests.apps import serving
 from tests.emulators import running_emulator

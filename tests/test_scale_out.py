@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 
 from specroute.bench.replicas import ramp
-from specroute.router.backend_stats import BackendStats, parse, parse_loads, with_loads
-from specroute.router.discovery import Discovery, DiscoveryError, read_targets
+from specroute.router.backends.discovery import Discovery, DiscoveryError, read_targets
 from specroute.router.state import RouterState
+from specroute.server_metrics import BackendStats, parse, parse_loads, with_loads
 from tests.emulators import running_emulator
 from tests.routers import running_router
 from tests.test_emulator_api import metric

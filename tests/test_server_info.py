@@ -12,7 +12,7 @@ from aiohttp import web
 
 from specroute import prometheus
 from specroute.loadgen.spawn import free_port
-from specroute.router.server_info import HIDDEN, redacted
+from specroute.router.operator.server_info import HIDDEN, redacted
 from tests.apps import serving
 from tests.emulators import running_emulator
 from tests.routers import running_router

@@ -49,7 +49,7 @@ from specroute.loadgen.client import request_body
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
-from specroute.router.backend_stats import (
+from specroute.server_metrics import (
     BackendStats,
     parse,
     parse_loads,

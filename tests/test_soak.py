@@ -10,7 +10,7 @@ import pytest
 
 from specroute.bench.soak import SESSION_PER_BACKEND
 from specroute.cli import main
-from specroute.router.upstream_pool import KEEPALIVE
+from specroute.router.upstream.pool import KEEPALIVE
 
 CONCURRENCY = 16
 IDLE = KEEPALIVE + 1  # the pool's sweep has closed every connection the requests left idle

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from specroute.router.stream_usage import asked_for, without_usage
+from specroute.router.proxy.stream_usage import asked_for, without_usage
 from tests.routers import running_router
 from tests.test_emulator_api import CHAT, client
 from tests.wire import Backend, Client, chat, event, post, routed

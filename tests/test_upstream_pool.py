@@ -1,4 +1,4 @@
-"""The request path's own HTTP/1.1 client (``router/upstream_pool.py``) against scripted
+"""The request path's own HTTP/1.1 client (``router/upstream/pool.py``) against scripted
 backends on raw sockets: connections kept and reused, closed before the backend's
 keep-alive runs out, answers of every framing relayed whole, broken ones told apart, a
 slow reader holding the backend back, and no header line smuggled into a request."""
@@ -14,8 +14,9 @@ import aiohttp
 import openai
 import pytest
 
-from specroute.router import upstream_answer, upstream_pool
-from specroute.router.upstream_pool import Limits, UpstreamPool
+from specroute.router.upstream import answer as upstream_answer
+from specroute.router.upstream import pool as upstream_pool
+from specroute.router.upstream.pool import Limits, UpstreamPool
 from tests.apps import listening
 from tests.emulators import FAST, running_emulator
 from tests.routers import running_router

@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
-from specroute.router.backend import Backend, Server
-from specroute.router.board import Board
-from specroute.router.health import Breaker, BreakerState, Ejection
+from specroute.router.backends.backend import Backend, Server
+from specroute.router.backends.health import Breaker, BreakerState, Ejection
+from specroute.router.backends.verdicts import Verdicts
 from specroute.router.metrics import RouterMetrics
-from specroute.router.outcome import Outcome
-from specroute.router.verdicts import Verdicts
+from specroute.router.protocol.outcome import Outcome
+from specroute.router.workers.board import Board
 
 CLOSED, HALF_OPEN, OPEN = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN
 SERVERS = (Server("http://s:1", "spec"), Server("http://b:2", "base"))

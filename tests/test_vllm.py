@@ -25,7 +25,7 @@ from openai import AsyncOpenAI
 
 from specroute.engines.vllm_cpu import DRAFT_TOKENS, SERVED_NAME, Engine, engine_pair, missing
 from specroute.loadgen.spawn import free_port
-from specroute.router.backend_stats import BackendStats, parse
+from specroute.server_metrics import BackendStats, parse
 from tests.processes import specroute
 
 WHY_NOT = missing()

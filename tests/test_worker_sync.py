@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from specroute.router.board import Board
-from specroute.router.worker_sync import POSTED_FILE, SERVERS_FILE, WorkerSync
+from specroute.router.workers.board import Board
+from specroute.router.workers.sync import POSTED_FILE, SERVERS_FILE, WorkerSync
 
 LISTED = [{"column": 0, "url": "http://s:1", "pool": "spec", "group": ""}]
 PROFILE: dict[str, Any] = {"schema": "specroute.profile/v1", "crossover": {"value": 3}}
@@ -64,9 +64,8 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
     """Before each decision, not at its next timer: a follower routes by the verdicts the
     leader published a moment ago."""
     from specroute.router.app import build_state
-    from specroute.router.quota import quota_of
+    from specroute.router.processes import Workers, quota_of
     from specroute.router.settings import RouterSettings
-    from specroute.router.workers import Workers
 
     given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
     settings = RouterSettings(**given, crossover=4, workers=2)
@@ -88,9 +87,9 @@ def test_the_leader_s_online_fit_reaches_another_worker_whole(tmp_path: Path) ->
     """The same ``LiveFit``s, drift, crossover, topology and status: what another worker
     shows and routes by is the leader's fit, not one of its own."""
     from specroute.policies.profile import parse_profile
-    from specroute.router.online import Online, OnlineMode, Sureness
-    from specroute.router.online_published import published, take
-    from specroute.router.online_samples import Samples
+    from specroute.router.online.estimator import Online, OnlineMode, Sureness
+    from specroute.router.online.published import published, take
+    from specroute.router.online.samples import Samples
     from tests.test_online import dense, profile_of, served
 
     profile = parse_profile(profile_of(dense(1 / 16), (16.0, 32.0)))
@@ -122,11 +121,10 @@ def test_a_worker_routes_by_the_leader_s_crossover_even_when_its_fit_does_not_re
     from prometheus_client import generate_latest
 
     from specroute.router.app import build_state
-    from specroute.router.online import OnlineMode
-    from specroute.router.quota import quota_of
+    from specroute.router.online.estimator import OnlineMode
+    from specroute.router.processes import Workers, quota_of
     from specroute.router.settings import RouterSettings
-    from specroute.router.worker_sync import ONLINE_FILE
-    from specroute.router.workers import Workers
+    from specroute.router.workers.sync import ONLINE_FILE
 
     given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
     settings = RouterSettings(**given, crossover=4, workers=2, online=OnlineMode.ADOPT)
@@ -150,10 +148,10 @@ def test_live_bands_reach_another_worker_through_the_fit_and_fail_closed_without
     """Bands (a mixture-of-experts pair's) are no crossover the board can hold: it points to
     the fit, the other worker routes by the bands written there, and when the fit does not
     read it routes by the profile's, never by what it does not have."""
-    from specroute.router.online import Online, OnlineMode, Sureness
-    from specroute.router.online_published import published, take
-    from specroute.router.online_samples import Samples
-    from specroute.router.worker_sync import IN_THE_FIT, ONLINE_FILE
+    from specroute.router.online.estimator import Online, OnlineMode, Sureness
+    from specroute.router.online.published import published, take
+    from specroute.router.online.samples import Samples
+    from specroute.router.workers.sync import IN_THE_FIT, ONLINE_FILE
     from tests.test_online import MOE_ROUTED, moe, served
 
     leader = Online(OnlineMode.ADOPT, Samples(4096, 600.0), Sureness(30))

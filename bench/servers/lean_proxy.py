@@ -22,8 +22,8 @@ import httptools
 import orjson
 
 from specroute.event_loop import new_event_loop
-from specroute.router.front_request import framed
-from specroute.router.upstream_pool import Limits, UpstreamPool
+from specroute.router.http.exchange import framed
+from specroute.router.upstream.pool import Limits, UpstreamPool
 
 _LIMITS = Limits(connect=5.0, silence=None, total=None)
 _BAD = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"

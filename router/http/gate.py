@@ -1,0 +1,75 @@
+"""What a request on the own front passes before and after the request path, as aiohttp's
+middleware (``front``) does for aiohttp's server: its id and access line, its headers
+readable, its key, its body whole in time and within its size; and its answer, whatever
+the request path returned."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from specroute.router.admission.auth import Keys
+from specroute.router.http.exchange import BodyRefused, FrontRequest
+from specroute.router.http.runner import parse_refusal
+from specroute.router.observability.access_log import ended, opened
+from specroute.router.protocol.errors import error_response
+from specroute.router.proxy.handler import serve
+from specroute.router.state import RouterState
+
+LOG = logging.getLogger("specroute.router.http")
+
+
+async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
+    """The request answered, or its task cancelled when its client goes away."""
+    settings = state.settings
+    trail = opened(request, settings.request_id_headers)
+    reply, status = request.answer, None
+    reply.request_id = (trail.header, trail.request_id)
+    try:
+        refusal = _gate(request, keys)
+        if refusal is None:
+            refusal = await _whole_body(request, settings.body_timeout)
+        if refusal is None:
+            refusal = await serve(request, state)
+        if refusal is not None:
+            if not request.intact or refusal.keep_alive is False:
+                reply.keep_alive = False  # its body is not read: the connection ends
+            reply.whole(refusal)
+        status = reply.status
+    except ConnectionError:
+        pass  # the client went away before its answer was written: no status was answered
+    except Exception:  # the router's own failure, said as aiohttp's server says it
+        LOG.exception("Error handling request")
+        status = 500
+        if reply.status is None:
+            reply.keep_alive = False
+            reply.whole(parse_refusal(500, None))
+        else:
+            reply.cut()
+    finally:
+        ended(request, trail, status, settings.access_log, state.rids)
+
+
+def _gate(request: FrontRequest, keys: Keys) -> web.Response | None:
+    if not request.readable:
+        return error_response(400, "A header's value is not valid UTF-8.")
+    return keys.refusal(request)
+
+
+async def _whole_body(request: FrontRequest, seconds: float) -> web.Response | None:
+    """The body whole within ``seconds`` of the key found good (no body is waited for from
+    a stranger), and within its size."""
+    try:
+        if request.arrived:
+            await request.read()
+        else:
+            request.wait_for_body()
+            async with asyncio.timeout(seconds):
+                await request.read()
+    except TimeoutError:
+        return error_response(408, f"The request body took longer than {seconds:g} s.")
+    except BodyRefused as exc:
+        return exc.answer
+    return None
