@@ -24,11 +24,13 @@ from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
+from specroute.router.http.aiohttp_handler import proxied
 from specroute.router.http.middleware import front
 from specroute.router.metrics import RouterMetrics
 from specroute.router.observability.access_log import LOG as ACCESS_LOG
 from specroute.router.observability.access_log import stamp
 from specroute.router.observability.decision_log import DecisionLog
+from specroute.router.observability.lifecycle import Lifecycle
 from specroute.router.observability.tracing import Tracing
 from specroute.router.online.estimator import Online, OnlineMode
 from specroute.router.online.peer_answer import SAMPLES_PATH
@@ -55,7 +57,8 @@ from specroute.router.processes import Workers, quota_of
 from specroute.router.protocol.content_coding import read_decoded
 from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.request_id import Tagged
-from specroute.router.proxy.handler import PROXIED, proxy
+from specroute.router.proxy.handler import PROXIED
+from specroute.router.proxy.listeners import listeners
 from specroute.router.proxy.stored_responses import PATH as RESPONSES_PATH
 from specroute.router.proxy.stored_responses import stored
 from specroute.router.settings import RouterSettings
@@ -146,6 +149,7 @@ def build_state(
         peers=_peers(settings, metrics, online, kept, resolve),
         resolve=resolve,
     )
+    state.lifecycle = Lifecycle(listeners(state))
     metrics.exposed.register(StateGauges(state))
     return state
 
@@ -187,8 +191,7 @@ def create_app(
                 Keys(settings.api_keys, settings.admin_key),
                 settings.body_timeout,
                 settings.request_id_headers,
-                settings.access_log,
-                state.rids,
+                state.lifecycle,
             )
         ],
         client_max_size=settings.max_body_bytes,
@@ -204,7 +207,7 @@ def create_app(
     post = functools.partial(app.router.add_post, expect_handler=_expectation)
     route = functools.partial(app.router.add_route, expect_handler=_expectation)
     for path in PROXIED:
-        post(path, proxy(state))
+        post(path, proxied(state))
     post(ABORT_PATH, functools.partial(abort_request, state=state))
     for method, stored_path in (("GET", ""), ("POST", "/cancel")):
         path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
@@ -255,9 +258,8 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.backend_api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
-    traced = [] if state.tracing is None else [state.tracing.trace_config()]  # an abort's
     state.session = aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, headers=headers, trace_configs=traced
+        connector=connector, auto_decompress=False, headers=headers
     )
     state.pool = UpstreamPool(headers, settings.max_upstream_head_bytes, _dropped(state))
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker

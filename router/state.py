@@ -36,6 +36,7 @@ from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
 from specroute.router.metrics import RouterMetrics
 from specroute.router.observability.decision_log import DecisionLog
+from specroute.router.observability.lifecycle import Lifecycle
 from specroute.router.observability.tracing import Tracing
 from specroute.router.online.estimator import Online
 from specroute.router.online.exploration import Exploration, policy_bands
@@ -76,6 +77,7 @@ class RouterState:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     upstreams: dict[Answer, Flight] = field(default_factory=dict)  # being relayed
     rids: set[str] = field(default_factory=set)  # the ids sent as rid, of requests in flight
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # every request's listeners
     owners: Owners = field(default_factory=Owners)  # the servers of stored responses found
     silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
     timeouts: tuple[Limits, Limits] = field(init=False)  # a stream's, a whole's

@@ -284,7 +284,7 @@ async def test_an_unexpected_error_in_the_router_is_counted_as_its_own(
     async def broken_relay(*args: Any) -> web.StreamResponse:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("specroute.router.proxy.handler.relay", broken_relay)
+    monkeypatch.setattr("specroute.router.proxy.attempt.relay", broken_relay)
     async with (
         running_emulator("--mode", "spec", *FAST) as spec,
         running_emulator("--mode", "base", *FAST) as base,

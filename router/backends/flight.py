@@ -49,6 +49,10 @@ class Flight:
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
+        # what its server's breaker is told of it when it lands (``Verdicts.request_ended``):
+        # its failure's kind where one was found, answered, or nothing (a client gone)
+        self.verdict: Outcome | None = None
+        self.joined = 0  # the load it joined, itself included (``Online.joined``)
         self.delivered = False  # the answer's last byte reached the client: whole, come what may
         self.first_at: float | None = None  # when its first byte came
         # the answer's last two chunks relayed: where its usage is, if it gives one (a

@@ -1,5 +1,6 @@
 """What a request on the own front passes before and after the request path, as aiohttp's
-middleware (``front``) does for aiohttp's server: its id and access line, its headers
+middleware (``front``) does for aiohttp's server: its record (its id, and the listeners
+told of its end: its access line among them), its headers
 readable, its key, its body whole in time and within its size; and its answer, whatever
 the request path returned."""
 
@@ -13,7 +14,7 @@ from aiohttp import web
 from specroute.router.admission.auth import Keys
 from specroute.router.http.exchange import BodyRefused, FrontRequest
 from specroute.router.http.runner import parse_refusal
-from specroute.router.observability.access_log import ended, opened
+from specroute.router.observability.record import ended, opened
 from specroute.router.protocol.errors import error_response
 from specroute.router.proxy.handler import serve
 from specroute.router.state import RouterState
@@ -24,15 +25,15 @@ LOG = logging.getLogger("specroute.router.http")
 async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
     """The request answered, or its task cancelled when its client goes away."""
     settings = state.settings
-    trail = opened(request, settings.request_id_headers)
+    record = opened(request, settings.request_id_headers)
     reply, status = request.answer, None
-    reply.request_id = (trail.header, trail.request_id)
+    reply.request_id = (record.header, record.request_id)
     try:
         refusal = _gate(request, keys)
         if refusal is None:
             refusal = await _whole_body(request, settings.body_timeout)
         if refusal is None:
-            refusal = await serve(request, state)
+            refusal = await serve(request, state, record)
         if refusal is not None:
             if not request.intact or refusal.keep_alive is False:
                 reply.keep_alive = False  # its body is not read: the connection ends
@@ -49,7 +50,10 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
         else:
             reply.cut()
     finally:
-        ended(request, trail, status, settings.access_log, state.rids)
+        try:
+            state.lifecycle.ended(record, request, status)
+        finally:
+            ended(record)
 
 
 def _gate(request: FrontRequest, keys: Keys) -> web.Response | None:

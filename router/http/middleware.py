@@ -14,7 +14,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from specroute.router.admission.auth import Keys
-from specroute.router.observability.access_log import TRAIL, ended, opened
+from specroute.router.observability.lifecycle import Lifecycle
+from specroute.router.observability.record import RECORD, ended, opened
 from specroute.router.protocol.errors import error_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -24,15 +25,15 @@ def front(
     keys: Keys,
     body_seconds: float,
     request_id_headers: list[str],
-    access_log: bool,
-    rids: set[str],
+    lifecycle: Lifecycle,
 ) -> Middleware:
-    """The app's one middleware: outermost, the request's id made the context's and its
-    access line written when it ends (``opened``, ``ended``); within, the gate."""
+    """The app's one middleware: outermost, the request's record opened and, when it ends,
+    told to every request's listeners (``Lifecycle.ended``: its access line among them);
+    within, the gate."""
 
     @web.middleware
     async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request[TRAIL] = trail = opened(request, request_id_headers)
+        request[RECORD] = record = opened(request, request_id_headers)
         status: int | None = None
         response: web.StreamResponse
         try:
@@ -65,7 +66,10 @@ def front(
             status = 500
             raise
         finally:
-            ended(request, trail, status, access_log, rids)
+            try:
+                lifecycle.ended(record, request, status)
+            finally:
+                ended(record)
 
     return gate
 

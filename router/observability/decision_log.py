@@ -9,14 +9,20 @@ from typing import Any
 
 from specroute.policies.decision import Decision
 from specroute.router.metrics import RouterMetrics
+from specroute.router.observability.lifecycle import Listener
+from specroute.router.observability.record import RequestRecord
 from specroute.router.online.exploration import EXPLORE
 
 
-class DecisionLog:
+class DecisionLog(Listener):
     def __init__(self, metrics: RouterMetrics, keep: int) -> None:
         """``keep``: how many of the last decisions ``recent`` holds (``recent_decisions``)."""
         self.metrics = metrics
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)  # the oldest first
+
+    def decided(self, record: RequestRecord) -> None:
+        if record.decision is not None and record.load is not None:
+            self.record(record.decision, record.load)
 
     def record(self, decision: Decision, load: int) -> None:
         """``decision``, made at live concurrency ``load``."""

@@ -4,18 +4,15 @@ over OTLP/HTTP from the SDK's own thread. A W3C ``traceparent`` from the client 
 span its child; the span's own goes upstream, so the server's spans join the same trace.
 
 Nothing of OpenTelemetry is imported until a ``Tracing`` is made: with traces off, the
-request path pays one context-variable read per request at a backend.
+request path pays nothing for them. A request's span is a field of its record
+(``RequestRecord.span``); ``Spans`` writes what the router learns of it as its attributes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-from contextvars import ContextVar
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
-
-import aiohttp
 
 from specroute.policies.decision import Decision
 from specroute.router.protocol.asked import Asked
@@ -78,9 +75,6 @@ class RequestSpan:
         self.span.end()
 
 
-CURRENT: ContextVar[RequestSpan | None] = ContextVar("specroute_span", default=None)
-
-
 class Tracing:
     def __init__(self, endpoint: str, service: str = "specroute") -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -109,24 +103,6 @@ class Tracing:
             attributes={"http.request.method": request.method, "url.path": request.path},
         )
         return RequestSpan(span, self._propagator)
-
-    def trace_config(self) -> aiohttp.TraceConfig:
-        """For the client session (an abort of a request whose client left): the span of the
-        request, as the upstream request's ``traceparent``. The request path's own client
-        (``router.upstream.pool``) adds it itself."""
-        config = aiohttp.TraceConfig()
-
-        async def started(
-            session: aiohttp.ClientSession,
-            context: SimpleNamespace,
-            params: aiohttp.TraceRequestStartParams,
-        ) -> None:
-            span = CURRENT.get()
-            if span is not None:
-                params.headers.update(span.upstream_headers())
-
-        config.on_request_start.append(started)
-        return config
 
     async def close(self) -> None:
         """The spans not yet exported, sent (the SDK's shutdown blocks: off the loop)."""

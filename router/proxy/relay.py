@@ -61,12 +61,11 @@ async def relay(
             await _to_client(reply.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
         if not flight.delivered:  # else only the end of a body already whole was lost
-            failure = stopped(state, flight.backend, exc)
+            failure = stopped(state, flight, exc)
             await _end_early(reply, flight, upstream, failure)
             return
     await _to_client(reply.end())
-    flight.outcome = Outcome.ANSWERED
-    state.verdicts.request_ended(flight.backend, Outcome.ANSWERED)
+    flight.outcome = flight.verdict = Outcome.ANSWERED
 
 
 class _Passing:

@@ -12,10 +12,8 @@ from contextlib import suppress
 
 import aiohttp
 
-from specroute.router.backends.backend import Backend
 from specroute.router.backends.flight import Flight
-from specroute.router.observability.access_log import trail_of
-from specroute.router.observability.tracing import CURRENT
+from specroute.router.observability.record import RequestRecord
 from specroute.router.protocol.asked import Asked
 from specroute.router.protocol.outcome import Outcome, out_of_fds
 from specroute.router.protocol.request_id import HEADER
@@ -36,7 +34,7 @@ class Failure(Exception):
 
 
 async def open_upstream(
-    request: Asked, state: RouterState, flight: Flight, raw: bytes
+    request: Asked, state: RouterState, record: RequestRecord, flight: Flight, raw: bytes
 ) -> tuple[Answer, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
@@ -44,27 +42,27 @@ async def open_upstream(
     which costs nothing per chunk."""
     backend, stream = flight.backend, flight.stream
     assert state.pool is not None  # set at startup, before any request is served
-    headers, limits = _forwarded(request, stream), state.timeouts[0 if stream else 1]
+    headers, limits = _forwarded(request, stream, record), state.timeouts[0 if stream else 1]
     try:
         upstream = await state.pool.send(backend.url, request.path, raw, headers, limits)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _unanswered(state, backend, exc) from None
+        raise _unanswered(state, flight, exc) from None
     try:
         try:
             await upstream.head()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _unanswered(state, backend, exc) from None
+            raise _unanswered(state, flight, exc) from None
         if upstream.status == 503:
             with suppress(aiohttp.ClientError, TimeoutError):  # read for its connection's sake
                 await upstream.read()
-            raise upstream_failed(state, backend, Outcome.UNAVAILABLE)
+            raise upstream_failed(state, flight, Outcome.UNAVAILABLE)
         state.upstreams[upstream] = flight  # from here the drain timeout may close it
         if stream:
             watch(state)
         try:
             first = await upstream.chunk()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise stopped(state, backend, exc) from None
+            raise stopped(state, flight, exc) from None
         if stream:
             upstream.no_limit()  # the watchdog's from here
         return upstream, first
@@ -79,24 +77,22 @@ def closed(state: RouterState, upstream: Answer) -> None:
     upstream.release()
 
 
-def _forwarded(request: Asked, stream: bool) -> dict[str, str]:
+def _forwarded(request: Asked, stream: bool, record: RequestRecord) -> dict[str, str]:
     """The client's headers that the backend needs. A whole body is relayed as it comes, so
     the backend may compress only what the client can read: the client's
     ``Accept-Encoding``, or none (identity). A stream is never compressed: the relay passes
     it event by event and may have to end it with an error event of its own."""
     given = request.headers
     headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
-    trailed = trail_of()
-    if trailed is not None:
-        headers[HEADER] = trailed.request_id
+    headers[HEADER] = record.request_id
     accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
     headers["Accept-Encoding"] = accepted
-    if (span := CURRENT.get()) is not None:  # traced: the upstream request is its child
-        headers.update(span.upstream_headers())
+    if record.span is not None:  # traced: the upstream request is its child
+        headers.update(record.span.upstream_headers())
     return headers
 
 
-def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+def _unanswered(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
     """No answer came: the router could not open a socket, the backend could not be reached
     or dropped the request, or answered what is not HTTP (nothing of it runs there:
     retryable), or it went silent."""
@@ -107,34 +103,35 @@ def _unanswered(state: RouterState, backend: Backend, exc: BaseException) -> Fai
         )
         return Failure(Outcome.OUT_OF_FDS, message, exc)
     if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return _silent(state, backend, exc)
+        return _silent(state, flight, exc)
     if isinstance(exc, aiohttp.ClientConnectionError):
-        return upstream_failed(state, backend, Outcome.CONNECT, exc)
-    return upstream_failed(state, backend, Outcome.MIDSTREAM, exc)  # a malformed answer
+        return upstream_failed(state, flight, Outcome.CONNECT, exc)
+    return upstream_failed(state, flight, Outcome.MIDSTREAM, exc)  # a malformed answer
 
 
-def _silent(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+def _silent(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
     return upstream_failed(
         state,
-        backend,
+        flight,
         Outcome.TIMEOUT,
         exc,
-        f"The backend {backend.name} did not answer in time; not retried, since it may still "
-        "be working on this request.",
+        f"The backend {flight.backend.name} did not answer in time; not retried, since it may "
+        "still be working on this request.",
     )
 
 
 def upstream_failed(
     state: RouterState,
-    backend: Backend,
+    flight: Flight,
     kind: Outcome,
     cause: BaseException | None = None,
     message: str | None = None,
 ) -> Failure:
-    """The backend's failure, counted once, here, by its kind, and told to its breaker (a
-    stream that then ends broken is not told twice)."""
+    """The backend's failure, counted once, here, by its kind, and its breaker's verdict of
+    the attempt (told when it lands: a stream that then ends broken is told once)."""
+    backend = flight.backend
     state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
-    state.verdicts.request_ended(backend, kind)
+    flight.verdict = kind
     if message is None:
         # never the cause's repr: aiohttp's carries the request's headers, the backend key too
         said = "answered 503" if cause is None else f"{type(cause).__name__}: {cause}"
@@ -142,11 +139,11 @@ def upstream_failed(
     return Failure(kind, message, cause)
 
 
-def stopped(state: RouterState, backend: Backend, exc: BaseException) -> Failure:
+def stopped(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
     """The answer stopped: the drain timeout closed it, the backend went silent, or it
     failed."""
     if state.draining:
         return Failure(Outcome.CUT_OFF, _SHUTTING_DOWN)
     if isinstance(exc, TimeoutError):
-        return _silent(state, backend, exc)
-    return upstream_failed(state, backend, Outcome.MIDSTREAM, exc)
+        return _silent(state, flight, exc)
+    return upstream_failed(state, flight, Outcome.MIDSTREAM, exc)

@@ -1,0 +1,111 @@
+"""Steps 2 and 3 of a request, at one server: *open* the upstream and *relay* its answer
+(``upstream_call``, ``relay``), in flight at the server all along (``Flight``); however
+the attempt ends, it lands, and every request's listeners hear it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from specroute.router.backends.backend import Backend
+from specroute.router.backends.flight import Flight
+from specroute.router.observability.record import RequestRecord
+from specroute.router.protocol.asked import Proxied
+from specroute.router.protocol.errors import error_response
+from specroute.router.protocol.outcome import Outcome
+from specroute.router.proxy.relay import ClientGone, relay
+from specroute.router.proxy.stream_usage import asked_for
+from specroute.router.proxy.upstream_call import Failure, closed, open_upstream
+from specroute.router.state import RouterState
+
+
+async def attempt(
+    request: Proxied,
+    state: RouterState,
+    record: RequestRecord,
+    backend: Backend,
+    raw: bytes,
+    body: dict[str, Any],
+    context: int,
+) -> web.Response | None:
+    """Open the upstream and relay its answer (None), or the refusal of a failure that
+    cannot be retried; a retryable ``Failure`` propagates. However it ends, the attempt
+    lands and every request's listeners hear it."""
+    joined = state.online.joined(state.roster.backends, backend)  # before it joins
+    lived = state.online.lived(state.roster.backends, backend)
+    flight = Flight(state.metrics, backend, body.get("stream") is True, context, lived)
+    flight.joined = joined
+    if state.online.records and (sent := asked_for(request.path, raw, body)) is not None:
+        raw, flight.usage_added = sent, True  # every stream a sample (``stream_usage``)
+    record.flew(flight)
+    try:
+        upstream, first = await open_upstream(request, state, record, flight, raw)
+        try:
+            await relay(request.reply(), state, flight, upstream, first)
+            return None
+        finally:
+            closed(state, upstream)
+    except Failure as failure:
+        if failure.outcome.retryable:
+            raise
+        flight.outcome = failure.outcome
+        return _refusal(failure)
+    except ClientGone:
+        _client_left(state, record, flight, body)
+        return None
+    except asyncio.CancelledError:
+        _client_left(state, record, flight, body)  # the client left while the backend worked
+        raise
+    except Exception:
+        flight.outcome = Outcome.INTERNAL  # counted, then aiohttp answers 500 and logs it
+        raise
+    finally:
+        flight.land()
+        state.lifecycle.landed(record, flight)
+
+
+def _client_left(
+    state: RouterState, record: RequestRecord, flight: Flight, body: dict[str, Any]
+) -> None:
+    """The client went away: before its answer was whole, the request is cancelled (and
+    aborted at the backend); after, it was answered, whatever the backend's end of it."""
+    if flight.delivered:
+        flight.outcome = flight.verdict = Outcome.ANSWERED
+        return
+    flight.outcome = Outcome.CANCELLED
+    _abort_upstream(state, record, flight.backend, body)
+
+
+def _refusal(failure: Failure) -> web.Response:
+    """The answer to a request that failed before its first byte and cannot be retried."""
+    if failure.outcome is Outcome.TIMEOUT:
+        return error_response(504, str(failure), "timeout")
+    if failure.outcome is Outcome.OUT_OF_FDS:
+        return error_response(503, str(failure), "service_unavailable", retry_after=1)
+    return error_response(503, str(failure), "service_unavailable")  # the drain cut it off
+
+
+def _abort_upstream(
+    state: RouterState, record: RequestRecord, backend: Backend, body: dict[str, Any]
+) -> None:
+    """Closing the connection makes the engine abort; on SGLang a known ``rid`` is also
+    aborted by name (a traced request's abort a child of its span)."""
+    rid = body.get("rid")
+    if isinstance(rid, str) and rid and state.session is not None and backend.aborts_by_rid:
+        session = state.session
+        traced = {} if record.span is None else record.span.upstream_headers()
+
+        async def abort() -> None:
+            url, sent = f"{backend.url}/abort_request", {"rid": rid}
+            try:
+                async with session.post(url, json=sent, headers=traced) as r:
+                    await r.read()
+            except (aiohttp.ClientError, TimeoutError):
+                state.metrics.upstream_errors.labels(backend=backend.name, kind="abort").inc()
+
+        task = asyncio.get_running_loop().create_task(abort())
+        state.background.add(task)
+        task.add_done_callback(state.background.discard)
