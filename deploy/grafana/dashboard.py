@@ -4,7 +4,7 @@
 
 Built with grafana-foundation-sdk (the project's `dev` extra). Every query reads a metric
 that the router or SGLang exports, or a recording rule of deploy/prometheus/rules.yml, and
-tests/test_grafana.py checks both that and that the committed JSON is this script's output.
+tests/deploy/test_grafana.py checks both that and that the committed JSON is this script's output.
 The SGLang servers' series carry a `pool` label (spec or base): deploy/prometheus's scrape
 config sets it, and deploy/README.md shows the relabelling that sets it on Kubernetes.
 """

@@ -1,6 +1,6 @@
-"""The memory sections of the shipped hardware models (``emulator.memory``), from each model's
-shape and each GPU's size; the JSON files carry them, and ``tests/test_memory.py`` holds the
-files to these.
+"""The memory sections of the shipped hardware models (``emulator.memory``), from each
+model's shape and each GPU's size; the JSON files carry them, and
+``tests/emulator/test_memory.py`` holds the files to these.
 
 GPUs, as the device reports its memory (NVIDIA's product pages give decimal GB): H100 SXM
 81,559 MiB, H200 143,771 MiB, RTX PRO 6000 Blackwell 97,887 MiB. Memory taken before the

@@ -1,16 +1,17 @@
 """Forward one request to the backend a policy chose, relaying the answer as it arrives.
 
 Three steps. *Choose* (``choice``): read from the body what the policy needs, ask it,
-record its decision. *Open* and *relay*, at one server (``attempt``): send the body upstream byte for byte (SGLang's extra fields survive) and
-wait for the first byte of the answer; nothing has reached the client yet, so a connection
-error, a 503 or an answer that breaks now is retried once on the other pool. *Relay*:
-committed; the answer goes back chunk by chunk with its status and content type, and a
-backend that fails from here ends a stream with an SSE error event and a plain body with
-a cut connection, never a silent truncation or a retry. Each backend's in-flight count
-and estimated KV tokens go up at dispatch and down in one place whatever happens, and how
-the request ended there is one ``Outcome``. What the router learns of the request goes in
-its record (``RequestRecord``), and every request's listeners hear each step from it
-(``Lifecycle``, registered in ``listeners``): nothing else is called from here.
+record its decision. Then at one server (``attempt``), *open*: send the body upstream byte
+for byte (SGLang's extra fields survive) and wait for the first byte of the answer;
+nothing has reached the client yet, so a connection error, a 503 or an answer that breaks
+now is retried once on the other pool. *Relay*: committed; the answer goes back chunk by
+chunk with its status and content type, and a backend that fails from here ends a stream
+with an SSE error event and a plain body with a cut connection, never a silent truncation
+or a retry. Each backend's in-flight count and estimated KV tokens go up at dispatch and
+down in one place whatever happens, and how the request ended there is one ``Outcome``.
+What the router learns of the request goes in its record (``RequestRecord``), and every
+request's listeners hear each step from it (``Lifecycle``, registered in ``listeners``):
+nothing else is called from here.
 """
 
 from __future__ import annotations

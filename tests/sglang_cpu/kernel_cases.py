@@ -2,7 +2,7 @@
 inputs whose answers are worked out by hand or by PyTorch's own attention.
 
 Runs in the SGLang environment (``.venv-sglang-cpu``, where ``sgl_kernel`` and torch are):
-``tests/test_sglang_kernel.py`` runs it as a script and reads one JSON line, the outcome
+``tests/engines/test_sglang_kernel.py`` runs it as a script and reads one JSON line, the outcome
 of every ``case_*`` function by name.
 """
 

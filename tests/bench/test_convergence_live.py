@@ -1,0 +1,47 @@
+"""The convergence bench live (``specroute bench convergence --live``): the pair as emulator
+processes sharing one GPU group, a router in front with ``--online adopt`` and its time
+settings scaled, the Azure trace's requests sent through it. A short window: what the live
+router serves and learns agrees with the offline replay of the same requests (the proof's
+own runs are the committed bench JSON, run on a machine with the cores for it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specroute.bench.convergence import defaults
+from specroute.cli import main
+from specroute.loadgen import lag
+from tests.bench.test_convergence import DENSE
+
+pytestmark = pytest.mark.alone
+
+
+def test_a_live_run_serves_and_routes_as_the_offline_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "live.json"
+    given = ["--starts", "4x high", "--traffic", "azure", "--window", "0+300"]
+    code = main(["bench", "convergence", *DENSE, *given, "--live", "0.1", "--out", str(out)])
+    said = capsys.readouterr()
+    document = json.loads(out.read_text())
+    (offline,), (live,) = document["runs"], document["live"]
+    if live["lag"] is not None and live["lag"] > lag.LIMIT:
+        assert code == 1 and "NOT KEPT TIME" in said.err
+        pytest.skip(f"the emulators lagged their time scale by {live['lag']:.0%}")
+    assert code == 0 and "live" in said.out
+    # every request of the window, live too (the one arriving at the window's last instant,
+    # sent live and cancelled there, ends the offline replay before it is sent)
+    assert live["requests"] - offline["requests"] in (0, 1)
+    assert live["tps"] == pytest.approx(offline["tps"], rel=0.1)
+    assert live["latency"] == pytest.approx(offline["latency"], rel=0.15)
+    assert (
+        live["started_at"]
+        == offline["started_at"]
+        == pytest.approx(4 * offline["truth"]["crossover"])
+    )
+    # a window too short to be sure of a crossing: both route by the start throughout
+    assert live["routed_at_end"] == offline["routed_at_end"] == live["started_at"]
+    assert live["explored"] <= defaults().online_explore_share * live["requests"] + 4
