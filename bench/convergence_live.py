@@ -39,6 +39,7 @@ from specroute.loadgen import lag
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.spawn import NO_DRAIN, spawned
 from specroute.policies.view import POOLS
+from specroute.router.settings import RouterSettings
 
 
 async def converge_live(
@@ -56,18 +57,7 @@ async def converge_live(
     scale = ("--time-scale", f"{time_scale:g}", "--stream-interval", STREAM_INTERVAL)
     shared = ("--share-gpus", str(folder / "gpus"), "--noise", "default")
     every = settings.online_interval * time_scale
-    timed = {
-        "online_interval": every,
-        "online_window_seconds": settings.online_window_seconds * time_scale,
-        "poll_interval": settings.poll_interval * time_scale,
-        "stale_after": settings.stale_after * time_scale,
-        "health_interval": settings.health_interval * time_scale,
-    }
-    config = folder / "router.toml"
-    config.write_text('online = "adopt"\n' + "".join(f"{k} = {v!r}\n" for k, v in timed.items()))
-    routing = ["--config", str(config)]
-    if factor is not None:
-        routing += ["--policy-param", f"crossover={begin!r}"]
+    routing = _routing(folder, settings, time_scale, None if factor is None else begin)
     async with AsyncExitStack() as stack:
         servers = [
             await stack.enter_async_context(
@@ -123,6 +113,26 @@ async def converge_live(
         None,
         end,
     ), behind
+
+
+def _routing(
+    folder: Path, settings: RouterSettings, time_scale: float, crossover: float | None
+) -> list[str]:
+    """The router's flags: a config in ``folder`` with ``online = "adopt"`` and every time
+    setting scaled by ``time_scale``, and the start's crossover (None: no profile)."""
+    timed = {
+        "online_interval": settings.online_interval * time_scale,
+        "online_window_seconds": settings.online_window_seconds * time_scale,
+        "poll_interval": settings.poll_interval * time_scale,
+        "stale_after": settings.stale_after * time_scale,
+        "health_interval": settings.health_interval * time_scale,
+    }
+    config = folder / "router.toml"
+    config.write_text('online = "adopt"\n' + "".join(f"{k} = {v!r}\n" for k, v in timed.items()))
+    routing = ["--config", str(config)]
+    if crossover is not None:
+        routing += ["--policy-param", f"crossover={crossover!r}"]
+    return routing
 
 
 async def _watch(

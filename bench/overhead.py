@@ -283,24 +283,7 @@ async def measure_overhead(
                 for name, busy in idle.items()
             )
         )
-        by_name = {t.name: t for t in targets}
-        windows = schedule(plan, list(by_name))
-        progress = Progress(len(windows))
-        note(
-            f"each window: {plan.warmup:g} s of warm-up at its full concurrency (its "
-            f"connections are opened then), then {plan.seconds:g} s measured"
-        )
-        for repeat, level, mode, name in windows:
-            target = by_name[name]
-            readings = _Readings(target.pid, backends.pids)
-            progress.begin(f"{name} {mode}", level, repeat)
-            began = time.monotonic()
-            sampled = await _window(plan, target, level, mode, readings.take)
-            window = figures(
-                target, mode, level, repeat, sampled, readings.used(), readings.wakes()
-            )
-            on_window(window)
-            progress.finish(_line(window), time.monotonic() - began)
+        await _measured(plan, targets, backends.pids, note, on_window)
         profiled = []
         if plan.profile_dir is not None:
             routers = [t for t in targets if is_profiled(t.name)]
@@ -319,6 +302,32 @@ async def measure_overhead(
         "router_processes": processes,
         "wake": wake.as_json(),
     }
+
+
+async def _measured(
+    plan: OverheadPlan,
+    targets: list[Target],
+    backend_pids: tuple[int, ...],
+    note: Callable[[str], None],
+    on_window: Callable[[Window], None],
+) -> None:
+    """Every measured window, in the plan's order, each handed to ``on_window``."""
+    by_name = {t.name: t for t in targets}
+    windows = schedule(plan, list(by_name))
+    progress = Progress(len(windows))
+    note(
+        f"each window: {plan.warmup:g} s of warm-up at its full concurrency (its "
+        f"connections are opened then), then {plan.seconds:g} s measured"
+    )
+    for repeat, level, mode, name in windows:
+        target = by_name[name]
+        readings = _Readings(target.pid, backend_pids)
+        progress.begin(f"{name} {mode}", level, repeat)
+        began = time.monotonic()
+        sampled = await _window(plan, target, level, mode, readings.take)
+        window = figures(target, mode, level, repeat, sampled, readings.used(), readings.wakes())
+        on_window(window)
+        progress.finish(_line(window), time.monotonic() - began)
 
 
 def _load(plan: OverheadPlan, target: Target, level: int, mode: str) -> tuple[list[Address], Load]:

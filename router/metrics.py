@@ -28,6 +28,13 @@ class RouterMetrics:
             self.exposed = CollectorRegistry()
             MultiProcessCollector(self.exposed, path=shared_dir)  # type: ignore[no-untyped-call]
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+        self._routing()
+        self._failures()
+        self._online_peers()
+        self._admission()
+
+    def _routing(self) -> None:
+        """Where requests went and how long they took."""
         self.requests = self._counter(
             "specroute_requests",
             "Requests answered, by pool, backend and HTTP status.",
@@ -44,22 +51,6 @@ class RouterMetrics:
             "the live curves are seen there (online exploration), by the pool sent to.",
             ("pool",),
         )
-        self.online_peer_samples = self._counter(
-            "specroute_online_peer_samples",
-            "Online samples taken from a peer router replica (--online-peers) for the fit, by "
-            "peer (its URL without credentials).",
-            ("peer",),
-        )
-        self.online_peer_errors = self._counter(
-            "specroute_online_peer_errors",
-            "Pulls of a peer replica's online samples that took nothing, by peer and reason "
-            "(unreachable, timeout, refused: 401 or 403, status: another one, not_json, "
-            "bad_answer: not of the shape or too large, itself: a URL given as such is this "
-            "router), rows of its answers dropped as invalid (bad_row, each row), and "
-            "resolutions of a name of peers (dns+http://NAME:PORT, the peer label) that failed "
-            "(resolve: its last peers kept).",
-            ("peer", "reason"),
-        )
         self.placements = self._counter(
             "specroute_placements",
             "Where within the chosen pool requests ran, by pool and placement outcome: "
@@ -69,6 +60,16 @@ class RouterMetrics:
             "crossover), no_prefix (no prompt to hash: the least-loaded one).",
             ("pool", "outcome"),
         )
+        self.ttft = self._latency(
+            "specroute_ttft_seconds",
+            "Time from the request to the first byte of the backend's answer.",
+        )
+        self.duration = self._latency(
+            "specroute_request_duration_seconds", "Time from the request to the end of the answer."
+        )
+
+    def _failures(self) -> None:
+        """What failed, on either side of the router, and the bounds clients were held to."""
         self.router_errors = self._counter(
             "specroute_router_errors",
             "The router's own failures (out_of_fds, internal_error), charged to no backend.",
@@ -90,13 +91,6 @@ class RouterMetrics:
             "A watched source that could not be read or was refused (source dns, "
             "backends_file or profile_file); the router kept what it had from it.",
             ("source",),
-        )
-        self.ttft = self._latency(
-            "specroute_ttft_seconds",
-            "Time from the request to the first byte of the backend's answer.",
-        )
-        self.duration = self._latency(
-            "specroute_request_duration_seconds", "Time from the request to the end of the answer."
         )
         self.upstream_errors = self._counter(
             "specroute_upstream_errors",
@@ -122,6 +116,27 @@ class RouterMetrics:
             ("limit",),
         )
 
+    def _online_peers(self) -> None:
+        """Online calibration's pulls of peer replicas' samples."""
+        self.online_peer_samples = self._counter(
+            "specroute_online_peer_samples",
+            "Online samples taken from a peer router replica (--online-peers) for the fit, by "
+            "peer (its URL without credentials).",
+            ("peer",),
+        )
+        self.online_peer_errors = self._counter(
+            "specroute_online_peer_errors",
+            "Pulls of a peer replica's online samples that took nothing, by peer and reason "
+            "(unreachable, timeout, refused: 401 or 403, status: another one, not_json, "
+            "bad_answer: not of the shape or too large, itself: a URL given as such is this "
+            "router), rows of its answers dropped as invalid (bad_row, each row), and "
+            "resolutions of a name of peers (dns+http://NAME:PORT, the peer label) that failed "
+            "(resolve: its last peers kept).",
+            ("peer", "reason"),
+        )
+
+    def _admission(self) -> None:
+        """Requests refused or held before routing."""
         self.admission_refusals = self._counter(
             "specroute_admission_refusals",
             "Requests refused before routing, by reason: queue_full (429), queue_timeout (503), "

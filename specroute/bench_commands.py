@@ -203,32 +203,7 @@ def _add_overhead(commands: Subcommands) -> None:
         [1],
         "the bare pass-through's processes, one target each (bare-wN above 1)",
     )
-    overhead.add_argument(
-        "--online-off",
-        action="store_true",
-        help="also specroute-w1-online-off: one worker with --online off, beside the "
-        "default (observe), for what online calibration costs",
-    )
-    overhead.add_argument(
-        "--aiohttp-front",
-        action="store_true",
-        help="also specroute-w1-aiohttp: one worker with --front aiohttp, beside the default "
-        "(the router's own front), for what the own front saves",
-    )
-    overhead.add_argument(
-        "--one-backend",
-        action="store_true",
-        help="also specroute-wN-one-backend for each worker count: every request on one of "
-        "the two stub backends, as the bench sent them before specroute-wN spread them over "
-        "both as direct and the gateways do",
-    )
-    overhead.add_argument(
-        "--lean",
-        action="store_true",
-        help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
-        "router's own upstream client, beside bare (aiohttp's server and client), for what "
-        "aiohttp's server side costs a request",
-    )
+    _add_overhead_targets(overhead)
     overhead.add_argument("--repeats", type=positive(int), default=3)
     overhead.add_argument(
         "--modes",
@@ -261,26 +236,61 @@ def _add_overhead(commands: Subcommands) -> None:
         metavar="N",
         help="pinned (4 cores or more): each router's cores; default the largest --workers",
     )
-    overhead.add_argument(
-        "--profile-dir",
-        metavar="DIR",
-        help="after the measured windows, one window more per Python router, mode and "
-        "--profile-levels level, py-spy recording the router's workers into DIR",
-    )
-    _counts(overhead, "--profile-levels", [256], "the levels to profile, among --levels")
-    _duration(overhead, "--profile-seconds", 5.0, "each profiled window")
-    overhead.add_argument(
-        "--profile-format",
-        choices=["speedscope", "flamegraph", "raw"],
-        default="speedscope",
-        help="py-spy's: speedscope JSON, a flame graph SVG or collapsed stacks (text)",
-    )
+    _add_overhead_profiles(overhead)
     overhead.add_argument(
         "--quick", action="store_true", help="a smoke test: levels 1,16, one repeat, short windows"
     )
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
     overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
     overhead.set_defaults(handler=_overhead)
+
+
+def _add_overhead_targets(p: argparse.ArgumentParser) -> None:
+    """The targets measured beside the default ones, each for what one part costs."""
+    p.add_argument(
+        "--online-off",
+        action="store_true",
+        help="also specroute-w1-online-off: one worker with --online off, beside the "
+        "default (observe), for what online calibration costs",
+    )
+    p.add_argument(
+        "--aiohttp-front",
+        action="store_true",
+        help="also specroute-w1-aiohttp: one worker with --front aiohttp, beside the default "
+        "(the router's own front), for what the own front saves",
+    )
+    p.add_argument(
+        "--one-backend",
+        action="store_true",
+        help="also specroute-wN-one-backend for each worker count: every request on one of "
+        "the two stub backends, as the bench sent them before specroute-wN spread them over "
+        "both as direct and the gateways do",
+    )
+    p.add_argument(
+        "--lean",
+        action="store_true",
+        help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
+        "router's own upstream client, beside bare (aiohttp's server and client), for what "
+        "aiohttp's server side costs a request",
+    )
+
+
+def _add_overhead_profiles(p: argparse.ArgumentParser) -> None:
+    """The profiled windows after the measured ones."""
+    p.add_argument(
+        "--profile-dir",
+        metavar="DIR",
+        help="after the measured windows, one window more per Python router, mode and "
+        "--profile-levels level, py-spy recording the router's workers into DIR",
+    )
+    _counts(p, "--profile-levels", [256], "the levels to profile, among --levels")
+    _duration(p, "--profile-seconds", 5.0, "each profiled window")
+    p.add_argument(
+        "--profile-format",
+        choices=["speedscope", "flamegraph", "raw"],
+        default="speedscope",
+        help="py-spy's: speedscope JSON, a flame graph SVG or collapsed stacks (text)",
+    )
 
 
 def _add_replicas(commands: Subcommands) -> None:

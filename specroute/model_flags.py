@@ -38,6 +38,8 @@ def _noise(text: str) -> Noise:
 
 
 def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
+    """The flags that make an emulated server: its hardware model and speculation, then what
+    it runs as (``_add_serving_flags``)."""
     p.add_argument(
         "--hardware",
         default="kimi-k2.5-8x-pcie",
@@ -76,6 +78,13 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         help="the adaptive schedule, as SGLang's flag (JSON: candidate depths by batch size); "
         "default: SGLang's",
     )
+    _add_serving_flags(p)
+    if seed:  # a command with a dataset has its own, which serves both
+        p.add_argument("--seed", type=int, default=0)
+
+
+def _add_serving_flags(p: argparse.ArgumentParser) -> None:
+    """Its batch and memory limits, noise, shared GPUs, and the SGLang features it models."""
     p.add_argument(
         "--max-running-requests",
         type=positive(int),
@@ -143,8 +152,6 @@ def add_model_flags(p: argparse.ArgumentParser, seed: bool = True) -> None:
         help="keep /v1/responses answers, to go on from by previous_response_id and to "
         "retrieve or cancel, as SGLang's flag",
     )
-    if seed:  # a command with a dataset has its own, which serves both
-        p.add_argument("--seed", type=int, default=0)
 
 
 def emulator_config(

@@ -186,6 +186,11 @@ def latency() -> Panels:
 
 
 def online() -> Panels:
+    return [*_online_fit(), *_online_evidence(), *_online_peers()]
+
+
+def _online_fit() -> Panels:
+    """The live crossover and the curves it is read from."""
     crossover = graph(
         "Live crossover against the profile's",
         "The crossover learned from the requests each router replica served (online "
@@ -225,6 +230,11 @@ def online() -> Panels:
         "short",
         [query("sum by (pool, level) (specroute_online_samples)", "{{pool}} at {{level}}")],
     )
+    return [crossover, tpot, samples]
+
+
+def _online_evidence() -> Panels:
+    """What exploration adds to the evidence, and what the fit leaves out of it."""
     explored = graph(
         "Exploration share by pool",
         "The share of routing decisions that exploration sent to the pool the policy did not "
@@ -239,6 +249,23 @@ def online() -> Panels:
             )
         ],
     )
+    drafter = graph(
+        "Samples left out as another drafter's",
+        "Samples in the forgetting window that the last fit left out because their accept "
+        "length is further than --online-accept-tolerance from the speculative servers' now "
+        "(taught by another drafter: after a drafter swap or a drop in acceptance), beside the "
+        "accept length the fit stands at. They count again if acceptance comes back.",
+        "short",
+        [
+            query("sum by (reason) (specroute_online_samples_left_out)", "left out: {{reason}}"),
+            query("max(specroute_online_fit_accept_length)", "accept length of the fit"),
+        ],
+    )
+    return [explored, drafter]
+
+
+def _online_peers() -> Panels:
+    """What the router replicas take from each other."""
     peer_samples = graph(
         "Peer samples taken per second by peer",
         "Online samples each router replica's leader takes from its peers before each fit "
@@ -267,19 +294,7 @@ def online() -> Panels:
             )
         ],
     )
-    drafter = graph(
-        "Samples left out as another drafter's",
-        "Samples in the forgetting window that the last fit left out because their accept "
-        "length is further than --online-accept-tolerance from the speculative servers' now "
-        "(taught by another drafter: after a drafter swap or a drop in acceptance), beside the "
-        "accept length the fit stands at. They count again if acceptance comes back.",
-        "short",
-        [
-            query("sum by (reason) (specroute_online_samples_left_out)", "left out: {{reason}}"),
-            query("max(specroute_online_fit_accept_length)", "accept length of the fit"),
-        ],
-    )
-    return [crossover, tpot, samples, explored, drafter, peer_samples, peer_errors]
+    return [peer_samples, peer_errors]
 
 
 def health() -> Panels:

@@ -246,7 +246,11 @@ def _abort() -> dict[str, Any]:
 
 
 def _schemas() -> dict[str, Any]:
-    message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
+    return {**_error_schemas(), **_request_schemas(), "Profile": _profile_schema()}
+
+
+def _error_schemas() -> dict[str, Any]:
+    """The router's OpenAI-shaped error, and SGLang's that it relays."""
     return {
         "Error": _object(
             {
@@ -282,6 +286,13 @@ def _schemas() -> dict[str, Any]:
                 ),
             ],
         },
+    }
+
+
+def _request_schemas() -> dict[str, Any]:
+    """The bodies of the proxied paths: what the router reads of each (the rest passes)."""
+    message = _object({"role": {"type": "string"}, "content": {}}, ["role"])
+    return {
         "ChatCompletionRequest": _object(
             {
                 "model": {"type": "string"},
@@ -332,23 +343,26 @@ def _schemas() -> dict[str, Any]:
             ),
             "anyOf": [{"required": [name]} for name in ("text", "input_ids", "input_embeds")],
         },
-        "Profile": _object(
-            {
-                "schema": {"enum": ["specroute.profile/v1", "specroute.profile/v2"]},
-                "created": {"type": "string", "format": "date-time"},
-                "crossover": _object(
-                    {
-                        "value": {"type": ["number", "null"], "minimum": 0},
-                        "ci": {"type": ["array", "null"], "items": {"type": ["number", "null"]}},
-                        "bound": {"enum": ["above", "below"]},
-                        "limit": {"type": ["number", "null"]},
-                    },
-                    ["value"],
-                ),
-            },
-            ["schema", "crossover"],
-        ),
     }
+
+
+def _profile_schema() -> dict[str, Any]:
+    return _object(
+        {
+            "schema": {"enum": ["specroute.profile/v1", "specroute.profile/v2"]},
+            "created": {"type": "string", "format": "date-time"},
+            "crossover": _object(
+                {
+                    "value": {"type": ["number", "null"], "minimum": 0},
+                    "ci": {"type": ["array", "null"], "items": {"type": ["number", "null"]}},
+                    "bound": {"enum": ["above", "below"]},
+                    "limit": {"type": ["number", "null"]},
+                },
+                ["value"],
+            ),
+        },
+        ["schema", "crossover"],
+    )
 
 
 def _loads() -> dict[str, Any]:
@@ -496,7 +510,6 @@ def _online_samples() -> dict[str, Any]:
 
 
 def document() -> dict[str, Any]:
-    status = 'The status as JSON: see the serving guide, "Seeing what it does".'
     return {
         "openapi": "3.1.0",
         "info": {
@@ -508,80 +521,7 @@ def document() -> dict[str, Any]:
             "(`SPECROUTE_ADMIN_KEY`) serves too and alone changes the routing or reads the "
             "live fit as a profile.",
         },
-        "paths": {
-            "/v1/chat/completions": _proxied("OpenAI chat completions", "ChatCompletionRequest"),
-            "/v1/completions": _proxied("OpenAI completions", "CompletionRequest"),
-            "/v1/responses": _proxied(
-                "OpenAI responses: by load, or, going on from a stored response "
-                "(`previous_response_id`), at the server that holds it",
-                "ResponsesRequest",
-            ),
-            "/v1/responses/{response_id}": _stored("A stored response, from its server"),
-            "/v1/responses/{response_id}/cancel": _stored(
-                "A stored response cancelled at its server", "post"
-            ),
-            "/generate": _proxied("SGLang's native generation", "GenerateRequest"),
-            "/v1/models": _get(
-                "The healthy backends' models",
-                {
-                    _JSON: {
-                        "schema": _object({"object": {"const": "list"}, "data": {"type": "array"}})
-                    }
-                },
-                401,
-            ),
-            "/v1/models/{model}": _model(),
-            "/server_info": _server_info("The server's arguments and live state"),
-            "/get_server_info": _server_info("The server's arguments and live state"),
-            "/model_info": _server_info("The model's description"),
-            "/get_model_info": _server_info("The model's description"),
-            "/flush_cache": _flush(),
-            "/abort_request": _abort(),
-            "/start_profile": _start_profile(),
-            "/stop_profile": _stop_profile(),
-            "/v1/loads": _loads(),
-            "/get_loads": _loads(),
-            "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
-            "/ready": _get(
-                "Ready: a backend is healthy and no shutdown began",
-                {_JSON: {"schema": {"type": "object"}}},
-                503,
-                open_=True,
-            ),
-            "/health_generate": _get(
-                "SGLang's probe name: the same answer as `/ready`",
-                {_JSON: {"schema": {"type": "object"}}},
-                503,
-                open_=True,
-            ),
-            "/metrics": _get(
-                "Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}, open_=True
-            ),
-            "/openapi.json": _get(
-                "This document", {_JSON: {"schema": {"type": "object"}}}, open_=True
-            ),
-            "/router/status": _get(status, {_JSON: {"schema": {"type": "object"}}}, 401),
-            "/router/profile": {
-                "post": {
-                    "summary": "Route by this profile from the next request on; none in flight "
-                    "is dropped. Refused (403) when no admin key is configured.",
-                    "security": [{"adminKey": []}],
-                    "requestBody": {
-                        "required": True,
-                        "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Profile"}}},
-                    },
-                    "responses": {
-                        "200": {
-                            "description": "The policy and profile now in force.",
-                            "content": {_JSON: {"schema": {"type": "object"}}},
-                        },
-                        **_errors(400, 401, 403, 408, 413),
-                    },
-                }
-            },
-            "/router/profile/live": _live_profile(),
-            "/router/online/samples": _online_samples(),
-        },
+        "paths": {**_serving_paths(), **_operator_paths()},
         "components": {
             "securitySchemes": {
                 "clientKey": {
@@ -597,4 +537,83 @@ def document() -> dict[str, Any]:
             },
             "schemas": _schemas(),
         },
+    }
+
+
+def _serving_paths() -> dict[str, Any]:
+    """The proxied paths and the stored responses."""
+    return {
+        "/v1/chat/completions": _proxied("OpenAI chat completions", "ChatCompletionRequest"),
+        "/v1/completions": _proxied("OpenAI completions", "CompletionRequest"),
+        "/v1/responses": _proxied(
+            "OpenAI responses: by load, or, going on from a stored response "
+            "(`previous_response_id`), at the server that holds it",
+            "ResponsesRequest",
+        ),
+        "/v1/responses/{response_id}": _stored("A stored response, from its server"),
+        "/v1/responses/{response_id}/cancel": _stored(
+            "A stored response cancelled at its server", "post"
+        ),
+        "/generate": _proxied("SGLang's native generation", "GenerateRequest"),
+    }
+
+
+def _operator_paths() -> dict[str, Any]:
+    """Every other path: models, the servers' info and asks, probes, the router's own."""
+    status = 'The status as JSON: see the serving guide, "Seeing what it does".'
+    return {
+        "/v1/models": _get(
+            "The healthy backends' models",
+            {_JSON: {"schema": _object({"object": {"const": "list"}, "data": {"type": "array"}})}},
+            401,
+        ),
+        "/v1/models/{model}": _model(),
+        "/server_info": _server_info("The server's arguments and live state"),
+        "/get_server_info": _server_info("The server's arguments and live state"),
+        "/model_info": _server_info("The model's description"),
+        "/get_model_info": _server_info("The model's description"),
+        "/flush_cache": _flush(),
+        "/abort_request": _abort(),
+        "/start_profile": _start_profile(),
+        "/stop_profile": _stop_profile(),
+        "/v1/loads": _loads(),
+        "/get_loads": _loads(),
+        "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
+        "/ready": _get(
+            "Ready: a backend is healthy and no shutdown began",
+            {_JSON: {"schema": {"type": "object"}}},
+            503,
+            open_=True,
+        ),
+        "/health_generate": _get(
+            "SGLang's probe name: the same answer as `/ready`",
+            {_JSON: {"schema": {"type": "object"}}},
+            503,
+            open_=True,
+        ),
+        "/metrics": _get(
+            "Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}, open_=True
+        ),
+        "/openapi.json": _get("This document", {_JSON: {"schema": {"type": "object"}}}, open_=True),
+        "/router/status": _get(status, {_JSON: {"schema": {"type": "object"}}}, 401),
+        "/router/profile": {
+            "post": {
+                "summary": "Route by this profile from the next request on; none in flight "
+                "is dropped. Refused (403) when no admin key is configured.",
+                "security": [{"adminKey": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {_JSON: {"schema": {"$ref": "#/components/schemas/Profile"}}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "The policy and profile now in force.",
+                        "content": {_JSON: {"schema": {"type": "object"}}},
+                    },
+                    **_errors(400, 401, 403, 408, 413),
+                },
+            }
+        },
+        "/router/profile/live": _live_profile(),
+        "/router/online/samples": _online_samples(),
     }
