@@ -38,7 +38,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from specroute.crossing import Band, Turn, at_or_beyond, bands, crossing, crossings, snapped
+from specroute.crossing import Band, SignChange, at_or_beyond, bands, crossing, crossings, snapped
 from specroute.crossing import percentile_interval as core_interval
 
 Array = NDArray[np.float64]
@@ -187,7 +187,7 @@ def crossing_with_ci(
 
 
 def _edges(
-    levels: Sequence[float], point: list[Turn], replicates: list[list[Turn]]
+    levels: Sequence[float], point: list[SignChange], replicates: list[list[SignChange]]
 ) -> tuple[Edge, ...]:
     """Each of the point estimates' turns with the interval of the replicates' matching
     turns: of the same direction, in its share of the load axis (up to the geometric

@@ -53,7 +53,7 @@ def crossing(levels: Sequence[float], margin: Sequence[float]) -> Crossing:
 
 
 @dataclass(frozen=True)
-class Turn:
+class SignChange:
     """One sign change of the margin: ``"down"`` where speculation stops paying going up in
     load (positive, then zero or below), ``"up"`` where it starts paying again."""
 
@@ -61,18 +61,18 @@ class Turn:
     direction: Literal["down", "up"]
 
 
-def crossings(levels: Sequence[float], margin: Sequence[float]) -> list[Turn]:
+def crossings(levels: Sequence[float], margin: Sequence[float]) -> list[SignChange]:
     """Every sign change of ``margin``, in order of load, by the same rule as ``crossing``
     (whose crossing is the first ``"down"`` one, when the margin starts positive)."""
     if len(levels) != len(margin) or not levels:
         raise ValueError("crossings needs one margin per level, and at least one level")
-    turns = []
+    changes = []
     for (x0, m0), (x1, m1) in pairwise(zip(levels, margin, strict=True)):
         if m0 > 0 >= m1:
-            turns.append(Turn(_between(x0, m0, x1, m1), "down"))
+            changes.append(SignChange(_between(x0, m0, x1, m1), "down"))
         elif m0 <= 0 < m1:
-            turns.append(Turn(_between(x0, m0, x1, m1), "up"))
-    return turns
+            changes.append(SignChange(_between(x0, m0, x1, m1), "up"))
+    return changes
 
 
 Band = tuple[float | None, float | None]  # loads where speculation pays: (from, to), None open

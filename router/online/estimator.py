@@ -161,7 +161,7 @@ class Sureness:
         return threshold is not None and low <= threshold <= high
 
 
-class Seat(Protocol):
+class ServerLoad(Protocol):
     """Where a request runs, as far as the load it joins goes: a backend."""
 
     @property
@@ -297,7 +297,7 @@ class Online:
 
     # On the request path
 
-    def joined(self, backends: Sequence[Seat], backend: Seat) -> int:
+    def joined(self, backends: Sequence[ServerLoad], backend: ServerLoad) -> int:
         """The load a request dispatched to ``backend`` now joins, itself included."""
         if not self.records:
             return 0
@@ -308,7 +308,7 @@ class Online:
         now = time.monotonic()
         return own + round(sum([b.others(now) for b in seats]))
 
-    def lived(self, backends: Sequence[Seat], backend: Seat) -> Lived | None:
+    def lived(self, backends: Sequence[ServerLoad], backend: ServerLoad) -> Lived | None:
         """The load a request at ``backend`` counts, integrated over time up to a moment,
         as its own pool's part and the other pool's beside it on the same GPUs (0 apart);
         None: not recording."""
@@ -551,7 +551,7 @@ def _one(bands: tuple[Band, ...]) -> bool:
     return up_to(first_top(bands)) == bands
 
 
-def _apart(backend: Seat, counts_others: bool) -> Lived:
+def _apart(backend: ServerLoad, counts_others: bool) -> Lived:
     """``Online.lived`` for a server on GPUs of its own: its load alone, none beside it."""
     if counts_others:
         return lambda now: (backend.lived(now) + backend.others_lived(now), 0.0)

@@ -7,8 +7,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-PARTS = ("specroute", "router", "policies", "emulator", "loadgen", "profiler", "bench")
-PARTS += ("engines", "deploy", "docsgen")
+PARTS = [
+    "specroute",
+    "router",
+    "policies",
+    "emulator",
+    "loadgen",
+    "profiler",
+    "bench",
+    "engines",
+    "deploy",
+    "docsgen",
+]
 LONGEST = 80
 
 
