@@ -247,8 +247,5 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "compare": lambda *names: compare_table([(_mode(n), load(n)) for n in names]),
     "phases": lambda name: phases_table(load(name)),
     "prompts": lambda name: prompts_table(load(name)),
-    "overhead-targets": lambda *names: router_results.overhead_targets(
-        [(name, load(name)) for name in names]
-    ),
     **router_results.blocks(load),
 }

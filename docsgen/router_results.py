@@ -118,30 +118,6 @@ _TARGET_ROWS: tuple[tuple[str, str, str, str, str, str, tuple[int, ...]], ...] =
 )  # fmt: skip
 
 
-def overhead_targets(runs: list[tuple[str, dict[str, Any]]]) -> str:
-    """Issue 30's figures in each of ``runs`` (its name and document), a column each:
-    each cell the figure at each level its row names, ``a / b / c``."""
-    header = ["figure (levels)", *(code(name) for name, _ in runs)]
-    body = []
-    for what, mode, figure, ours, theirs, how, levels in _TARGET_ROWS:
-        cells = [f"{what} ({', '.join(str(n) for n in levels)})"]
-        for _, document in runs:
-            rows_of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
-            got = []
-            for level in levels:
-                a = _figure(rows_of.get((mode, level, ours)), figure)
-                b = _figure(rows_of.get((mode, level, theirs)), figure)
-                if a is None or b is None or (how == "ratio" and b <= 0):  # no ratio to take
-                    got.append("-")
-                elif how == "pair":
-                    got.append(f"{number(a, 0)} / {number(b, 0)}")
-                else:
-                    got.append(f"{a / b:.2f}x" if how == "ratio" else f"{a - b:+.2f}")
-            cells.append(" / ".join(got))
-        body.append(cells)
-    return table(header, body, "l" + "r" * len(runs))
-
-
 def overhead(document: dict[str, Any]) -> str:
     """Per mode and level, each target's added first-chunk time and router CPU."""
     parts = []
@@ -411,12 +387,9 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-shares": overhead_shares,
     "overhead-workers-shares": overhead_shares,
     "overhead-reference": overhead_reference,
-    "overhead-profiled": overhead_reference,
     "overhead-lean": overhead_reference,
-    "overhead-512": overhead_reference,
     "overhead-front": overhead_reference,
     "overhead-tail": overhead_reference,
-    "overhead-backends": overhead_reference,
     "replicas": replicas,
     "affinity": affinity,
     "chaos": chaos,

@@ -250,40 +250,15 @@ RUNS: dict[str, Run] = {
         "overhead.png",
         "overhead",
     ),
-    "overhead-previous": Run(
-        "specroute bench overhead --out overhead-previous.json",
-        "2026-12-04",
-        note="the reference before this one: the same request path (the router has since "
-        "learned to read the servers' KV caches and to fan out profiles and aborts), on "
-        "another machine of the same kind",
-    ),
     "overhead-workers": Run(
         "specroute bench overhead --workers 1,2,4 --bare-workers 1,2,4 --repeats 2 "
         "--out overhead-workers.json",
-        "2026-12-02",
-    ),
-    "overhead-profiled": Run(
-        "specroute bench overhead --levels 16,64,256,512 --workers 1,2 --repeats 2 "
-        "--modes stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 "
-        "--gateways smg --profile-dir prof --profile-levels 16,64,256,512 "
-        "--profile-seconds 4 --profile-format raw --out overhead-profiled.json",
         "2026-12-02",
     ),
     "overhead-lean": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1,2 --lean --repeats 2 "
         "--out overhead-lean.json",
         "2026-12-03",
-    ),
-    "overhead-repeat": Run(
-        "specroute bench overhead --out overhead-repeat.json",
-        "2026-12-04",
-        note="the reference's command and router, run once before it on another machine of "
-        "the same kind",
-    ),
-    "overhead-cuts": Run(
-        "specroute bench overhead --out overhead-cuts.json",
-        "2026-12-04",
-        note="the reference before the online fit left the event loop",
     ),
     "overhead-shares": Run(
         "specroute bench overhead --levels 8,16,32,64,128,256,512 --workers 1,2 "
@@ -298,23 +273,9 @@ RUNS: dict[str, Run] = {
         "specroute bench overhead --levels 256,512 --workers 1,2,4 --out overhead-tail.json",
         "2026-12-04",
     ),
-    "overhead-backends": Run(
-        "specroute bench overhead --levels 256,512 --workers 1,2 --repeats 2 --modes "
-        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
-        "--one-backend --router-cores 4 --out overhead-backends.json",
-        "2026-12-04",
-        note="run while the spread over both backends was a trial (its targets then named "
-        "specroute-wN-split, the one-backend ones specroute-wN), relabelled to the names this "
-        "command gives",
-    ),
     "overhead-front": Run(
         "specroute bench overhead --workers 1,2 --aiohttp-front --repeats 2 "
         "--out overhead-front.json",
-        "2026-12-04",
-    ),
-    "overhead-512": Run(
-        "specroute bench overhead --levels 256,512 --workers 1,2 --modes stream --out "
-        "overhead-512.json",
         "2026-12-04",
     ),
     "online-drift": Run(
