@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from specroute.policies.params import pairs
 from specroute.policies.registry import FLAT_KEYS, REGISTRY, help_text, kind_of
+from specroute.settings_flags import add_settings_flags
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -42,6 +43,9 @@ def add_serve(sub: Subcommands) -> None:
     _add_admission_flags(serve.add_argument_group("admission (default: no limit)"))
     _add_timing_flags(serve.add_argument_group("timing, in seconds"))
     _add_online_flags(serve.add_argument_group("online calibration"))
+    add_settings_flags(
+        serve.add_argument_group("limits and timings (also in the environment or file)")
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -233,6 +237,7 @@ def _add_online_flags(group: argparse._ArgumentGroup) -> None:
         ("--online-max-ratio", float, "R", "adopt: the widest interval, high / low (2)"),
         ("--online-explore-share", float, "F", "the most explored, in turns (0.02; 0: none)"),
         ("--online-explore-span", float, "F", "explored within this factor of it (4)"),
+        ("--online-accept-tolerance", float, "X", "another drafter's past this, relative (0.25)"),
     ):
         group.add_argument(flag, type=kind, metavar=metavar, help=about)
     group.add_argument(
