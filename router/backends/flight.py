@@ -39,12 +39,14 @@ class Flight:
         stream: bool,
         context: int,
         lived: Lived | None = None,
+        joined: int = 0,
     ) -> None:
         """``lived``: the load its samples count, integrated over time up to a moment
         (``Online.lived``); read at its first byte, so that the load it decoded under is
-        known at its end."""
+        known at its end. ``joined``: the load it joined, itself included
+        (``Online.joined``)."""
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
-        self.lived = lived
+        self.lived, self.joined = lived, joined
         self.lived_first: tuple[float, float] | None = None  # ``lived`` at its first byte
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
@@ -52,7 +54,6 @@ class Flight:
         # what its server's breaker is told of it when it lands (``Verdicts.request_ended``):
         # its failure's kind where one was found, answered, or nothing (a client gone)
         self.verdict: Outcome | None = None
-        self.joined = 0  # the load it joined, itself included (``Online.joined``)
         self.delivered = False  # the answer's last byte reached the client: whole, come what may
         self.first_at: float | None = None  # when its first byte came
         # the answer's last two chunks relayed: where its usage is, if it gives one (a

@@ -34,10 +34,12 @@ async def attempt(
     """Open the upstream and relay its answer (None), or the refusal of a failure that
     cannot be retried; a retryable ``Failure`` propagates. However it ends, the attempt
     lands and every request's listeners hear it."""
-    joined = state.online.joined(state.roster.backends, backend)  # before it joins
-    lived = state.online.lived(state.roster.backends, backend)
-    flight = Flight(state.metrics, backend, body.get("stream") is True, context, lived)
-    flight.joined = joined
+    backends, online = state.roster.backends, state.online
+    joined = online.joined(backends, backend)  # before it joins
+    stream = body.get("stream") is True
+    flight = Flight(
+        state.metrics, backend, stream, context, online.lived(backends, backend), joined
+    )
     if state.online.records and (sent := asked_for(request.path, raw, body)) is not None:
         raw, flight.usage_added = sent, True  # every stream a sample (``stream_usage``)
     record.flew(flight)
