@@ -261,7 +261,9 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
-    state.pool = UpstreamPool(headers, settings.max_upstream_head_bytes, _dropped(state))
+    pool = state.relaying.pool = UpstreamPool(
+        headers, settings.max_upstream_head_bytes, _dropped(state)
+    )
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
         discovery = None
@@ -288,14 +290,14 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     yield
     for task in state.background:  # aborts of requests whose client left: not waited for
         task.cancel()
-    if state.silence is not None:
-        tasks.append(state.silence)
+    if state.relaying.watchdog is not None:
+        tasks.append(state.relaying.watchdog)
     await cancel_and_wait(tasks)
     if state.fitter is not None:
         state.fitter.shutdown(wait=False, cancel_futures=True)  # a fit under way ends alone
     await state.admission.stop()
     await state.session.close()
-    state.pool.close()
+    pool.close()
     if state.tracing is not None:
         await state.tracing.close()
 

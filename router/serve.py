@@ -128,11 +128,9 @@ async def drain(state: RouterState, grace: float, seconds: float, again: asyncio
         f"specroute router: draining {state.inflight()} request(s), up to {seconds:g} s", flush=True
     )
     await _until_idle(state, seconds, again)
-    left = list(state.upstreams)
-    for upstream in left:
-        upstream.close()
+    left = state.relaying.cut()
     await _until_idle(state, _CUT_OFF_GRACE, again)
-    print(f"specroute router: stopped, {len(left)} request(s) cut off", flush=True)
+    print(f"specroute router: stopped, {left} request(s) cut off", flush=True)
 
 
 async def _until_idle(state: RouterState, seconds: float, again: asyncio.Event) -> None:

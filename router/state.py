@@ -30,7 +30,7 @@ from specroute.router.admission.limits import Admission
 from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.discovery import Resolve, resolve_ipv4
-from specroute.router.backends.flight import Flight
+from specroute.router.backends.relaying import Relaying
 from specroute.router.backends.response_owners import Owners
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
@@ -44,8 +44,6 @@ from specroute.router.online.peers import Peers
 from specroute.router.online.published import published, take
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.settings import RouterSettings
-from specroute.router.upstream.answer import Answer
-from specroute.router.upstream.pool import Limits, UpstreamPool
 from specroute.router.workers.board import Board
 from specroute.router.workers.sync import WorkerSync
 
@@ -70,22 +68,20 @@ class RouterState:
     peers: Peers | None = None  # the leader's, when online_peers are given
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
     session: ClientSession | None = None  # health checks, polls, aborts, the model card
-    pool: UpstreamPool | None = None  # the requests' connections to the backends
     fitter: Executor | None = None  # the online fit's thread, where the router fits
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
     background: set[asyncio.Task[None]] = field(default_factory=set)
-    upstreams: dict[Answer, Flight] = field(default_factory=dict)  # being relayed
     rids: set[str] = field(default_factory=set)  # the ids sent as rid, of requests in flight
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # every request's listeners
     owners: Owners = field(default_factory=Owners)  # the servers of stored responses found
-    silence: asyncio.Task[None] | None = None  # the watchdog, while a stream is relayed
-    timeouts: tuple[Limits, Limits] = field(init=False)  # a stream's, a whole's
+    relaying: Relaying = field(init=False)  # what the calls upstream use
     placement: Placement = field(init=False)
     _news: tuple[int, int, int, int] = (0, 0, 0, 0)  # the board's news, as last followed
 
     def __post_init__(self) -> None:
-        self.timeouts = self.settings.upstream_timeouts()
+        settings = self.settings
+        self.relaying = Relaying(self.metrics, settings.upstream_timeouts(), settings.idle_timeout)
         self.placement = self.settings.placer()
         self.verdicts.watch(self.roster.backends)
 

@@ -18,7 +18,7 @@ from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.proxy.relay import ClientGone, relay
 from specroute.router.proxy.stream_usage import asked_for
-from specroute.router.proxy.upstream_call import Failure, closed, open_upstream
+from specroute.router.proxy.upstream_call import Failure, open_upstream
 from specroute.router.state import RouterState
 
 
@@ -44,12 +44,13 @@ async def attempt(
         raw, flight.usage_added = sent, True  # every stream a sample (``stream_usage``)
     record.flew(flight)
     try:
-        upstream, first = await open_upstream(request, state, record, flight, raw)
+        relaying = state.relaying
+        upstream, first = await open_upstream(request, relaying, record, flight, raw)
         try:
-            await relay(request.reply(), state, flight, upstream, first)
+            await relay(request.reply(), relaying, flight, upstream, first)
             return None
         finally:
-            closed(state, upstream)
+            relaying.let_go(upstream)
     except Failure as failure:
         if failure.outcome.retryable:
             raise

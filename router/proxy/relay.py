@@ -10,12 +10,12 @@ from collections.abc import Awaitable
 import aiohttp
 
 from specroute.router.backends.flight import Flight
+from specroute.router.backends.relaying import Relaying
 from specroute.router.protocol.errors import sse_error
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.protocol.reply import Reply
 from specroute.router.proxy.stream_usage import has_usage, without_usage
 from specroute.router.proxy.upstream_call import Failure, stopped
-from specroute.router.state import RouterState
 from specroute.router.upstream.answer import Answer
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")  # as the answer's
@@ -25,7 +25,7 @@ _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the
 
 
 async def relay(
-    reply: Reply, state: RouterState, flight: Flight, upstream: Answer, first: bytes
+    reply: Reply, relaying: Relaying, flight: Flight, upstream: Answer, first: bytes
 ) -> None:
     headers = {k: v for k in _RELAYED_HEADERS if (v := upstream.headers.get(k.lower())) is not None}
     headers["x-specroute-backend"] = flight.backend.name
@@ -61,7 +61,7 @@ async def relay(
             await _to_client(reply.write(held))  # ended without a blank line
     except (aiohttp.ClientError, TimeoutError) as exc:  # the backend's: the client's are apart
         if not flight.delivered:  # else only the end of a body already whole was lost
-            failure = stopped(state, flight, exc)
+            failure = stopped(relaying, flight, exc)
             await _end_early(reply, flight, upstream, failure)
             return
     await _to_client(reply.end())

@@ -13,12 +13,11 @@ from contextlib import suppress
 import aiohttp
 
 from specroute.router.backends.flight import Flight
+from specroute.router.backends.relaying import Relaying
 from specroute.router.observability.record import RequestRecord
 from specroute.router.protocol.asked import Asked
 from specroute.router.protocol.outcome import Outcome, out_of_fds
 from specroute.router.protocol.request_id import HEADER
-from specroute.router.proxy.silence import watch
-from specroute.router.state import RouterState
 from specroute.router.upstream.answer import Answer
 
 _FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent")  # never the client's key
@@ -34,47 +33,40 @@ class Failure(Exception):
 
 
 async def open_upstream(
-    request: Asked, state: RouterState, record: RequestRecord, flight: Flight, raw: bytes
+    request: Asked, relaying: Relaying, record: RequestRecord, flight: Flight, raw: bytes
 ) -> tuple[Answer, bytes]:
     """The backend's answer and its first chunk (empty if it has no body), or a Failure.
     The caller owns the answer from here: ``closed`` lets it go. Until its first byte a
-    stream's silence is the answer's own limit; from then on the watchdog's (``silence``),
+    stream's silence is the answer's own limit; from then on the watchdog's (``Relaying``),
     which costs nothing per chunk."""
-    backend, stream = flight.backend, flight.stream
-    assert state.pool is not None  # set at startup, before any request is served
-    headers, limits = _forwarded(request, stream, record), state.timeouts[0 if stream else 1]
+    backend, stream, pool = flight.backend, flight.stream, relaying.pool
+    assert pool is not None  # set at startup, before any request is served
+    headers = _forwarded(request, stream, record)
+    limits = relaying.timeouts[0 if stream else 1]
     try:
-        upstream = await state.pool.send(backend.url, request.path, raw, headers, limits)
+        upstream = await pool.send(backend.url, request.path, raw, headers, limits)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _unanswered(state, flight, exc) from None
+        raise _unanswered(relaying, flight, exc) from None
     try:
         try:
             await upstream.head()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _unanswered(state, flight, exc) from None
+            raise _unanswered(relaying, flight, exc) from None
         if upstream.status == 503:
             with suppress(aiohttp.ClientError, TimeoutError):  # read for its connection's sake
                 await upstream.read()
-            raise upstream_failed(state, flight, Outcome.UNAVAILABLE)
-        state.upstreams[upstream] = flight  # from here the drain timeout may close it
-        if stream:
-            watch(state)
+            raise upstream_failed(relaying, flight, Outcome.UNAVAILABLE)
+        relaying.hold(upstream, flight)  # from here the drain may cut it off
         try:
             first = await upstream.chunk()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise stopped(state, flight, exc) from None
+            raise stopped(relaying, flight, exc) from None
         if stream:
             upstream.no_limit()  # the watchdog's from here
         return upstream, first
     except BaseException:
-        closed(state, upstream)
+        relaying.let_go(upstream)
         raise
-
-
-def closed(state: RouterState, upstream: Answer) -> None:
-    """The answer let go: its connection back to the pool if it was read to its end."""
-    state.upstreams.pop(upstream, None)
-    upstream.release()
 
 
 def _forwarded(request: Asked, stream: bool, record: RequestRecord) -> dict[str, str]:
@@ -92,7 +84,7 @@ def _forwarded(request: Asked, stream: bool, record: RequestRecord) -> dict[str,
     return headers
 
 
-def _unanswered(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
+def _unanswered(relaying: Relaying, flight: Flight, exc: BaseException) -> Failure:
     """No answer came: the router could not open a socket, the backend could not be reached
     or dropped the request, or answered what is not HTTP (nothing of it runs there:
     retryable), or it went silent."""
@@ -103,15 +95,15 @@ def _unanswered(state: RouterState, flight: Flight, exc: BaseException) -> Failu
         )
         return Failure(Outcome.OUT_OF_FDS, message, exc)
     if isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return _silent(state, flight, exc)
+        return _silent(relaying, flight, exc)
     if isinstance(exc, aiohttp.ClientConnectionError):
-        return upstream_failed(state, flight, Outcome.CONNECT, exc)
-    return upstream_failed(state, flight, Outcome.MIDSTREAM, exc)  # a malformed answer
+        return upstream_failed(relaying, flight, Outcome.CONNECT, exc)
+    return upstream_failed(relaying, flight, Outcome.MIDSTREAM, exc)  # a malformed answer
 
 
-def _silent(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
+def _silent(relaying: Relaying, flight: Flight, exc: BaseException) -> Failure:
     return upstream_failed(
-        state,
+        relaying,
         flight,
         Outcome.TIMEOUT,
         exc,
@@ -121,7 +113,7 @@ def _silent(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
 
 
 def upstream_failed(
-    state: RouterState,
+    relaying: Relaying,
     flight: Flight,
     kind: Outcome,
     cause: BaseException | None = None,
@@ -130,7 +122,7 @@ def upstream_failed(
     """The backend's failure, counted once, here, by its kind, and its breaker's verdict of
     the attempt (told when it lands: a stream that then ends broken is told once)."""
     backend = flight.backend
-    state.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
+    relaying.metrics.upstream_errors.labels(backend=backend.name, kind=kind).inc()
     flight.verdict = kind
     if message is None:
         # never the cause's repr: aiohttp's carries the request's headers, the backend key too
@@ -139,11 +131,11 @@ def upstream_failed(
     return Failure(kind, message, cause)
 
 
-def stopped(state: RouterState, flight: Flight, exc: BaseException) -> Failure:
+def stopped(relaying: Relaying, flight: Flight, exc: BaseException) -> Failure:
     """The answer stopped: the drain timeout closed it, the backend went silent, or it
     failed."""
-    if state.draining:
+    if relaying.cut_off:
         return Failure(Outcome.CUT_OFF, _SHUTTING_DOWN)
     if isinstance(exc, TimeoutError):
-        return _silent(state, flight, exc)
-    return upstream_failed(state, flight, Outcome.MIDSTREAM, exc)
+        return _silent(relaying, flight, exc)
+    return upstream_failed(relaying, flight, Outcome.MIDSTREAM, exc)

@@ -87,7 +87,7 @@ class Answer:
             self._timer = self._loop.call_later(silence, self._quiet)
 
     def no_limit(self) -> None:
-        """From here on another watches this answer's silence (``silence``)."""
+        """From here on another watches this answer's silence (``Relaying``)."""
         self._silence = None
         if self._timer is not None:
             self._timer.cancel()

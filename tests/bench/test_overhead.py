@@ -298,7 +298,9 @@ async def test_every_stub_stream_is_an_online_sample() -> None:
             usages = [chunk.usage async for chunk in stream if chunk.usage is not None]
             assert [u.completion_tokens for u in usages] == ([4] if counted else [])
         assert state.online.kept() == 2  # both streams: the router asked for the counts
-        watchdog = state.silence  # it watched the streams, and stops with the last of them
+        watchdog = (
+            state.relaying.watchdog
+        )  # it watched the streams, and stops with the last of them
         assert watchdog is not None
         await asyncio.sleep(0.3)  # a tick of the watchdog's, and some
         assert watchdog.done()

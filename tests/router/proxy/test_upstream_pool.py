@@ -102,7 +102,7 @@ async def test_one_connection_carries_every_request_in_turn() -> None:
             stream = await api.chat.completions.create(model="m", messages=CHAT, stream=True)
             assert [c.choices[0].delta.content async for c in stream] == ["hi"]
         await settled(state)
-        assert state.pool is not None and state.pool.idle() == 1
+        assert state.relaying.pool is not None and state.relaying.pool.idle() == 1
     assert backend.connections == 1 and len(backend.heads) == 20
 
 
@@ -123,10 +123,10 @@ async def test_an_idle_connection_is_closed_before_the_backends_keep_alive_ends(
     ):
         await client(router).chat.completions.create(model="m", messages=CHAT)
         await settled(state)
-        assert state.pool is not None and state.pool.idle() == 1
+        assert state.relaying.pool is not None and state.relaying.pool.idle() == 1
         held = backend.open
         await asyncio.sleep(0.8)
-        assert state.pool.idle() == 0
+        assert state.relaying.pool.idle() == 0
         assert backend.open == held - 1  # the backend saw it closed
 
 
