@@ -247,5 +247,8 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "compare": lambda *names: compare_table([(_mode(n), load(n)) for n in names]),
     "phases": lambda name: phases_table(load(name)),
     "prompts": lambda name: prompts_table(load(name)),
+    "overhead-split": lambda before, after: router_results.overhead_split(
+        load(before), load(after)
+    ),
     **router_results.blocks(load),
 }

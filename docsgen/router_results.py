@@ -379,6 +379,54 @@ def overhead_wakes(document: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def overhead_split(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """One worker's router CPU per request on the code before the router's split and after
+    it, each beside smg in its own run, and after over before (the same command, one run
+    after the other on one machine)."""
+
+    def cpu(document: dict[str, Any], mode: str, level: int, target: str) -> float | None:
+        row = next(
+            (
+                r
+                for r in document["summary"]
+                if (r["mode"], r["level"], r["target"]) == (mode, level, target)
+            ),
+            None,
+        )
+        return _figure(row, "router_cpu_ms_per_request")
+
+    rows = []
+    for mode in ("stream", "whole"):
+        for level in sorted({r["level"] for r in after["summary"] if r["mode"] == mode}):
+            was, now = (
+                cpu(before, mode, level, "specroute-w1"),
+                cpu(after, mode, level, "specroute-w1"),
+            )
+            smg_was, smg_now = cpu(before, mode, level, "smg"), cpu(after, mode, level, "smg")
+            if None in (was, now, smg_was, smg_now):
+                continue
+            assert was and now and smg_was and smg_now
+            rows.append(
+                [
+                    _MODE_NAMES.get(mode, mode),
+                    str(level),
+                    f"{was:.3f} ({was / smg_was:.2f}x)",
+                    f"{now:.3f} ({now / smg_now:.2f}x)",
+                    f"{smg_was:.3f} / {smg_now:.3f}",
+                    f"{now / was:.2f}",
+                ]
+            )
+    header = [
+        "answers",
+        "level",
+        "before, ms (over smg)",
+        "after, ms (over smg)",
+        "smg, ms",
+        "after / before",
+    ]
+    return table(header, rows, "lrrrrr")
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
     "overhead-wakes": overhead_wakes,

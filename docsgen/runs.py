@@ -250,6 +250,38 @@ RUNS: dict[str, Run] = {
         "overhead.png",
         "overhead",
     ),
+    "overhead-split-before-c1": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--router-cores 1 --out overhead-split-before-c1.json",
+        "2026-12-06",
+        note="on the code before the router's split into parts; the four runs on one "
+        "machine of 16 cores with an H100, one after the other",
+    ),
+    "overhead-split-after-c1": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--router-cores 1 --out overhead-split-after-c1.json",
+        "2026-12-06",
+        note="on the split's last commit; the four runs on one machine of 16 cores with an "
+        "H100, one after the other",
+    ),
+    "overhead-split-before-c4": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--router-cores 4 --out overhead-split-before-c4.json",
+        "2026-12-06",
+        note="on the code before the router's split into parts; the four runs on one "
+        "machine of 16 cores with an H100, one after the other",
+    ),
+    "overhead-split-after-c4": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--router-cores 4 --out overhead-split-after-c4.json",
+        "2026-12-06",
+        note="on the split's last commit; the four runs on one machine of 16 cores with an "
+        "H100, one after the other",
+    ),
     "overhead-workers": Run(
         "specroute bench overhead --workers 1,2,4 --bare-workers 1,2,4 --repeats 2 "
         "--out overhead-workers.json",
