@@ -383,39 +383,30 @@ def overhead_split(before: dict[str, Any], after: dict[str, Any]) -> str:
     """One worker's router CPU per request on the code before the router's split and after
     it, each beside smg in its own run, and after over before (the same command, one run
     after the other on one machine)."""
-
-    def cpu(document: dict[str, Any], mode: str, level: int, target: str) -> float | None:
-        row = next(
-            (
-                r
-                for r in document["summary"]
-                if (r["mode"], r["level"], r["target"]) == (mode, level, target)
-            ),
-            None,
-        )
-        return _figure(row, "router_cpu_ms_per_request")
-
+    was_of, now_of = (
+        {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+        for document in (before, after)
+    )
     rows = []
-    for mode in ("stream", "whole"):
-        for level in sorted({r["level"] for r in after["summary"] if r["mode"] == mode}):
-            was, now = (
-                cpu(before, mode, level, "specroute-w1"),
-                cpu(after, mode, level, "specroute-w1"),
-            )
-            smg_was, smg_now = cpu(before, mode, level, "smg"), cpu(after, mode, level, "smg")
-            if None in (was, now, smg_was, smg_now):
-                continue
-            assert was and now and smg_was and smg_now
-            rows.append(
-                [
-                    _MODE_NAMES.get(mode, mode),
-                    str(level),
-                    f"{was:.3f} ({was / smg_was:.2f}x)",
-                    f"{now:.3f} ({now / smg_now:.2f}x)",
-                    f"{smg_was:.3f} / {smg_now:.3f}",
-                    f"{now / was:.2f}",
-                ]
-            )
+    for mode, level, target in sorted(now_of):
+        if target != "specroute-w1":
+            continue
+        was, now, smg_was, smg_now = (
+            _figure(run.get((mode, level, t)), "router_cpu_ms_per_request")
+            for run, t in ((was_of, target), (now_of, target), (was_of, "smg"), (now_of, "smg"))
+        )
+        if was is None or now is None or smg_was is None or smg_now is None:
+            continue
+        rows.append(
+            [
+                _MODE_NAMES.get(mode, mode),
+                str(level),
+                f"{was:.3f} ({was / smg_was:.2f}x)",
+                f"{now:.3f} ({now / smg_now:.2f}x)",
+                f"{smg_was:.3f} / {smg_now:.3f}",
+                f"{now / was:.2f}",
+            ]
+        )
     header = [
         "answers",
         "level",

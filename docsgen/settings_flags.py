@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from docsgen.cli_reference import commands
 from specroute.cli import parser
 from specroute.router.settings import RouterSettings
 from specroute.settings_flags import FLAGS
@@ -41,13 +42,15 @@ def written(rows: tuple[tuple[str, str, str], ...]) -> str:
     return source[:start] + "\n".join(lines) + source[end:]
 
 
+def serve_parser() -> argparse.ArgumentParser:
+    """``specroute serve``'s parser, as the command line builds it."""
+    return dict(commands(parser()))["specroute serve"]
+
+
 def declared() -> set[str]:
     """The destinations of ``serve``'s flags declared by hand (this table's left out)."""
-    serve = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[
-        "serve"
-    ]
     ours = {flag.lstrip("-").replace("-", "_") for flag, _, _ in FLAGS}
-    return {a.dest for a in serve._actions} - ours
+    return {a.dest for a in serve_parser()._actions} - ours
 
 
 if __name__ == "__main__":

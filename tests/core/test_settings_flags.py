@@ -4,9 +4,7 @@ model's as it stands."""
 
 from __future__ import annotations
 
-import argparse
-
-from docsgen.settings_flags import declared, generated
+from docsgen.settings_flags import declared, generated, serve_parser
 from specroute.cli import parser
 from specroute.router.settings import RouterSettings
 from specroute.serve_command import given_settings
@@ -15,18 +13,12 @@ from specroute.settings_flags import FLAGS
 BACKENDS = ["serve", "--spec", "http://127.0.0.1:1", "--base", "http://127.0.0.1:2"]
 
 
-def _serve() -> argparse.ArgumentParser:
-    action = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
-    found: argparse.ArgumentParser = action.choices["serve"]
-    return found
-
-
 def test_the_table_is_the_settings_model_s() -> None:
     assert generated(declared()) == FLAGS, "run `python -m docsgen.settings_flags`"
 
 
 def test_every_setting_is_a_flag() -> None:
-    flags = {a.dest for a in _serve()._actions}
+    flags = {a.dest for a in serve_parser()._actions}
     assert set(RouterSettings.model_fields) - flags == set()
 
 
