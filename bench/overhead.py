@@ -66,6 +66,7 @@ class OverheadPlan:
     aiohttp_front: bool = False  # also specroute-w1-aiohttp: one worker, --front aiohttp
     one_backend: bool = False  # also specroute-wN-one-backend: every request on one stub
     lean: bool = False  # also lean: the pass-through without aiohttp (servers/lean_proxy)
+    baseline: str | None = None  # also specroute-wN-baseline: the code installed in this folder
     modes: tuple[str, ...] = MODES
     warmup: float = 0.75  # seconds of load before each window
     seconds: float = 1.5  # each window
@@ -92,6 +93,11 @@ class OverheadPlan:
             raise ValueError("overhead needs router_cores >= 1")
         if self.profile_format not in FORMATS or self.profile_seconds <= 0:
             raise ValueError(f"overhead profiles in {', '.join(FORMATS)}, over seconds > 0")
+        if self.baseline is not None and not Path(self.baseline, "specroute").is_dir():
+            raise ValueError(
+                f"overhead's baseline is a folder with specroute installed in it (pip install "
+                f"--target {self.baseline} --no-deps specroute-VERSION.whl)"
+            )
         if self.warmup <= 0 or self.seconds <= 0 or not set(self.modes) <= set(MODES):
             raise ValueError(f"overhead needs warmup, seconds > 0 and modes among {MODES}")
 
@@ -264,6 +270,7 @@ async def measure_overhead(
             plan.lean,
             plan.aiohttp_front,
             plan.one_backend,
+            plan.baseline,
         )
         if pinned is not None:  # again: threads started before the affinity was set
             for pid in (*backends.pids, backends.idle_pid):

@@ -189,6 +189,8 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
         flags.append("--one-backend")
     if plan.lean:
         flags.append("--lean")
+    if plan.baseline is not None:
+        flags.append(f"--baseline {Path(plan.baseline).name}")
     if plan.router_cores is not None:
         flags.append(f"--router-cores {plan.router_cores}")
     if plan.profile_dir is not None:

@@ -19,7 +19,10 @@ started by the project's one spawner as a process of its own on loopback:
   also ``specroute-w1-aiohttp``, one worker with ``--front aiohttp``: what the own front saves;
   with ``--one-backend``, also ``specroute-wN-one-backend`` for each N, every request on the
   first stub, the second its plain pool: the bench's former arrangement, whose first
-  chunks waited in the one busier backend as well as in the router;
+  chunks waited in the one busier backend as well as in the router; with ``--baseline
+  DIR``, also ``specroute-wN-baseline`` for each N: the same router from another version of
+  specroute (``pip install --target DIR`` of its wheel), its windows taking turns with this
+  version's on the same machine, so that a change's cost is read within one run;
 - the gateways in Rust named by ``--gateways``, round robin, each when installed: ``smg``
   (SGLang's current gateway, the optional extra ``overhead``) and ``sglang-router`` (its
   predecessor).
@@ -44,6 +47,7 @@ LEAN = "specroute.bench.servers.lean_proxy"
 _WORKER_TRIES = 500
 ONLINE_OFF = "-online-off"  # a specroute target's suffix: served with --online off
 AIOHTTP_FRONT = "-aiohttp"  # a specroute target's suffix: served with --front aiohttp
+BASELINE = "-baseline"  # a specroute target's suffix: served by the code in --baseline DIR
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,7 @@ async def start_targets(
     lean: bool = False,
     aiohttp_front: bool = False,
     one_backend: bool = False,
+    baseline: str | None = None,
 ) -> list[Target]:
     """Every target the flags ask for, in a fixed order; a gateway that is not installed
     is skipped with a note that says how to install it."""
@@ -177,6 +182,8 @@ async def start_targets(
     serves: list[tuple[str, int, tuple[str, ...]]] = [
         (named("specroute", n), n, spread) for n in workers
     ]
+    if baseline is not None:
+        serves += [(named("specroute", n) + BASELINE, n, spread) for n in workers]
     if online_off:
         serves.append((named("specroute", 1) + ONLINE_OFF, 1, (*spread, "--online", "off")))
     if aiohttp_front:
@@ -196,8 +203,9 @@ async def start_targets(
             "1",
             "--no-access-log",  # as the gateways run: no line for each request
         )
+        path = baseline if name.endswith(BASELINE) else None
         router = await stack.enter_async_context(
-            spawned(*flags, *more, "--workers", str(n), ready="/ready")
+            spawned(*flags, *more, "--workers", str(n), ready="/ready", path=path)
         )
         await _every_worker_listening(router.url, n)
         targets.append(Target(name, (router.url,), router.process.pid))

@@ -58,13 +58,17 @@ async def spawned(
     stop: signal.Signals = signal.SIGTERM,
     port: int | None = None,
     module: str = "specroute",
+    path: str | None = None,
 ) -> AsyncIterator[Spawned]:
     """Run ``specroute ARGS --port P`` until the block ends; yields it once ``ready`` answers
     200. A process that exits first raises with what it said. At the end it is sent
     ``stop`` (``SIGKILL`` for a test that need not wait) and killed if still running
     ``_STOP_SECONDS`` later. ``port``: a given one instead of a free one, to start a server
     again where its clients (a router) knew it. ``module``: another one to run with
-    ``python -m`` (a benchmark's stub server, another project's router)."""
+    ``python -m`` (a benchmark's stub server, another project's router). ``path``: a folder
+    searched first for ``module`` (another version of specroute, installed there with ``pip
+    install --target``): the process runs in it, as ``python -m`` searches its own folder
+    first, with it first on the search path of the processes it starts."""
     port = free_port() if port is None else port
     with tempfile.TemporaryFile() as output:
         process = await asyncio.create_subprocess_exec(
@@ -77,6 +81,8 @@ async def spawned(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=output,
             stderr=asyncio.subprocess.STDOUT,
+            cwd=path,
+            env=None if path is None else _searched_first(path),
         )
         server = Spawned(f"http://127.0.0.1:{port}", process, output)
         what = f"specroute {' '.join(args[:3])}" if module == "specroute" else module
@@ -85,6 +91,13 @@ async def spawned(
             yield server
         finally:
             await _stop(process, stop)
+
+
+def _searched_first(path: str) -> dict[str, str]:
+    """This process's environment with ``path`` first on Python's search path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
+    return env
 
 
 async def _stop(process: asyncio.subprocess.Process, how: signal.Signals) -> None:

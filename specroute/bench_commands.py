@@ -267,6 +267,13 @@ def _add_overhead_targets(p: argparse.ArgumentParser) -> None:
         "both as direct and the gateways do",
     )
     p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also specroute-wN-baseline for each worker count: the router of another "
+        "specroute version, installed in DIR (pip install --target DIR --no-deps "
+        "specroute-VERSION.whl), measured in turns with this one, for what a change costs",
+    )
+    p.add_argument(
         "--lean",
         action="store_true",
         help="also lean: the pass-through on a bare asyncio protocol (llhttp) and the "
@@ -575,6 +582,7 @@ def _overhead(args: argparse.Namespace) -> int:
             "aiohttp_front": args.aiohttp_front,
             "one_backend": args.one_backend,
             "lean": args.lean,
+            "baseline": args.baseline,
             "modes": tuple(args.modes),
             "warmup": args.warmup,
             "seconds": args.seconds,

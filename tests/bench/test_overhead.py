@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from openai import AsyncOpenAI, AsyncStream
 from openai.types.chat import ChatCompletionStreamOptionsParam
@@ -321,3 +322,43 @@ async def test_every_stub_stream_is_an_online_sample() -> None:
 )
 def test_a_target_s_family_of_process_counts(target: str, expected: str | None) -> None:
     assert overhead_targets.family(target) == expected
+
+
+_OTHER_VERSION = """
+import sys
+from aiohttp import web
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response({"worker": {"index": 0}, "version": "other"})
+
+app = web.Application()
+app.router.add_get("/ready", status)
+app.router.add_get("/router/status", status)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[sys.argv.index("--port") + 1]))
+"""
+
+
+async def test_a_baseline_is_served_by_the_code_in_its_folder(tmp_path: Path) -> None:
+    """``--baseline DIR``: ``specroute-w1-baseline`` runs the ``specroute`` found in DIR, not
+    the installed one (here a stand-in that says which it is), beside ``specroute-w1``; a
+    folder with no specroute in it is refused before anything starts."""
+    with pytest.raises(ValueError, match="pip install --target"):
+        OverheadPlan(baseline=str(tmp_path))
+    (tmp_path / "specroute").mkdir()
+    (tmp_path / "specroute" / "__init__.py").write_text("")
+    (tmp_path / "specroute" / "__main__.py").write_text(_OTHER_VERSION)
+    plan = OverheadPlan(baseline=str(tmp_path), workers=(1,))
+    assert f"--baseline {tmp_path.name}" in command_line(plan)
+    async with contextlib.AsyncExitStack() as stack:
+        backends = await overhead_targets.start_backends(stack, 4, 5)
+        targets = await overhead_targets.start_targets(
+            stack, backends, [1], [], print, baseline=plan.baseline
+        )
+        by_name = {t.name: t.urls[0] for t in targets}
+        assert list(by_name) == ["direct", "bare", "specroute-w1", "specroute-w1-baseline"]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(by_name["specroute-w1-baseline"] + "/ready") as r:
+                assert (await r.json())["version"] == "other"
+            async with session.get(by_name["specroute-w1"] + "/ready") as r:
+                assert r.status == 200
+                assert "version" not in await r.text()
