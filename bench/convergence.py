@@ -42,6 +42,7 @@ from specroute.policies.policy import Policy
 from specroute.policies.profile import ContextAxis, ContextBucket, Crossover, Profile
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import LiveBands, Pool
+from specroute.router.components import sureness
 from specroute.router.online.estimator import Online, OnlineMode
 from specroute.router.online.exploration import Exploration
 from specroute.router.online.fit import DEFAULT_LEVELS
@@ -172,27 +173,27 @@ def converge(
     settings = defaults()
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
     for share in (
-        (settings.online_explore_share, 0.0) if priced else (settings.online_explore_share,)
+        (settings.online.explore_share, 0.0) if priced else (settings.online.explore_share,)
     ):
         name = "ramp" if isinstance(traffic, int) else traffic.name
         progress(f"from {start}, {name}: exploring {share:g}")
         online = Online(
             OnlineMode.ADOPT,
-            Samples(settings.online_kept(), settings.online_window_seconds),
-            settings.sureness(),
-            per_level=settings.online_window_samples,
-            accept_tolerance=settings.online_accept_tolerance,
+            Samples(settings.online.kept(), settings.online.window_seconds),
+            sureness(settings.online),
+            per_level=settings.online.window_samples,
+            accept_tolerance=settings.online.accept_tolerance,
         )
-        explores = Exploration(online, share, settings.online_explore_span) if share > 0 else None
+        explores = Exploration(online, share, settings.online.explore_span) if share > 0 else None
         profile = _buckets(prompts, starts) if prompts else None
         learning = Learning(
-            online, profile, settings.online_interval, exploration=explores, routed=starts
+            online, profile, settings.online.interval, exploration=explores, routed=starts
         )
         policy: Policy = CrossoverPolicy(CrossoverParams(), first_top(starts[0]), starts[0])
         if profile is not None and profile.context is not None:
             policy = ContextCrossoverPolicy(ContextCrossoverParams(), profile.context)
         runs[share] = (replay(plan, policy, f"{start} {share:g}", learning), learning, explores)
-    records, learning, explores = runs[settings.online_explore_share]
+    records, learning, explores = runs[settings.online.explore_share]
     assert explores is not None
     routed = [(t, _routed(starts, live)) for t, live in learning.bands]
     adopted = next((t for t, live in learning.bands if any(b is not None for b in live)), None)
@@ -309,12 +310,12 @@ def document(
     return {
         "model": list(model),
         "defaults": {
-            "online_min_samples": settings.online_min_samples,
-            "online_max_ratio": settings.online_max_ratio,
-            "online_window_samples": settings.online_window_samples,
-            "online_window_seconds": settings.online_window_seconds,
-            "online_explore_share": settings.online_explore_share,
-            "online_explore_span": settings.online_explore_span,
+            "online_min_samples": settings.online.min_samples,
+            "online_max_ratio": settings.online.max_ratio,
+            "online_window_samples": settings.online.window_samples,
+            "online_window_seconds": settings.online.window_seconds,
+            "online_explore_share": settings.online.explore_share,
+            "online_explore_span": settings.online.explore_span,
         },
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
         "live": [asdict(r) | {"lag": behind} for r, behind in live],

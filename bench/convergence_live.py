@@ -56,7 +56,7 @@ async def converge_live(
     given = () if factor is None else scaled(known.bands, factor)
     scale = ("--time-scale", f"{time_scale:g}", "--stream-interval", STREAM_INTERVAL)
     shared = ("--share-gpus", str(folder / "gpus"), "--noise", "default")
-    every = settings.online_interval * time_scale
+    every = settings.online.interval * time_scale
     routing = _routing(folder, settings, time_scale, None if factor is None else begin)
     async with AsyncExitStack() as stack:
         servers = [
@@ -121,11 +121,11 @@ def _routing(
     """The router's flags: a config in ``folder`` with ``online = "adopt"`` and every time
     setting scaled by ``time_scale``, and the start's crossover (None: no profile)."""
     timed = {
-        "online_interval": settings.online_interval * time_scale,
-        "online_window_seconds": settings.online_window_seconds * time_scale,
-        "poll_interval": settings.poll_interval * time_scale,
-        "stale_after": settings.stale_after * time_scale,
-        "health_interval": settings.health_interval * time_scale,
+        "online_interval": settings.online.interval * time_scale,
+        "online_window_seconds": settings.online.window_seconds * time_scale,
+        "poll_interval": settings.health.poll_interval * time_scale,
+        "stale_after": settings.health.stale_after * time_scale,
+        "health_interval": settings.health.interval * time_scale,
     }
     config = folder / "router.toml"
     config.write_text('online = "adopt"\n' + "".join(f"{k} = {v!r}\n" for k, v in timed.items()))

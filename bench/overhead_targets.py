@@ -151,6 +151,26 @@ async def start_backends(stack: AsyncExitStack, chunks: int, gap_ms: float) -> B
     )
 
 
+def _serves(
+    workers: Sequence[int],
+    spread: tuple[str, ...],
+    stubs: tuple[str, str],
+    online_off: bool,
+    aiohttp_front: bool,
+    one_backend: bool,
+) -> list[tuple[str, int, tuple[str, ...]]]:
+    """Each ``specroute serve`` target: its name, its workers and its backends' flags."""
+    serves = [(named("specroute", n), n, spread) for n in workers]
+    if online_off:
+        serves.append((named("specroute", 1) + ONLINE_OFF, 1, (*spread, "--online", "off")))
+    if aiohttp_front:
+        serves.append((named("specroute", 1) + AIOHTTP_FRONT, 1, (*spread, "--front", "aiohttp")))
+    if one_backend:
+        one = ("--spec", stubs[0], "--base", stubs[1])
+        serves += [(named("specroute", n) + ONE_BACKEND, n, one) for n in workers]
+    return serves
+
+
 async def start_targets(
     stack: AsyncExitStack,
     backends: Backends,
@@ -179,19 +199,10 @@ async def start_targets(
         floor = await stack.enter_async_context(spawned(*upstreams, module=module))
         await _every_worker_listening(floor.url, n, bare=True)
         targets.append(Target(name, (floor.url,), floor.process.pid))
-    serves: list[tuple[str, int, tuple[str, ...]]] = [
-        (named("specroute", n), n, spread) for n in workers
-    ]
+    serves = _serves(workers, spread, (first, second), online_off, aiohttp_front, one_backend)
     if baseline is not None:
-        serves += [(named("specroute", n) + BASELINE, n, spread) for n in workers]
-    if online_off:
-        serves.append((named("specroute", 1) + ONLINE_OFF, 1, (*spread, "--online", "off")))
-    if aiohttp_front:
-        serves.append((named("specroute", 1) + AIOHTTP_FRONT, 1, (*spread, "--front", "aiohttp")))
-    if one_backend:
-        serves += [
-            (named("specroute", n) + ONE_BACKEND, n, ("--spec", first, "--base", second))
-            for n in workers
+        serves[len(workers) : len(workers)] = [
+            (named("specroute", n) + BASELINE, n, spread) for n in workers
         ]
     for name, n, more in serves:
         flags = (

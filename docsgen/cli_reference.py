@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from docsgen.markdown import code, table
 from specroute.cli import parser
 from specroute.router.settings import RouterSettings
+from specroute.router.settings.spelling import spellings
 
 _SETTINGS_PAGE = "settings.md"
 
@@ -62,7 +63,7 @@ def _flag(action: argparse.Action) -> str:
 
 
 def _rows(command: argparse.ArgumentParser, serve: bool) -> list[list[str]]:
-    fields = RouterSettings.model_fields
+    fields = spellings(RouterSettings)
     rows = []
     for action in command._actions:
         if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):

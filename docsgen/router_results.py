@@ -418,8 +418,37 @@ def overhead_split(before: dict[str, Any], after: dict[str, Any]) -> str:
     return table(header, rows, "lrrrrr")
 
 
+def overhead_baseline(document: dict[str, Any]) -> str:
+    """One worker's router CPU per request on this code and on the baseline's, in one run
+    (``--baseline``: their windows in turns), the median of the repeats and their range,
+    each beside smg, and this over the baseline: the medians' ratio and the range of the
+    ratio of any two of their windows."""
+    of = {(r["mode"], r["level"], r["target"]): r for r in document["summary"]}
+    rows = []
+    for mode, level, target in sorted(of):
+        baseline = of.get((mode, level, target + "-baseline"))
+        if not target.startswith("specroute-w") or target.endswith("-baseline") or not baseline:
+            continue
+        now, was = (row["router_cpu_ms_per_request"] for row in (of[mode, level, target], baseline))
+        smg = _figure(of.get((mode, level, "smg")), "router_cpu_ms_per_request")
+        rows.append(
+            [
+                _MODE_NAMES.get(mode, mode),
+                str(level),
+                f"{was['median']:.3f} [{was['min']:.3f}..{was['max']:.3f}]",
+                f"{now['median']:.3f} [{now['min']:.3f}..{now['max']:.3f}]",
+                "" if smg is None else f"{smg:.3f}",
+                f"{now['median'] / was['median']:.2f}",
+                f"{now['min'] / was['max']:.2f}..{now['max'] / was['min']:.2f}",
+            ]
+        )
+    header = ["answers", "level", "before, ms", "after, ms", "smg, ms", "after / before", "range"]
+    return table(header, rows, "lrrrrrr")
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
+    "overhead-baseline": overhead_baseline,
     "overhead-wakes": overhead_wakes,
     "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
@@ -438,6 +467,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 RUN_OF = {
+    "overhead-baseline": "overhead-split-c1",
     "overhead-workers-shares": "overhead-workers",
     "overhead-reference": "overhead",
     "overhead-wake": "overhead",

@@ -1,5 +1,6 @@
 """The router's settings reference, read from the pydantic model ``RouterSettings``: every
-setting with its type, default, environment variable, TOML key, flag and constraints."""
+setting by its part, with its type, default, environment variable, TOML keys, flag and
+constraints."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from docsgen.cli_reference import commands
 from docsgen.markdown import code, table
 from specroute.cli import parser
 from specroute.router.settings import RouterSettings
+from specroute.router.settings.spelling import spellings
 
 _BOUNDS = ((Gt, "gt", ">"), (Ge, "ge", ">="), (Lt, "lt", "<"), (Le, "le", "<="))
 
@@ -75,26 +77,31 @@ def _serve_flags() -> dict[str, str]:
 
 
 def settings_reference() -> str:
-    """One row per setting, in the model's order, each with an anchor to link to."""
+    """A table for each part of the settings, then the whole router's own, each setting in
+    the model's order with an anchor (its flat spelling) to link to."""
     prefix = str(RouterSettings.model_config.get("env_prefix", ""))
     flags = _serve_flags()
-    rows = []
-    for name, field in RouterSettings.model_fields.items():
+    parts: dict[str, list[list[str]]] = {}
+    for spelling in spellings(RouterSettings).values():
+        field, flat = spelling.field, spelling.flat
         about = " ".join((field.description or "").split())
         if bounds := bounds_text(field):
             about = f"{about} (allowed: {bounds})".strip()
-        if field.exclude:  # the settings file itself: given as a flag, never read from one
-            env, key = "", ""
-        else:
-            env, key = f"{prefix}{name}".upper(), name
-        rows.append(
+        env = "" if field.exclude else f"{prefix}{flat}".upper()
+        table_key = f"[{spelling.part}] {spelling.name}" if spelling.part else ""
+        parts.setdefault(spelling.part or "", []).append(
             [
-                f'<a id="{name}"></a>{code(key or name)}',
+                f'<a id="{flat}"></a>{code(flat)}',
+                code(table_key),
                 code(type_text(field.annotation)),
                 code(default_text(field)),
                 code(env),
-                code(flags.get(name, "")),
+                code(flags.get(flat, "")),
                 about,
             ]
         )
-    return table(["setting (TOML key)", "type", "default", "environment", "flag", "what"], rows)
+    head = ["setting", "in its part's table", "type", "default", "environment", "flag", "what"]
+    sections = [
+        f"### {part or 'the whole router'}\n\n{table(head, rows)}" for part, rows in parts.items()
+    ]
+    return "\n\n".join(sections)

@@ -24,6 +24,7 @@ from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
+from specroute.router.components import ejection, exploration, sureness
 from specroute.router.http.aiohttp_handler import proxied
 from specroute.router.http.middleware import front
 from specroute.router.metrics import RouterMetrics
@@ -108,44 +109,46 @@ def build_state(
 ) -> RouterState:
     """The router's state; ``workers``: the board and metrics folder this worker shares
     with the others, if it is one of several."""
-    path = settings.profile
+    path = settings.routing.profile
     profile: Profile | None = None if path is None else load_profile(path)
-    policy = build_policy(settings.policy, settings.policy_params(), profile)
+    policy = build_policy(settings.routing.policy, settings.policy_params(), profile)
     source = None if path is None else str(path)
     digest = b"" if path is None else digest_of(path.read_bytes())  # what the watch compares with
-    board = Board(1, settings.columns()) if workers is None else workers.board
+    board = Board(1, settings.backends.columns()) if workers is None else workers.board
     metrics = RouterMetrics(None if workers is None else str(workers.folder))
     quota = quota_of(settings) if workers is None else workers.quota
-    keys = Keys(settings.api_keys, settings.admin_key)
-    rate = settings.rate_limit
-    kept = settings.online_kept()
-    off = settings.online is OnlineMode.OFF
+    keys = Keys(settings.admission.api_keys, settings.admin_key)
+    rate = settings.admission.rate_limit
+    kept = settings.online.kept()
+    off = settings.online.mode is OnlineMode.OFF
     alone = None if off else Rings(1, kept)  # one worker's log of its samples, for peers
     online = Online(
-        settings.online,
-        Samples(kept, settings.online_window_seconds),
-        settings.sureness(),
-        per_level=settings.online_window_samples,
+        settings.online.mode,
+        Samples(kept, settings.online.window_seconds),
+        sureness(settings.online),
+        per_level=settings.online.window_samples,
         rings=alone if workers is None else workers.rings,
         leads=board.leader,
-        source=settings.concurrency_source,
-        accept_tolerance=settings.online_accept_tolerance,
+        source=settings.routing.concurrency_source,
+        accept_tolerance=settings.online.accept_tolerance,
     )
     online.shared = shares_gpus(policy)  # as each fit finds it; exploration counts load so
     state = RouterState(
         settings,
         metrics,
         board,
-        Roster(board, settings.ejection(), settings.servers()),
+        Roster(board, ejection(settings.health), settings.backends.servers()),
         PolicyInForce(policy, profile, source, settings.policy_params(), digest),
         WorkerSync(board, None if workers is None else workers.folder),
         Verdicts(metrics, board),
-        DecisionLog(metrics, settings.recent_decisions),
-        Admission(quota, metrics, settings.queue_size, settings.queue_timeout),
+        DecisionLog(metrics, settings.observability.recent_decisions),
+        Admission(quota, metrics, settings.admission.queue_size, settings.admission.queue_timeout),
         online,
-        settings.exploration(online),
-        None if rate is None else RateLimit(keys, quota, metrics, rate, settings.rate_limit_burst),
-        None if (otlp := settings.otlp_traces_endpoint) is None else Tracing(otlp),
+        exploration(settings.online, online),
+        None
+        if rate is None
+        else RateLimit(keys, quota, metrics, rate, settings.admission.rate_limit_burst),
+        None if (otlp := settings.observability.otlp_traces_endpoint) is None else Tracing(otlp),
         peers=_peers(settings, metrics, online, kept, resolve),
         resolve=resolve,
     )
@@ -159,10 +162,10 @@ def _peers(
 ) -> Peers | None:
     """The peer replicas the leader takes samples from, if any are given; their names
     resolved as often as the backends'."""
-    if not settings.online_peers or not online.fitting or online.rings is None:
+    if not settings.online.peers or not online.fitting or online.rings is None:
         return None
-    window, every = settings.online_window_seconds, settings.watch_interval
-    return Peers(settings.online_peers, metrics, online.rings.epoch, window, kept, resolve, every)
+    window, every = settings.online.window_seconds, settings.backends.watch_interval
+    return Peers(settings.online.peers, metrics, online.rings.epoch, window, kept, resolve, every)
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:
@@ -171,10 +174,10 @@ def _server_limits(settings: RouterSettings) -> dict[str, Any]:
     from the connection's start and from each answer, and a head trickling in does not
     reset it: the slowloris deadline as well as the idle one)."""
     return {
-        "keepalive_timeout": settings.client_idle_timeout,
-        "max_line_size": settings.max_header_bytes,
-        "max_field_size": settings.max_header_bytes,
-        "max_headers": settings.max_headers,
+        "keepalive_timeout": settings.http.client_idle_timeout,
+        "max_line_size": settings.http.max_header_bytes,
+        "max_field_size": settings.http.max_header_bytes,
+        "max_headers": settings.http.max_headers,
         "logger": _HTTP_LOG,
     }
 
@@ -188,17 +191,17 @@ def create_app(
     app = web.Application(
         middlewares=[  # one: each layer costs every request a coroutine of its own
             front(
-                Keys(settings.api_keys, settings.admin_key),
-                settings.body_timeout,
-                settings.request_id_headers,
+                Keys(settings.admission.api_keys, settings.admin_key),
+                settings.http.body_timeout,
+                settings.observability.request_id_headers,
                 state.lifecycle,
             )
         ],
-        client_max_size=settings.max_body_bytes,
+        client_max_size=settings.http.max_body_bytes,
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
-    if settings.access_log:
+    if settings.observability.access_log:
         ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
     app.on_response_prepare.append(stamp)
 
@@ -256,32 +259,32 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     settings = state.settings
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
-    key = settings.backend_api_key
+    key = settings.upstream.api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
     state.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
     pool = state.relaying.pool = UpstreamPool(
-        headers, settings.max_upstream_head_bytes, _dropped(state)
+        headers, settings.upstream.max_head_bytes, _dropped(state)
     )
     if state.board.leader:  # alone, or worker 0: health, polls and discovery for every worker
         state.follow()  # a leader started again: the set of backends it published before
         discovery = None
-        if settings.discovers():
+        if settings.backends.discovers():
             discovery = _discovery(state)
             await discover(state, discovery, at_start=True)  # a bad backends file stops here
         await each_backend("health", state, check_health)  # before serving: one failing waits
         tasks = [
-            asyncio.create_task(every(settings.health_interval, "health", state, check_health)),
-            asyncio.create_task(every(settings.poll_interval, "poll", state, poll_metrics)),
+            asyncio.create_task(every(settings.health.interval, "health", state, check_health)),
+            asyncio.create_task(every(settings.health.poll_interval, "poll", state, poll_metrics)),
         ]
         if discovery is not None:
             tasks.append(asyncio.create_task(rediscover(state, discovery)))
     else:
         await first_verdicts(state)
         tasks = []
-    if settings.profile is not None:
-        tasks.append(asyncio.create_task(watch_profile(state, settings.profile)))
+    if settings.routing.profile is not None:
+        tasks.append(asyncio.create_task(watch_profile(state, settings.routing.profile)))
     if state.online.fitting:  # alone, or the leader: from every worker's samples
         state.fitter = fitter()
         tasks.append(asyncio.create_task(keep_fitting(state)))
@@ -322,9 +325,9 @@ def _discovery(state: RouterState) -> Discovery:
     for source in ("dns", "backends_file"):
         failures.labels(source=source)  # 0 from the start
     return Discovery(
-        settings.servers(),
-        settings.names(),
-        settings.backends_file,
+        settings.backends.servers(),
+        settings.backends.names(),
+        settings.backends.backends_file,
         lambda source: failures.labels(source=source).inc(),
         state.resolve,
     )
@@ -377,7 +380,7 @@ async def _status(request: web.Request) -> web.Response:
         {
             "policy": {"name": policy.name, "parameters": policy.describe()},
             "worker": {"index": state.board.worker, "of": state.board.workers},
-            "front": state.settings.front,  # what serves the proxied paths
+            "front": state.settings.http.front,  # what serves the proxied paths
             "concurrency_source": str(view.source),
             "live_concurrency": {
                 "total": view.load(),

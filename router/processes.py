@@ -41,7 +41,11 @@ _PR_SET_PDEATHSIG = 1
 
 def quota_of(settings: RouterSettings) -> Quota:
     """The router's: its limit, a bucket for each name a key may go by (``Keys.names``)."""
-    return Quota(settings.workers, settings.max_concurrent_requests, len(settings.api_keys) + 2)
+    return Quota(
+        settings.workers,
+        settings.admission.max_concurrent_requests,
+        len(settings.admission.api_keys) + 2,
+    )
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,9 @@ Serve = Callable[[RouterSettings, Workers], None]
 
 def supervise(settings: RouterSettings, serve: Serve) -> int:
     folder = Path(tempfile.mkdtemp(prefix="specroute-workers-"))
-    board = Board(settings.workers, settings.columns())
-    off = settings.online is OnlineMode.OFF
-    rings = None if off else Rings(settings.workers, settings.online_kept())
+    board = Board(settings.workers, settings.backends.columns())
+    off = settings.online.mode is OnlineMode.OFF
+    rings = None if off else Rings(settings.workers, settings.online.kept())
     workers = Workers(board, folder, quota_of(settings), rings)
     children: dict[int, tuple[int, float]] = {}  # pid: (worker, when it started)
     stopping: list[int] = []
@@ -74,7 +78,7 @@ def supervise(settings: RouterSettings, serve: Serve) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    print(f"specroute router: {settings.workers} workers on port {settings.port}", flush=True)
+    print(f"specroute router: {settings.workers} workers on port {settings.http.port}", flush=True)
     for worker in range(settings.workers):
         children[_fork(worker, settings, workers, serve)] = (worker, time.monotonic())
     failed = 0

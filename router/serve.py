@@ -50,18 +50,20 @@ def open_files_limit() -> str:
 
 async def serve(settings: RouterSettings, workers: Workers | None = None) -> None:
     """One router, alone or as one of ``workers`` on the same port."""
-    logs.configure(log_format=settings.log_format)  # in each worker's process too
+    logs.configure(log_format=settings.observability.log_format)  # in each worker's process too
     app = create_app(settings, workers)
     runner = RouterRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=DRAIN)
     await runner.setup()
     try:
-        await site(runner, settings, settings.host, settings.port, workers is not None).start()
+        await site(
+            runner, settings, settings.http.host, settings.http.port, workers is not None
+        ).start()
         quiet_collector()
         short_turns()
         who = f"worker {workers.board.worker}" if workers is not None else "router"
         print(
-            f"specroute {who} on http://{settings.host}:{settings.port}: "
-            f"spec {', '.join(settings.spec)}; base {', '.join(settings.base)}",
+            f"specroute {who} on http://{settings.http.host}:{settings.http.port}: "
+            f"spec {', '.join(settings.backends.spec)}; base {', '.join(settings.backends.base)}",
             flush=True,
         )
         stop = asyncio.Event()

@@ -34,6 +34,7 @@ from specroute.router.backends.relaying import Relaying
 from specroute.router.backends.response_owners import Owners
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
+from specroute.router.components import placer, upstream_limits
 from specroute.router.metrics import RouterMetrics
 from specroute.router.observability.decision_log import DecisionLog
 from specroute.router.observability.lifecycle import Lifecycle
@@ -81,17 +82,19 @@ class RouterState:
 
     def __post_init__(self) -> None:
         settings = self.settings
-        self.relaying = Relaying(self.metrics, settings.upstream_timeouts(), settings.idle_timeout)
-        self.placement = self.settings.placer()
+        self.relaying = Relaying(
+            self.metrics, upstream_limits(settings.upstream), settings.upstream.idle_timeout
+        )
+        self.placement = placer(settings.routing)
         self.verdicts.watch(self.roster.backends)
 
     def view(self) -> View:
         if self._news != self.board.news():  # published since: applied before deciding
             self.follow()
-        now, stale_after = time.monotonic(), self.settings.stale_after
+        now, stale_after = time.monotonic(), self.settings.health.stale_after
         return View(
             tuple([b.view(stale_after, now) for b in self.roster.backends]),
-            source=self.settings.concurrency_source,
+            source=self.settings.routing.concurrency_source,
             now=now,
             live_bands=self.online.live_bands,
         )

@@ -730,14 +730,14 @@ def _offline(args: argparse.Namespace, trace: Trace, policies: tuple[str, ...]) 
     if args.router_config is None:  # no servers: names for them are all that is needed
         given |= {"spec": ["http://spec"], "base": ["http://base"]}
     settings = RouterSettings(**{k: v for k, v in given.items() if v is not None})
-    profile = load_profile(settings.profile) if settings.profile else None
+    profile = load_profile(settings.routing.profile) if settings.routing.profile else None
     plan = ReplayPlan(
         trace,
         dataset(args),
         servers={pool: emulator_config(args, pool) for pool in ("spec", "base")},
-        backends={"spec": tuple(settings.spec), "base": tuple(settings.base)},
-        source=settings.concurrency_source,
-        poll_interval=settings.poll_interval,
+        backends={"spec": tuple(settings.backends.spec), "base": tuple(settings.backends.base)},
+        source=settings.routing.concurrency_source,
+        poll_interval=settings.health.poll_interval,
         slo=args.slo,
         ignore_eos=args.ignore_eos,
         settle=args.settle,
@@ -762,24 +762,25 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     """With ``online = "adopt"`` in the router's config, the router's online estimator and
     its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
+    from specroute.router.components import exploration, sureness
     from specroute.router.online.estimator import Online, OnlineMode
     from specroute.router.online.samples import Samples
 
-    if settings.online is not OnlineMode.ADOPT:
+    if settings.online.mode is not OnlineMode.ADOPT:
         return None
-    per_level = settings.online_window_samples
+    per_level = settings.online.window_samples
 
     def fresh() -> Learning:
-        samples = Samples(settings.online_kept(), settings.online_window_seconds)
+        samples = Samples(settings.online.kept(), settings.online.window_seconds)
         online = Online(
             OnlineMode.ADOPT,
             samples,
-            settings.sureness(),
+            sureness(settings.online),
             per_level=per_level,
-            accept_tolerance=settings.online_accept_tolerance,
+            accept_tolerance=settings.online.accept_tolerance,
         )
-        explores = settings.exploration(online)
-        return Learning(online, profile, settings.online_interval, exploration=explores)
+        explores = exploration(settings.online, online)
+        return Learning(online, profile, settings.online.interval, exploration=explores)
 
     return fresh
 

@@ -1,100 +1,603 @@
-"""The flags of ``specroute serve`` made from the router's settings model: every setting
-that no flag declared by hand in ``serve_command`` takes, as ``--NAME`` (its name with
-dashes), of its type, with its description as help. The table below is written by
-``python -m docsgen.settings_flags`` from ``RouterSettings`` (importing the model on every
-command's start would cost about a second) and checked against it by
-``tests/core/test_settings_flags.py``: a new setting needs no declaration of its own, only
-that command run again."""
+"""The flags of ``specroute serve``, made from the router's settings model: one for every
+setting, in a group for each part of the settings, named by the setting's flat spelling
+(``--health-interval`` for ``health.interval``), of its type, with its description and
+default as help. The table below is written by ``python -m docsgen.settings_flags`` from
+``RouterSettings`` (importing the model on every command's start would cost about a second)
+and checked against it by ``tests/core/test_settings_flags.py``: a new setting needs no
+declaration of its own, only that command run again."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+_GROUPS = {  # each part's heading in --help
+    "backends": "backends",
+    "routing": "routing",
+    "http": "serving: where it listens and what it accepts",
+    "admission": "admission (default: no limit)",
+    "health": "the backends' health and load",
+    "upstream": "the calls to the backends",
+    "observability": "request ids, logs, traces",
+    "online": "online calibration",
+    "router": "the router's processes and its drain",
+}
+
 # written by `python -m docsgen.settings_flags`: do not edit
-FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("--max-backends", "int", "most backends known at once (default 64)"),
+FLAGS: tuple[tuple[str, str, str, str, str, str], ...] = (
     (
-        "--stale-after",
+        "backends",
+        "--spec",
+        "spec",
+        "append",
+        "URL",
+        "speculative backends' base URLs; dns+http://NAME:PORT: every address NAME resolves to (a headless Kubernetes Service), resolved again as it changes",
+    ),
+    ("backends", "--base", "base", "append", "URL", "plain backends, likewise"),
+    (
+        "backends",
+        "--backends-file",
+        "backends_file",
+        "str",
+        "FILE",
+        'more backends, from a file watched for changes, in Prometheus\' file_sd form: [{"targets": ["HOST:PORT"], "labels": {"pool": "spec|base", "group": G}}]',
+    ),
+    (
+        "backends",
+        "--group",
+        "groups",
+        "group",
+        "URL,URL",
+        "GPU groups of the shared topology: each the URLs of the servers that share GPUs (a speculative and a plain one); servers in no group form one group",
+    ),
+    (
+        "backends",
+        "--watch-interval",
+        "watch_interval",
         "float",
+        "S",
+        "seconds between readings of the DNS names (the backends' and the online peers'), the backends file and the profile file (default 5.0)",
+    ),
+    (
+        "backends",
+        "--max-backends",
+        "max_backends",
+        "int",
+        "N",
+        "most backends known at once (default 64)",
+    ),
+    (
+        "routing",
+        "--policy",
+        "policy",
+        "str",
+        "NAME",
+        "the routing policy, by name (each policy's parameters are listed below) (default crossover)",
+    ),
+    (
+        "routing",
+        "--policy-param",
+        "given_params",
+        "params",
+        "KEY=VALUE",
+        "the policy's parameters: --policy-param KEY=VALUE, SPECROUTE_POLICY_PARAMS='{\"crossover\": 40}' (JSON), or [policy.params] in the file; each checked against the policy's own",
+    ),
+    (
+        "routing",
+        "--crossover",
+        "crossover",
+        "deprecated",
+        "NUMBER",
+        "deprecated: use --policy-param crossover=VALUE",
+    ),
+    (
+        "routing",
+        "--topology",
+        "topology",
+        "deprecated",
+        "shared|partitioned",
+        "deprecated: use --policy-param topology=VALUE",
+    ),
+    (
+        "routing",
+        "--hysteresis",
+        "hysteresis",
+        "deprecated",
+        "NUMBER",
+        "deprecated: use --policy-param hysteresis=VALUE",
+    ),
+    (
+        "routing",
+        "--accept-max-age",
+        "accept_max_age",
+        "deprecated",
+        "NUMBER",
+        "deprecated: use --policy-param accept_max_age=VALUE",
+    ),
+    (
+        "routing",
+        "--probe-share",
+        "probe_share",
+        "deprecated",
+        "NUMBER",
+        "deprecated: use --policy-param probe_share=VALUE",
+    ),
+    (
+        "routing",
+        "--context",
+        "context",
+        "deprecated",
+        "auto|off",
+        "deprecated: use --policy-param context=VALUE",
+    ),
+    (
+        "routing",
+        "--profile",
+        "profile",
+        "str",
+        "FILE",
+        "the calibrated profile to route by, watched for changes",
+    ),
+    (
+        "routing",
+        "--placement",
+        "placement",
+        "choice:least-load|prefix-affinity",
+        "",
+        "where in the pool the policy chose a request runs: its least-loaded server (least-load), or the server that hashing the prompt's first bytes gives, whose prefix cache likely holds them, unless it is busier than the least-loaded one by both balance thresholds (prefix-affinity) (default least-load)",
+    ),
+    (
+        "routing",
+        "--affinity-prefix-bytes",
+        "affinity_prefix_bytes",
+        "int",
+        "N",
+        "prefix-affinity: bytes of the prompt hashed (a chat: its messages in order, so the system prompt and the first turns) (default 1024)",
+    ),
+    (
+        "routing",
+        "--affinity-balance-abs",
+        "affinity_balance_abs",
+        "int",
+        "N",
+        "prefix-affinity: requests by which the hashed server's load may exceed the least-loaded one's before the request goes to the least-loaded one instead (default 16)",
+    ),
+    (
+        "routing",
+        "--affinity-balance-rel",
+        "affinity_balance_rel",
+        "float",
+        "X",
+        "prefix-affinity: and the ratio of their loads it may reach; past both, least load wins (default 1.5)",
+    ),
+    (
+        "routing",
+        "--concurrency-source",
+        "concurrency_source",
+        "choice:router|backend|max|replicas",
+        "",
+        "what counts as a server's load: the router's own requests in flight (router), the backend's running and queued (backend), the larger of the two (max), or, for several router replicas, the backend's report brought up to date with this router's own requests since (replicas) (default router)",
+    ),
+    (
+        "health",
+        "--poll-interval",
+        "poll_interval",
+        "float",
+        "S",
+        "seconds between readings of each backend's load and metrics (default 0.5)",
+    ),
+    (
+        "health",
+        "--stale-after",
+        "stale_after",
+        "float",
+        "S",
         "seconds after which a backend's last reading is not believed (default 2.0)",
     ),
-    ("--health-interval", "float", "seconds between health checks (default 2.0)"),
     (
-        "--health-timeout",
+        "health",
+        "--health-interval",
+        "health_interval",
         "float",
+        "S",
+        "seconds between health checks (default 2.0)",
+    ),
+    (
+        "health",
+        "--health-timeout",
+        "health_timeout",
+        "float",
+        "S",
         "seconds a health check may take before it counts as failed (default 2.0)",
     ),
     (
+        "health",
         "--eject-after-failures",
+        "eject_after_failures",
         "int",
+        "N",
         "a backend's failures in a row (requests or health checks) that eject it (default 3)",
     ),
     (
+        "health",
         "--eject-seconds",
+        "eject_seconds",
         "float",
+        "S",
         "an ejection's first cool-down; each ejection in a row adds as much (default 5.0)",
     ),
-    ("--eject-max-seconds", "float", "the longest cool-down of an ejection (default 30.0)"),
     (
+        "health",
+        "--eject-max-seconds",
+        "eject_max_seconds",
+        "float",
+        "S",
+        "the longest cool-down of an ejection (default 30.0)",
+    ),
+    (
+        "health",
         "--readmit-after-successes",
+        "readmit_after_successes",
         "int",
+        "N",
         "after the cool-down, successful trials in a row that readmit a backend (default 1)",
     ),
-    ("--connect-timeout", "float", "seconds to open a connection to a backend (default 5.0)"),
-    ("--idle-timeout", "float", "longest silence within a stream (default 300.0)"),
     (
-        "--request-timeout",
+        "upstream",
+        "--connect-timeout",
+        "connect_timeout",
         "float",
+        "S",
+        "seconds to open a connection to a backend (default 5.0)",
+    ),
+    (
+        "upstream",
+        "--idle-timeout",
+        "idle_timeout",
+        "float",
+        "S",
+        "longest silence within a stream (default 300.0)",
+    ),
+    (
+        "upstream",
+        "--request-timeout",
+        "request_timeout",
+        "float",
+        "S",
         "deadline of a whole non-streamed answer, sent at its end (default 1800.0)",
     ),
-    ("--max-body-bytes", "int", "largest request body accepted (413 past it) (default 8388608)"),
     (
-        "--body-timeout",
-        "float",
-        "longest time a client may take to send a whole request body (default 60.0)",
-    ),
-    (
-        "--client-idle-timeout",
-        "float",
-        "a client connection that has not sent a whole request head this long after it opened or after its last answer is closed: idle keep-alive and slowloris alike (longer than a load balancer's usual 60 s, so the balancer closes first) (default 75.0)",
-    ),
-    (
-        "--max-header-bytes",
-        "int",
-        "longest target in a request line, longest header name or value (default 8190)",
-    ),
-    ("--max-headers", "int", "most headers in one request (default 128)"),
-    (
-        "--max-pipelined-requests",
-        "int",
-        "requests a client may send on one connection ahead of the answer it waits for: past them the connection is not read until answers catch up (default 32)",
-    ),
-    (
-        "--max-pipelined-bytes",
-        "int",
-        "bytes of requests a client may send on one connection ahead of the answer it waits for: past them the connection is not read until answers catch up (default 1048576)",
-    ),
-    (
-        "--client-write-timeout",
-        "float",
-        "a client that reads nothing of its answer this long is cut off, and its request at the backend aborted (default 60.0)",
-    ),
-    (
+        "upstream",
         "--max-upstream-head-bytes",
+        "max_upstream_head_bytes",
         "int",
+        "N",
         "longest head of a backend's answer (its status line and headers); a longer one is a broken answer (default 65536)",
     ),
     (
-        "--recent-decisions",
+        "upstream",
+        "--backend-api-key",
+        "backend_api_key",
+        "str",
+        "KEY",
+        "the key the router sends to the backends",
+    ),
+    (
+        "http",
+        "--host",
+        "host",
+        "str",
+        "HOST",
+        "the address the router listens on (default 127.0.0.1)",
+    ),
+    ("http", "--port", "port", "int", "N", "the port it listens on (default 8000)"),
+    (
+        "http",
+        "--front",
+        "front",
+        "choice:own|aiohttp",
+        "",
+        "what serves the proxied paths: the router's own HTTP/1.1 front (llhttp on a bare protocol, a fraction of aiohttp's CPU a request; every other path, and every request after one to another path on a connection, is aiohttp's on the same port), or aiohttp's server for all of them (default own)",
+    ),
+    (
+        "http",
+        "--max-body-bytes",
+        "max_body_bytes",
         "int",
+        "N",
+        "largest request body accepted (413 past it) (default 8388608)",
+    ),
+    (
+        "http",
+        "--body-timeout",
+        "body_timeout",
+        "float",
+        "S",
+        "longest time a client may take to send a whole request body (default 60.0)",
+    ),
+    (
+        "http",
+        "--client-idle-timeout",
+        "client_idle_timeout",
+        "float",
+        "S",
+        "a client connection that has not sent a whole request head this long after it opened or after its last answer is closed: idle keep-alive and slowloris alike (longer than a load balancer's usual 60 s, so the balancer closes first) (default 75.0)",
+    ),
+    (
+        "http",
+        "--max-header-bytes",
+        "max_header_bytes",
+        "int",
+        "N",
+        "longest target in a request line, longest header name or value (default 8190)",
+    ),
+    (
+        "http",
+        "--max-headers",
+        "max_headers",
+        "int",
+        "N",
+        "most headers in one request (default 128)",
+    ),
+    (
+        "http",
+        "--max-pipelined-requests",
+        "max_pipelined_requests",
+        "int",
+        "N",
+        "requests a client may send on one connection ahead of the answer it waits for: past them the connection is not read until answers catch up (default 32)",
+    ),
+    (
+        "http",
+        "--max-pipelined-bytes",
+        "max_pipelined_bytes",
+        "int",
+        "N",
+        "bytes of requests a client may send on one connection ahead of the answer it waits for: past them the connection is not read until answers catch up (default 1048576)",
+    ),
+    (
+        "http",
+        "--client-write-timeout",
+        "client_write_timeout",
+        "float",
+        "S",
+        "a client that reads nothing of its answer this long is cut off, and its request at the backend aborted (default 60.0)",
+    ),
+    (
+        "admission",
+        "--api-key",
+        "api_keys",
+        "append",
+        "KEY",
+        "the keys clients must send as Bearer tokens; none: no key asked (prefer the environment, SPECROUTE_API_KEYS='[\"k\"]', to the flag)",
+    ),
+    (
+        "admission",
+        "--max-concurrent-requests",
+        "max_concurrent_requests",
+        "int",
+        "N",
+        "requests the router serves at once, through all its workers; more wait in the queue; none: no limit",
+    ),
+    (
+        "admission",
+        "--queue-size",
+        "queue_size",
+        "int",
+        "N",
+        "requests that may wait for admission, through all the workers; one more is refused with 429 (default 100)",
+    ),
+    (
+        "admission",
+        "--queue-timeout",
+        "queue_timeout",
+        "float",
+        "S",
+        "seconds a request may wait for admission; then refused with 503 (default 60.0)",
+    ),
+    (
+        "admission",
+        "--queue-at-capacity",
+        "queue_at_capacity",
+        "switch",
+        "",
+        "a request whose pool has no healthy backend running fewer requests than its reported capacity (max_running_requests) waits in the queue instead (default False)",
+    ),
+    (
+        "admission",
+        "--rate-limit",
+        "rate_limit",
+        "float",
+        "X",
+        "requests a second each API key may send (one bucket for all when no keys are set); more are refused with 429; none: no limit",
+    ),
+    (
+        "admission",
+        "--rate-limit-burst",
+        "rate_limit_burst",
+        "int",
+        "N",
+        "requests a key may send at once; none: the rate, at least 1",
+    ),
+    (
+        "observability",
+        "--request-id-header",
+        "request_id_headers",
+        "append",
+        "NAME",
+        "the headers a client's request id is read from, the first it sent; none: the router makes one. It goes upstream as x-request-id (and as rid on a /generate body without one) and comes back in the header it came in (default x-request-id)",
+    ),
+    (
+        "observability",
+        "--access-log",
+        "access_log",
+        "switch",
+        "",
+        "one line for each request, at its end, on the specroute.router.access logger (default True)",
+    ),
+    (
+        "observability",
+        "--log-format",
+        "log_format",
+        "choice:text|json",
+        "",
+        "how log lines are written: text, or one JSON object a line (default text)",
+    ),
+    (
+        "observability",
+        "--recent-decisions",
+        "recent_decisions",
+        "int",
+        "N",
         "how many of the last decisions /router/status shows (default 50)",
     ),
+    (
+        "observability",
+        "--otlp-traces-endpoint",
+        "otlp_traces_endpoint",
+        "str",
+        "URL",
+        "where to export OpenTelemetry traces, an OTLP/HTTP collector's URL (http://HOST:4318/v1/traces): a span per request, its routing decision as attributes, W3C traceparent sent upstream; needs pip install 'specroute[otel]'; none: no traces",
+    ),
+    (
+        "online",
+        "--online",
+        "online",
+        "choice:off|observe|adopt",
+        "",
+        "the crossover learned from live traffic: off; observe (estimate, export and flag drift from the profile); adopt (route by it once sure, else by the profile) (default observe)",
+    ),
+    (
+        "online",
+        "--online-interval",
+        "online_interval",
+        "float",
+        "S",
+        "seconds between fits of the live curves, off the request path (default 5.0)",
+    ),
+    (
+        "online",
+        "--online-window-seconds",
+        "online_window_seconds",
+        "float",
+        "S",
+        "the forgetting window: samples older than this do not count (an hour: exploration's turns at 2%% gather a level's samples over tens of minutes; a drop in acceptance is followed sooner, by online_accept_tolerance) (default 3600.0)",
+    ),
+    (
+        "online",
+        "--online-window-samples",
+        "online_window_samples",
+        "int",
+        "N",
+        "the forgetting window: the last samples of each pool and level of load that count (a level follows drift as fast as its new samples come) (default 64)",
+    ),
+    (
+        "online",
+        "--online-min-samples",
+        "online_min_samples",
+        "int",
+        "N",
+        "sure enough to adopt: live samples at each level around the crossover (default 16)",
+    ),
+    (
+        "online",
+        "--online-max-ratio",
+        "online_max_ratio",
+        "float",
+        "X",
+        "sure enough to adopt: the widest interval of the live crossover, high / low (default 2.0)",
+    ),
+    (
+        "online",
+        "--online-accept-tolerance",
+        "online_accept_tolerance",
+        "float",
+        "X",
+        "a speculative sample whose accept length (its server's at its end) is further than this from the speculative servers' now, relative, is left out of the fit as taught by another drafter, and counts again if acceptance comes back (0: none left out; the default is wider than a polling window's noise at low load) (default 0.25)",
+    ),
+    (
+        "online",
+        "--online-explore-share",
+        "online_explore_share",
+        "float",
+        "X",
+        "exploration: of the requests a crossover decides, the most sent to the other pool in turns near the crossover, so that the live curves see both pools at the levels that decide it (0: none; never with online=off; the default, 0.02: one request in 50) (default 0.02)",
+    ),
+    (
+        "online",
+        "--online-explore-span",
+        "online_explore_span",
+        "float",
+        "X",
+        "exploration: where the level the other pool would come to hold lies within this factor of the crossover routed by (4: a profile off by 4 either way is reached at once); never past the crossover times it, an ejected server or one at its max_running_requests (default 4.0)",
+    ),
+    (
+        "online",
+        "--online-peers",
+        "online_peers",
+        "urls",
+        "URL,URL",
+        "the other router replicas in front of the same servers, by base URL (http://HOST:PORT) or by a name to resolve (dns+http://NAME:PORT: every IPv4 address NAME has is a replica on PORT, this one among them, resolved again every watch_interval): before each fit the leader takes their new online samples (GET /router/online/samples, sent the admin key, which they must share), so that every replica fits from all of theirs; needs admin_key and online on",
+    ),
+    (
+        "router",
+        "--workers",
+        "workers",
+        "int",
+        "N",
+        "router processes on one port (SO_REUSEPORT) that share one view of load (default 1)",
+    ),
+    (
+        "router",
+        "--admin-key",
+        "admin_key",
+        "str",
+        "KEY",
+        "the key of the endpoints that change routing (POST /router/profile), give the live fit as a profile (GET /router/profile/live) or this router's online samples to its peer replicas (GET /router/online/samples); none: they refuse",
+    ),
+    (
+        "router",
+        "--drain-grace",
+        "drain_grace",
+        "float",
+        "S",
+        "after SIGTERM: not ready, still serving (default 5.0)",
+    ),
+    (
+        "router",
+        "--drain-timeout",
+        "drain_timeout",
+        "float",
+        "S",
+        "after the grace: the longest requests in flight get to finish (default 30.0)",
+    ),
+    ("router", "--config", "config", "str", "FILE", "a TOML file of settings"),
 )
 
 
-def add_settings_flags(group: argparse._ArgumentGroup) -> None:
-    kinds: dict[str, Any] = {"int": int, "float": float}
-    for flag, kind, about in FLAGS:
-        metavar = "S" if flag.endswith(("-timeout", "-seconds", "-interval", "-after")) else "N"
-        group.add_argument(flag, type=kinds[kind], metavar=metavar, help=about)
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """Every setting's flag, in its part's group."""
+    groups = {part: parser.add_argument_group(title) for part, title in _GROUPS.items()}
+    for part, flag, dest, kind, metavar, about in FLAGS:
+        groups[part].add_argument(flag, dest=dest, help=about, **_taken(kind, metavar))
+
+
+def _taken(kind: str, metavar: str) -> dict[str, Any]:
+    """How argparse takes a flag of ``kind``."""
+    if kind.startswith("choice:"):
+        return {"choices": kind.removeprefix("choice:").split("|")}
+    if kind == "switch":
+        return {"action": argparse.BooleanOptionalAction, "default": None}
+    if kind in ("append", "params"):
+        return {"action": "append", "metavar": metavar}
+    if kind == "group":
+        return {"action": "append", "metavar": metavar, "type": urls}
+    if kind == "urls":
+        return {"action": "extend", "metavar": metavar, "type": urls}
+    types: dict[str, Any] = {"int": int, "float": float}
+    return {"metavar": metavar, "type": types.get(kind)}
+
+
+def urls(text: str) -> list[str]:
+    """``URL,URL``: a flag's URLs, given at once."""
+    return [u.strip() for u in text.split(",") if u.strip()]

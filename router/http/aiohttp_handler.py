@@ -17,7 +17,7 @@ from specroute.router.state import RouterState
 def proxied(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The handler of the proxied paths on aiohttp's server."""
 
-    seconds = state.settings.client_write_timeout
+    seconds = state.settings.http.client_write_timeout
     unread = state.metrics.client_limits.labels(limit="write_timeout").inc
 
     async def handler(request: web.Request) -> web.StreamResponse:

@@ -34,19 +34,19 @@ class Front:
     def __init__(self, state: RouterState, aiohttp: Callable[[], asyncio.Protocol]) -> None:
         settings = state.settings
         self.state, self.aiohttp = state, aiohttp
-        self.keys = Keys(settings.api_keys, settings.admin_key)
+        self.keys = Keys(settings.admission.api_keys, settings.admin_key)
         self.connections: set[Connection] = set()
         self.owned_paths = frozenset(path.encode() for path in PROXIED)
         self.owned_lines = tuple(b"POST %s HTTP/1.1\r" % path for path in self.owned_paths)
         self.owned_lines += tuple(line[:-1] + b"\n" for line in self.owned_lines)
-        self.max_line = settings.max_header_bytes
-        self.max_headers = settings.max_headers
-        self.max_head = settings.max_header_bytes * (settings.max_headers + 2)
-        self.max_body = settings.max_body_bytes
-        self.idle_seconds = settings.client_idle_timeout
-        self.write_seconds = settings.client_write_timeout
-        self.max_ahead = settings.max_pipelined_requests
-        self.max_ahead_bytes = settings.max_pipelined_bytes
+        self.max_line = settings.http.max_header_bytes
+        self.max_headers = settings.http.max_headers
+        self.max_head = settings.http.max_header_bytes * (settings.http.max_headers + 2)
+        self.max_body = settings.http.max_body_bytes
+        self.idle_seconds = settings.http.client_idle_timeout
+        self.write_seconds = settings.http.client_write_timeout
+        self.max_ahead = settings.http.max_pipelined_requests
+        self.max_ahead_bytes = settings.http.max_pipelined_bytes
         limits = state.metrics.client_limits
         self._limits = {limit: limits.labels(limit=limit) for limit in LIMITS}
 

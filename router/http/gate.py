@@ -25,13 +25,13 @@ LOG = logging.getLogger("specroute.router.http")
 async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
     """The request answered, or its task cancelled when its client goes away."""
     settings = state.settings
-    record = opened(request, settings.request_id_headers)
+    record = opened(request, settings.observability.request_id_headers)
     reply, status = request.answer, None
     reply.request_id = (record.header, record.request_id)
     try:
         refusal = _gate(request, keys)
         if refusal is None:
-            refusal = await _whole_body(request, settings.body_timeout)
+            refusal = await _whole_body(request, settings.http.body_timeout)
         if refusal is None:
             refusal = await serve(request, state, record)
         if refusal is not None:

@@ -71,6 +71,6 @@ def site(
 ) -> web.TCPSite:
     """The router's site: its own front's, or aiohttp's server's alone. ``runner`` is made
     with ``handler_cancellation`` and a ``shutdown_timeout`` of ``DRAIN``."""
-    if settings.front == "own":
+    if settings.http.front == "own":
         return FrontSite(runner, host, port, reuse_port, DRAIN)
     return web.TCPSite(runner, host, port, reuse_port=reuse_port)

@@ -27,7 +27,7 @@ async def live_profile_endpoint(request: web.Request, state: RouterState) -> web
         return error_response(
             409,
             "The profile in force changed since the last fit: ask again after the next one "
-            f"(within {state.settings.online_interval:g} s).",
+            f"(within {state.settings.online.interval:g} s).",
         )
     try:
         document = live_profile(
@@ -58,5 +58,5 @@ def serving(state: RouterState) -> Serving:
     return Serving(
         {pool: tuple(b.name for b in view.backends if b.pool == pool) for pool in POOLS},
         {pool: min(batches[pool]) if batches[pool] else None for pool in POOLS},
-        view.accept_length(state.settings.online_window_seconds),
+        view.accept_length(state.settings.online.window_seconds),
     )

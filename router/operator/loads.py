@@ -45,7 +45,7 @@ async def loads(request: web.Request, state: RouterState) -> web.Response:
         return asked
     form, sections, rank = asked
     view, now = state.view(), time.monotonic()
-    backends, stale_after = state.roster.backends, state.settings.stale_after
+    backends, stale_after = state.roster.backends, state.settings.health.stale_after
     entries = [
         _entry(i, backends[i].url, b, backends[i].reading(stale_after, now), view.source, sections)
         for i, b in enumerate(view.backends)

@@ -28,7 +28,7 @@ async def online_samples_endpoint(request: web.Request, state: RouterState) -> w
     except ValueError as exc:
         return error_response(400, f"The cursor does not read: {exc}")
     now = time.monotonic()
-    oldest = now - settings.online_window_seconds
-    recent = [s for s in samples if s.at >= oldest][-settings.online_kept() :]
+    oldest = now - settings.online.window_seconds
+    recent = [s for s in samples if s.at >= oldest][-settings.online.kept() :]
     body = orjson.dumps(answer(rings.epoch, cursor, recent, now))
     return web.Response(body=body, content_type="application/json")

@@ -102,7 +102,7 @@ def _decide(
         decision = Decision(stored.pool, stored.name, STORED)
     else:
         decision = state.place(state.in_force.policy.choose(info, view), info, view)
-    if state.settings.queue_at_capacity and at_capacity(view, decision):
+    if state.settings.admission.queue_at_capacity and at_capacity(view, decision):
         return None
     decided(state, record, decision, view.load())
     return decision

@@ -73,7 +73,7 @@ async def _proxy(
             503,
             "No healthy backend can serve this request.",
             "service_unavailable",
-            retry_after=state.settings.health_interval,
+            retry_after=state.settings.health.interval,
         )
     finally:
         state.admission.release()

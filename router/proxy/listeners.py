@@ -24,12 +24,12 @@ def listeners(state: RouterState) -> list[Listener]:
     found: list[Listener] = [
         state.decisions,
         Breakers(state.verdicts),
-        OnlineSamples(state.online, state.settings.stale_after),
+        OnlineSamples(state.online, state.settings.health.stale_after),
         RidsSent(state.rids),
     ]
     if state.tracing is not None:
         found.append(Spans())
-    if state.settings.access_log:
+    if state.settings.observability.access_log:
         found.append(AccessLog())
     return found
 

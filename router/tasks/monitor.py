@@ -42,7 +42,7 @@ Job = Callable[[RouterState, Backend], Awaitable[None]]
 
 async def check_health(state: RouterState, backend: Backend) -> None:
     assert state.session is not None
-    timeout = aiohttp.ClientTimeout(total=state.settings.health_timeout)
+    timeout = aiohttp.ClientTimeout(total=state.settings.health.timeout)
     try:
         async with state.session.get(backend.url + backend.health_path, timeout=timeout) as r:
             ok = r.status == 200
@@ -99,7 +99,7 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     stats = stats or BackendStats()
     if loads is not None:
         stats = with_loads(stats, loads)
-    backend.record_stats(stats, time.monotonic(), state.settings.stale_after)
+    backend.record_stats(stats, time.monotonic(), state.settings.health.stale_after)
 
 
 def _front(path: str, answer: object) -> Front | None:
@@ -126,7 +126,7 @@ async def _get(state: RouterState, backend: Backend, path: str) -> tuple[int, by
     poll's time. The session leaves bodies as sent (the proxy relays them so), and SGLang
     compresses ``/metrics`` for a client that accepts it."""
     assert state.session is not None
-    timeout = aiohttp.ClientTimeout(total=max(state.settings.poll_interval, 1.0))
+    timeout = aiohttp.ClientTimeout(total=max(state.settings.health.poll_interval, 1.0))
     headers = {"Accept-Encoding": "gzip, deflate"}
     try:
         async with state.session.get(backend.url + path, timeout=timeout, headers=headers) as r:
@@ -168,7 +168,7 @@ async def rediscover(state: RouterState, discovery: Discovery) -> None:
     """Discovery every ``watch_interval``, until cancelled."""
     state.metrics.background_errors.labels(task="discovery")  # 0 from the start
     while True:
-        await asyncio.sleep(state.settings.watch_interval)
+        await asyncio.sleep(state.settings.backends.watch_interval)
         try:
             await discover(state, discovery)
         except Exception:
@@ -181,7 +181,7 @@ async def watch_profile(state: RouterState, path: Path) -> None:
     (a mounted ConfigMap: every replica changes together)."""
     failures = state.metrics.watch_failures.labels(source="profile_file")  # 0 from the start
     while True:
-        await asyncio.sleep(state.settings.watch_interval)
+        await asyncio.sleep(state.settings.backends.watch_interval)
         if state.in_force.reread(path) and state.board.leader:  # counted once for the router
             failures.inc()
 
@@ -191,11 +191,11 @@ async def first_verdicts(state: RouterState) -> None:
     is in (as the leader does), and its first set of backends if it discovers them, or
     after the time these may take."""
     board, settings = state.board, state.settings
-    deadline = time.monotonic() + settings.health_timeout + 1.0
-    if settings.discovers():
-        deadline += settings.health_timeout  # the discovered servers' checks come first
+    deadline = time.monotonic() + settings.health.timeout + 1.0
+    if settings.backends.discovers():
+        deadline += settings.health.timeout  # the discovered servers' checks come first
     while time.monotonic() < deadline:
-        if settings.discovers() and not board.servers_published():
+        if settings.backends.discovers() and not board.servers_published():
             await asyncio.sleep(FOLLOW_INTERVAL)
             continue
         state.follow()

@@ -37,9 +37,9 @@ async def keep_fitting(state: RouterState) -> None:
         if state.peers is not None and key is not None:
             headers = {"Authorization": f"Bearer {key.get_secret_value()}"}
             session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
-        timeout = min(PEER_TIMEOUT, max(state.settings.online_interval, 0.5))
+        timeout = min(PEER_TIMEOUT, max(state.settings.online.interval, 0.5))
         while True:
-            await asyncio.sleep(state.settings.online_interval)
+            await asyncio.sleep(state.settings.online.interval)
             taken: list[Sample] = []
             if state.peers is not None and session is not None:
                 try:
@@ -77,7 +77,7 @@ async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     the next one is made with it."""
     online, in_force, loop = state.online, state.in_force, asyncio.get_running_loop()
     shared = shares_gpus(in_force.policy)
-    accept = state.view().accept_length(state.settings.online_window_seconds)
+    accept = state.view().accept_length(state.settings.online.window_seconds)
     fresh = await loop.run_in_executor(state.fitter, online.fresh)
     routed = routed_bands(in_force.policy, in_force.profile)
     job = online.prepare(

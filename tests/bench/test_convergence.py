@@ -52,7 +52,7 @@ def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> No
     assert (low, high) == (16, 32)
     assert found.converged_at is not None and low <= found.routed_at_end <= high
     assert all(end - begun <= REVERTED_WITHIN for begun, end, _ in found.outside)
-    assert found.explored <= defaults().online_explore_share * found.requests
+    assert found.explored <= defaults().online.explore_share * found.requests
     assert found.turns >= 1
 
 
@@ -70,6 +70,6 @@ def test_the_command_says_how_each_start_went_and_keeps_its_json(
     assert row["start"] == "4x high" and row["traffic"] == "ramp"
     assert row["started_at"] == pytest.approx(4 * row["truth"]["crossover"])
     assert row["cost"] is not None and row["tps_unexplored"] > 0
-    assert document["defaults"]["online_explore_share"] == defaults().online_explore_share
+    assert document["defaults"]["online_explore_share"] == defaults().online.explore_share
     assert main(["bench", "convergence", *model, "--starts", "9x"]) != 0
     assert "not a start or a traffic: 9x" in capsys.readouterr().err

@@ -44,4 +44,4 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     )
     # a window too short to be sure of a crossing: both route by the start throughout
     assert live["routed_at_end"] == offline["routed_at_end"] == live["started_at"]
-    assert live["explored"] <= defaults().online_explore_share * live["requests"] + 4
+    assert live["explored"] <= defaults().online.explore_share * live["requests"] + 4

@@ -48,6 +48,10 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     }
     for part in PARTS:
         assert f"specroute/{part}/__init__.py" in names
+    for init in sorted(REPO.glob("*/**/__init__.py")):  # every subpackage of every part
+        folder = init.relative_to(REPO).parent
+        if folder.parts[0] in (*PARTS, "loadgen"):
+            assert f"specroute/{folder.as_posix()}/__init__.py" in names, folder
     assert "specroute/emulator/hardware_models/kimi-k2.5-8x-pcie.json" in names
     assert "specroute/loadgen/traces/azure-llm-2023-conv.csv.gz" in names
     assert "specroute/loadgen/traces/README.md" in names  # the trace's attribution, beside it

@@ -204,12 +204,14 @@ def test_the_router_flags_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = expanded_args(ROUTER)
     assert argv[0] == "serve"
     settings = router_settings(argv, monkeypatch)
-    assert settings.workers == 2 and settings.port == 8000 and settings.host == "0.0.0.0"
-    assert settings.spec[0].startswith("dns+http://") and settings.base[0].startswith("dns+http://")
-    assert settings.concurrency_source == "replicas"
+    assert settings.workers == 2 and settings.http.port == 8000 and settings.http.host == "0.0.0.0"
+    assert settings.backends.spec[0].startswith("dns+http://") and settings.backends.base[
+        0
+    ].startswith("dns+http://")
+    assert settings.routing.concurrency_source == "replicas"
     assert settings.policy_params() == {"topology": "partitioned"} and not settings.deprecated()
-    assert [key.get_secret_value() for key in settings.api_keys] == [PLACEHOLDER]
-    assert settings.admin_key is not None and settings.backend_api_key is not None
+    assert [key.get_secret_value() for key in settings.admission.api_keys] == [PLACEHOLDER]
+    assert settings.admin_key is not None and settings.upstream.api_key is not None
     assert settings.drain_grace == 5 and settings.drain_timeout == 30
 
 
@@ -250,7 +252,7 @@ def test_the_peers_flag_names_the_routers_headless_service(monkeypatch: pytest.M
     assert key["name"] == "specroute-keys" and not key.get("optional", False)
     assert "SPECROUTE_ADMIN_KEY" in secret_env()
     settings = router_settings(argv, monkeypatch)
-    assert settings.online_peers == [peers] and settings.admin_key is not None
+    assert settings.online.peers == [peers] and settings.admin_key is not None
 
 
 def test_the_profile_is_mounted_where_the_router_reads_it() -> None:

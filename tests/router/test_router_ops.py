@@ -275,7 +275,10 @@ async def test_an_answer_broken_before_its_first_byte_is_retried_and_counted_onc
 
 
 def test_recent_decisions_keeps_as_many_as_set() -> None:
-    assert RouterSettings.model_fields["recent_decisions"].default == 50
+    assert (
+        RouterSettings(spec=["http://s:1"], base=["http://b:2"]).observability.recent_decisions
+        == 50
+    )
     given: dict[str, Any] = {"spec": ["http://s:1"], "base": ["http://b:2"], "crossover": 4}
     state = build_state(RouterSettings(**given, recent_decisions=2))
     for _ in range(3):

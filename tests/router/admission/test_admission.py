@@ -273,8 +273,8 @@ def test_the_admission_flags_reach_the_settings() -> None:
         *("max_concurrent_requests", "queue_size", "queue_timeout", "queue_at_capacity"),
         *("rate_limit", "rate_limit_burst"),
     ]
-    assert [getattr(given, n) for n in names] == [8, 4, 2.5, True, 3.0, 6]
-    assert [getattr(default, n) for n in names] == [None, 100, 60.0, False, None, None]
+    assert [getattr(given.admission, n) for n in names] == [8, 4, 2.5, True, 3.0, 6]
+    assert [getattr(default.admission, n) for n in names] == [None, 100, 60.0, False, None, None]
 
 
 async def test_the_requests_waiting_are_refused_when_the_router_drains() -> None:

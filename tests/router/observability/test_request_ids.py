@@ -279,4 +279,4 @@ def test_the_access_log_flag_reaches_the_settings(flags: list[str], expected: bo
 
     backends = ["serve", "--spec", "http://127.0.0.1:1", "--base", "http://127.0.0.1:2"]
     given = given_settings(parser().parse_args([*backends, *flags]))
-    assert RouterSettings(**given).access_log is expected
+    assert RouterSettings(**given).observability.access_log is expected

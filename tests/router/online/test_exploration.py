@@ -14,6 +14,7 @@ from specroute.policies.decision import Decision
 from specroute.policies.profile import up_to
 from specroute.policies.view import POOLS, BackendView, Pool, RequestInfo, View
 from specroute.router.app import build_state
+from specroute.router.components import exploration
 from specroute.router.online.estimator import Online, OnlineMode, Sureness
 from specroute.router.online.exploration import EXPLORE, Exploration
 from specroute.router.online.samples import Sample, Samples
@@ -208,10 +209,12 @@ def test_it_explores_the_levels_the_crossover_needs_nearest_it_first() -> None:
 
 def test_the_settings_turn_it_on_bound_it_and_refuse_what_cannot_be() -> None:
     state_online = online()
-    assert RouterSettings(**SERVERS, online=OnlineMode.OFF).exploration(state_online) is None
-    found = RouterSettings(**SERVERS).exploration(state_online)  # on by default
+    off = RouterSettings(**SERVERS, online=OnlineMode.OFF)
+    assert exploration(off.online, state_online) is None
+    found = exploration(RouterSettings(**SERVERS).online, state_online)  # on by default
     assert found is not None and (found.share, found.span) == (0.02, 4.0)
-    assert RouterSettings(**SERVERS, online_explore_share=0).exploration(state_online) is None
+    none = RouterSettings(**SERVERS, online_explore_share=0)
+    assert exploration(none.online, state_online) is None
     bad: dict[str, Any]
     for bad in ({"online_explore_share": 1.5}, {"online_explore_span": 1.0}):
         with pytest.raises(ValidationError, match=next(iter(bad))):

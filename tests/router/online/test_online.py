@@ -274,7 +274,7 @@ def test_with_several_workers_each_records_in_its_ring_and_the_leader_alone_fits
 ) -> None:
     two: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "workers": 2, "port": 1}
     settings = RouterSettings(**two, crossover=8, online=OnlineMode.ADOPT)  # several workers
-    board, rings = Board(2, settings.columns()), Rings(2, settings.online_kept())
+    board, rings = Board(2, settings.backends.columns()), Rings(2, settings.online.kept())
     shared = Workers(board, tmp_path, quota_of(settings), rings)
     leader = build_state(settings, shared).online
     board.become(1)  # the second worker, as its process would be

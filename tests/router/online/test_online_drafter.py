@@ -174,7 +174,7 @@ def test_the_accept_length_now_is_the_healthy_speculative_servers_mean_within_an
 
 def test_the_tolerance_is_a_setting_that_refuses_a_negative_value() -> None:
     given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:1"], "crossover": 8}
-    assert RouterSettings(**given).online_accept_tolerance == ACCEPT_TOLERANCE
+    assert RouterSettings(**given).online.accept_tolerance == ACCEPT_TOLERANCE
     wider = build_state(RouterSettings(**given, online_accept_tolerance=0.4))
     assert wider.online.accept_tolerance == 0.4
     with pytest.raises(ValueError, match="online_accept_tolerance"):

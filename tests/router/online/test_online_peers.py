@@ -370,4 +370,4 @@ def test_serve_refuses_peers_without_an_admin_key(capsys: pytest.CaptureFixture[
         {"spec": ["http://a:1"], "base": ["http://b:2"], "admin_key": KEY}
         | {"online_peers": ["http://r2:1/", "http://r2:1"]}
     )
-    assert settings.online_peers == ["http://r2:1"]
+    assert settings.online.peers == ["http://r2:1"]

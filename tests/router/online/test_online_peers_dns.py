@@ -153,7 +153,7 @@ async def test_this_router_is_an_error_given_as_a_url_and_quiet_found_by_name() 
 def test_peers_by_name_are_settings_like_backends() -> None:
     given: dict[str, Any] = {"spec": ["http://a:1"], "base": ["http://b:2"], "admin_key": KEY}
     for url in (f"dns+http://{NAME}:8000", f"dns+https://{NAME}:8443"):
-        assert RouterSettings(**given, online_peers=[url]).online_peers == [url]
+        assert RouterSettings(**given, online_peers=[url]).online.peers == [url]
     for bad in (f"dns+http://{NAME}", "ftp://r:1"):
         with pytest.raises(ValidationError, match="peer's"):
             RouterSettings(**given, online_peers=[bad])

@@ -150,7 +150,7 @@ async def test_a_router_in_front_of_a_router_reads_its_load() -> None:
                         break
                     await asyncio.sleep(0.05)
                 assert seen is not None and seen.inflight == 0
-                assert seen.load(state.settings.concurrency_source) == 2
+                assert seen.load(state.settings.routing.concurrency_source) == 2
                 inner_backend = state.roster.backends[0]
                 assert inner_backend.loads_path == "/v1/loads"
                 assert inner_backend.health_path == "/ready"  # its /health: only that it runs

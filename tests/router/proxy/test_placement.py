@@ -10,6 +10,7 @@ from specroute.cli import parser
 from specroute.policies.decision import Decision
 from specroute.policies.placement import LeastLoad, PrefixAffinity
 from specroute.policies.view import BackendView, ConcurrencySource, RequestInfo, View
+from specroute.router.components import placer
 from specroute.router.proxy.request import prefix, request_info
 from specroute.router.settings import RouterSettings
 from specroute.serve_command import given_settings
@@ -131,10 +132,10 @@ def settings(**given: Any) -> RouterSettings:
 def test_the_placement_is_a_setting_and_a_flag() -> None:
     flags = ["serve", "--spec", "http://a:1", "--base", "http://b:1"]
     flags += ["--placement", "prefix-affinity", "--affinity-prefix-bytes", "256"]
-    assert settings(**given_settings(parser().parse_args(flags))).placer() == PrefixAffinity(
+    assert placer(settings(**given_settings(parser().parse_args(flags))).routing) == PrefixAffinity(
         prefix_bytes=256
     )
-    assert settings().placer() == LeastLoad()
+    assert placer(settings().routing) == LeastLoad()
     with pytest.raises(ValueError, match="placement"):
         settings(placement="random")
     with pytest.raises(ValueError, match="affinity_balance_rel"):

@@ -69,13 +69,13 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
 
     given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
     settings = RouterSettings(**given, crossover=4, workers=2)
-    board = Board(2, settings.columns())
+    board = Board(2, settings.backends.columns())
     board.become(1)  # this process is the second worker; the leader publishes on the board
     state = build_state(settings, Workers(board, tmp_path, quota_of(settings)))
     spec = state.roster.backends[0]
     board.publish_verdict(spec.index, True)  # the leader's first round
     state.view()
-    for _ in range(settings.eject_after_failures):
+    for _ in range(settings.health.eject_after_failures):
         assert spec.healthy
         board.publish_verdict(spec.index, False)
         state.view()
@@ -128,7 +128,7 @@ def test_a_worker_routes_by_the_leader_s_crossover_even_when_its_fit_does_not_re
 
     given: dict[str, Any] = {"spec": ["http://127.0.0.1:9"], "base": ["http://127.0.0.1:10"]}
     settings = RouterSettings(**given, crossover=4, workers=2, online=OnlineMode.ADOPT)
-    board = Board(2, settings.columns())
+    board = Board(2, settings.backends.columns())
     board.become(1)
     state = build_state(settings, Workers(board, tmp_path, quota_of(settings)))
     assert not state.online.fitting and state.online.records  # it records; the leader fits

@@ -1,5 +1,7 @@
 """The settings' sources as layers, flags over environment over file, merged as pydantic-settings
-merges them, with a policy's parameters resolved between their two spellings.
+merges them, each setting by its flat spelling whichever a layer used (a file's ``[health]``
+table or its ``health_interval``), with a policy's parameters resolved between their two
+spellings.
 
 A parameter is given in its own table (``--policy-param``, ``SPECROUTE_POLICY_PARAMS``, the
 file's ``[policy.params]``) or, deprecated, as a setting of its own (``--crossover``,
@@ -16,8 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsError
 
 from specroute.policies.registry import FLAT_KEYS
-
-PARAMS = "specroute_policy_params"  # the parameters' table, under its alias (its env name)
+from specroute.router.settings.spelling import PARAMS, flattened, nested
 
 
 class Layers(PydanticBaseSettingsSource):
@@ -34,7 +35,7 @@ class Layers(PydanticBaseSettingsSource):
         merged: dict[str, Any] = {}
         given: set[str] = set()  # parameters given so far, in either spelling
         for layer in self.layers:
-            values = _policy_table(_read(layer))
+            values = _policy_table(flattened(_read(layer)))
             higher = set(given)
             table = values.get(PARAMS)
             if isinstance(table, dict):  # anything else is refused by the field's type
@@ -46,7 +47,7 @@ class Layers(PydanticBaseSettingsSource):
                         del values[key]
                     given.add(key)
             merged = _under(merged, values)
-        return merged
+        return nested(merged)
 
 
 def _read(layer: PydanticBaseSettingsSource) -> dict[str, Any]:
