@@ -98,7 +98,7 @@ lint: $(BIN)/.installed imports
 # resolves it with an import hook), so they read the package from a tree of hard links laid
 # out as installed (import-linter walks real folders, not links to them).
 TREE := build/typecheck
-PACKAGES := bench emulator engines loadgen policies profiler router
+PACKAGES := bench emulator engines loadgen online policies profiler router
 tree:
 	rm -rf $(TREE) && mkdir -p $(TREE)/specroute
 	cp -l specroute/*.py $(TREE)/specroute/

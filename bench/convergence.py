@@ -36,6 +36,10 @@ from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
+from specroute.online.estimator import Online, OnlineMode
+from specroute.online.exploration import Exploration
+from specroute.online.fit import DEFAULT_LEVELS
+from specroute.online.samples import Samples
 from specroute.policies.context_crossover import ContextCrossoverParams, ContextCrossoverPolicy
 from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
 from specroute.policies.policy import Policy
@@ -43,10 +47,6 @@ from specroute.policies.profile import ContextAxis, ContextBucket, Crossover, Pr
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import LiveBands, Pool
 from specroute.router.components import sureness
-from specroute.router.online.estimator import Online, OnlineMode
-from specroute.router.online.exploration import Exploration
-from specroute.router.online.fit import DEFAULT_LEVELS
-from specroute.router.online.samples import Samples
 from specroute.router.settings import RouterSettings
 
 INPUT_LEN, OUTPUT_LEN = 256, 128

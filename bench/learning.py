@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specroute.crossing import Band
+from specroute.online.estimator import Online
+from specroute.online.exploration import Exploration
 from specroute.policies.profile import Profile
 from specroute.policies.view import LiveBands
-from specroute.router.online.estimator import Online
-from specroute.router.online.exploration import Exploration
 
 
 @dataclass

@@ -41,6 +41,8 @@ from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace, TracedRequest
 from specroute.loadgen.trace import Trace
 from specroute.loadgen.trace_loop import IDLE_POLL, TRACE_ENDED
+from specroute.online.exploration import policy_bands
+from specroute.online.samples import Sample
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy, pick
 from specroute.policies.static import AlwaysPolicy
@@ -54,8 +56,6 @@ from specroute.policies.view import (
     View,
 )
 from specroute.router.backends.backend import backend_name
-from specroute.router.online.exploration import policy_bands
-from specroute.router.online.samples import Sample
 from specroute.router.proxy.request import request_info
 
 _PATH = "/v1/chat/completions"

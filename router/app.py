@@ -16,6 +16,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specroute.background import cancel_and_wait
+from specroute.online.estimator import Online, OnlineMode
+from specroute.online.samples import Samples
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
 from specroute.router.admission.auth import Keys, without_credentials
@@ -33,11 +35,9 @@ from specroute.router.observability.access_log import stamp
 from specroute.router.observability.decision_log import DecisionLog
 from specroute.router.observability.lifecycle import Lifecycle
 from specroute.router.observability.tracing import Tracing
-from specroute.router.online.estimator import Online, OnlineMode
 from specroute.router.online.peer_answer import SAMPLES_PATH
 from specroute.router.online.peers import Peers
 from specroute.router.online.rings import Rings
-from specroute.router.online.samples import Samples
 from specroute.router.operator.cache_flush import PATH as FLUSH_PATH
 from specroute.router.operator.cache_flush import flush_cache
 from specroute.router.operator.engine_profile import START as PROFILE_START
@@ -122,12 +122,13 @@ def build_state(
     kept = settings.online.kept()
     off = settings.online.mode is OnlineMode.OFF
     alone = None if off else Rings(1, kept)  # one worker's log of its samples, for peers
+    rings = alone if workers is None else workers.rings
     online = Online(
         settings.online.mode,
         Samples(kept, settings.online.window_seconds),
         sureness(settings.online),
         per_level=settings.online.window_samples,
-        rings=alone if workers is None else workers.rings,
+        rings=rings,
         leads=board.leader,
         source=settings.routing.concurrency_source,
         accept_tolerance=settings.online.accept_tolerance,
@@ -149,7 +150,8 @@ def build_state(
         if rate is None
         else RateLimit(keys, quota, metrics, rate, settings.admission.rate_limit_burst),
         None if (otlp := settings.observability.otlp_traces_endpoint) is None else Tracing(otlp),
-        peers=_peers(settings, metrics, online, kept, resolve),
+        peers=_peers(settings, metrics, online, rings, resolve),
+        rings=rings,
         resolve=resolve,
     )
     state.lifecycle = Lifecycle(listeners(state))
@@ -158,14 +160,19 @@ def build_state(
 
 
 def _peers(
-    settings: RouterSettings, metrics: RouterMetrics, online: Online, kept: int, resolve: Resolve
+    settings: RouterSettings,
+    metrics: RouterMetrics,
+    online: Online,
+    rings: Rings | None,
+    resolve: Resolve,
 ) -> Peers | None:
     """The peer replicas the leader takes samples from, if any are given; their names
     resolved as often as the backends'."""
-    if not settings.online.peers or not online.fitting or online.rings is None:
+    if not settings.online.peers or not online.fitting or rings is None:
         return None
     window, every = settings.online.window_seconds, settings.backends.watch_interval
-    return Peers(settings.online.peers, metrics, online.rings.epoch, window, kept, resolve, every)
+    kept = settings.online.kept()
+    return Peers(settings.online.peers, metrics, rings.epoch, window, kept, resolve, every)
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:

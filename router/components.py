@@ -3,10 +3,10 @@ part of the settings it reads."""
 
 from __future__ import annotations
 
+from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.exploration import Exploration
 from specroute.policies.placement import Placement, placement
 from specroute.router.backends.health import Ejection
-from specroute.router.online.estimator import Online, OnlineMode, Sureness
-from specroute.router.online.exploration import Exploration
 from specroute.router.settings.health import HealthSettings
 from specroute.router.settings.online import OnlineSettings
 from specroute.router.settings.routing import RoutingSettings

@@ -29,8 +29,8 @@ from types import FrameType
 
 from prometheus_client import values
 
+from specroute.online.estimator import OnlineMode
 from specroute.router.admission.quota import Quota
-from specroute.router.online.estimator import OnlineMode
 from specroute.router.online.rings import Rings
 from specroute.router.settings import RouterSettings
 from specroute.router.workers.board import Board

@@ -23,6 +23,8 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
+from specroute.online.estimator import Online
+from specroute.online.exploration import Exploration, policy_bands
 from specroute.policies.decision import Decision
 from specroute.policies.placement import Placement
 from specroute.policies.view import RequestInfo, View
@@ -39,10 +41,9 @@ from specroute.router.metrics import RouterMetrics
 from specroute.router.observability.decision_log import DecisionLog
 from specroute.router.observability.lifecycle import Lifecycle
 from specroute.router.observability.tracing import Tracing
-from specroute.router.online.estimator import Online
-from specroute.router.online.exploration import Exploration, policy_bands
 from specroute.router.online.peers import Peers
 from specroute.router.online.published import published, take
+from specroute.router.online.rings import Rings
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.settings import RouterSettings
 from specroute.router.workers.board import Board
@@ -67,6 +68,7 @@ class RouterState:
     rate_limit: RateLimit | None = None
     tracing: Tracing | None = None  # OpenTelemetry, when otlp_traces_endpoint is set
     peers: Peers | None = None  # the leader's, when online_peers are given
+    rings: Rings | None = None  # the samples each worker recorded (online on), for peers
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
     session: ClientSession | None = None  # health checks, polls, aborts, the model card
     fitter: Executor | None = None  # the online fit's thread, where the router fits

@@ -762,9 +762,9 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     """With ``online = "adopt"`` in the router's config, the router's online estimator and
     its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
+    from specroute.online.estimator import Online, OnlineMode
+    from specroute.online.samples import Samples
     from specroute.router.components import exploration, sureness
-    from specroute.router.online.estimator import Online, OnlineMode
-    from specroute.router.online.samples import Samples
 
     if settings.online.mode is not OnlineMode.ADOPT:
         return None

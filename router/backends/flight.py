@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 
+from specroute.online.estimator import Lived
 from specroute.router.backends.backend import Backend
 from specroute.router.metrics import RouterMetrics
 from specroute.router.protocol.outcome import Outcome
 
-# a request's load integrated over time up to a moment: its own pool's part, and the other
-# pool's on the same GPUs (``Online.lived``)
-Lived = Callable[[float], tuple[float, float]]
 Tail = tuple[bytes, bytes]  # the answer's last two chunks relayed, the last one last
 _USAGE = re.compile(
     rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)'

@@ -7,11 +7,11 @@ import time
 from collections import deque
 from typing import Any
 
+from specroute.online.exploration import EXPLORE
 from specroute.policies.decision import Decision
 from specroute.router.metrics import RouterMetrics
 from specroute.router.observability.lifecycle import Listener
 from specroute.router.observability.record import RequestRecord
-from specroute.router.online.exploration import EXPLORE
 
 
 class DecisionLog(Listener):

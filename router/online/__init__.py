@@ -1,3 +1,3 @@
-"""Online calibration: the samples served requests make, the live curves fitted from them and
-their crossing, exploration, what a worker or a peer replica shares of them, and the live
-profile."""
+"""What the router adds to online calibration's core (``specroute.online``): a served
+request's sample, the rings several workers record in, what the leader publishes of its
+fit, the peer replicas' samples, the live profile and the gauges."""

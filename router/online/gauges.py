@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 
+from specroute.online.estimator import Online
+from specroute.online.fit import LiveFit
 from specroute.policies.profile import Crossover, Profile
-from specroute.router.online.estimator import Online
-from specroute.router.online.fit import LiveFit
 
 _EDGES = ("point", "low", "high")
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specroute.crossing import CONFIDENCE
+from specroute.online.estimator import Online, OnlineMode, Sureness, profiled
+from specroute.online.fit import REPLICATES, Known, Level, LiveCrossing, LiveFit
+from specroute.online.samples import BESIDE_LIMIT
 from specroute.policies.curves import context_curves, curves
 from specroute.policies.profile import SCHEMA, SCHEMA_V2, Profile, parse_profile
 from specroute.policies.view import POOLS, Pool
-from specroute.router.online.estimator import Online, OnlineMode, Sureness, profiled
-from specroute.router.online.fit import REPLICATES, Known, Level, LiveCrossing, LiveFit
-from specroute.router.online.samples import BESIDE_LIMIT
 
 RULE = (
     "the live fit: each level's value is the median TPOT of the requests the router served "

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specroute.online.samples import Sample
 from specroute.policies.view import MAX_CONTEXT, POOLS
-from specroute.router.online.samples import Sample
 
 SAMPLES_PATH = "/router/online/samples"
 

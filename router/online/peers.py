@@ -34,11 +34,11 @@ from typing import Any
 import aiohttp
 import orjson
 
+from specroute.online.samples import Sample
 from specroute.router.admission.auth import without_credentials
 from specroute.router.backends.discovery import Resolve, is_dns, lookup, resolve_ipv4
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online.peer_answer import SAMPLES_PATH, BadAnswer, parse
-from specroute.router.online.samples import Sample
 
 _log = logging.getLogger("specroute.router")
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from specroute.online.estimator import Online
+from specroute.online.fit import Level, LiveCrossing, LiveEdge, LiveFit
 from specroute.policies.view import POOLS, LiveBands
-from specroute.router.online.estimator import Online
-from specroute.router.online.fit import Level, LiveCrossing, LiveEdge, LiveFit
 from specroute.router.workers.sync import IN_THE_FIT
 
 

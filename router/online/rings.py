@@ -27,8 +27,8 @@ import mmap
 import secrets
 import struct
 
+from specroute.online.samples import Sample
 from specroute.policies.view import POOLS
-from specroute.router.online.samples import Sample
 
 # monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown), load beside
 _SLOT = struct.Struct("=7d")

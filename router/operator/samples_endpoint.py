@@ -20,7 +20,7 @@ from specroute.router.state import RouterState
 
 
 async def online_samples_endpoint(request: web.Request, state: RouterState) -> web.Response:
-    rings, settings = state.online.rings, state.settings
+    rings, settings = state.rings, state.settings
     if not state.online.records or rings is None:
         return error_response(409, "Online calibration is off: this router records no samples.")
     try:

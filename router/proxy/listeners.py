@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from specroute.online.estimator import Online
 from specroute.router.backends.flight import Flight
 from specroute.router.backends.verdicts import Verdicts
 from specroute.router.observability.access_log import AccessLog
 from specroute.router.observability.lifecycle import Listener
 from specroute.router.observability.record import RequestRecord
 from specroute.router.observability.spans import Spans
-from specroute.router.online.estimator import Online
+from specroute.router.online.served import sample_of
 from specroute.router.protocol.asked import Asked
 from specroute.router.state import RouterState
 
@@ -47,8 +48,8 @@ class Breakers(Listener):
 
 
 class OnlineSamples(Listener):
-    """An answered stream's sample (``Online.served``), with its server's live accept
-    length at its end as the poll last read it (unknown past ``stale_after``)."""
+    """An answered stream's sample (``sample_of``), with its server's live accept length
+    at its end as the poll last read it (unknown past ``stale_after``)."""
 
     def __init__(self, online: Online, stale_after: float) -> None:
         self.online, self.stale_after = online, stale_after
@@ -56,7 +57,8 @@ class OnlineSamples(Listener):
     def landed(self, record: RequestRecord, flight: Flight) -> None:
         if self.online.records:
             accept = flight.backend.accept_length(self.stale_after, time.monotonic())
-            self.online.served(flight, flight.joined, accept)
+            if (sample := sample_of(flight, accept)) is not None:
+                self.online.record(sample)
 
 
 class RidsSent(Listener):

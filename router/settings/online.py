@@ -7,8 +7,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from specroute.online.estimator import ACCEPT_TOLERANCE, KEPT_PER_LEVEL, OnlineMode
 from specroute.router.backends.discovery import SCHEMES, is_dns
-from specroute.router.online.estimator import ACCEPT_TOLERANCE, KEPT_PER_LEVEL, OnlineMode
 
 
 class OnlineSettings(BaseModel):

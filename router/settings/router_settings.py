@@ -27,9 +27,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from specroute.online.estimator import OnlineMode
 from specroute.policies.decision import PolicyError
 from specroute.policies.registry import FLAT_KEYS, checked, entry
-from specroute.router.online.estimator import OnlineMode
 from specroute.router.settings.admission import AdmissionSettings
 from specroute.router.settings.backends import BackendSettings
 from specroute.router.settings.health import HealthSettings

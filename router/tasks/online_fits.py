@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 
 from specroute.crossing import Band
+from specroute.online.exploration import policy_bands
+from specroute.online.samples import Sample
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, up_to
-from specroute.router.online.exploration import policy_bands
-from specroute.router.online.samples import Sample
 from specroute.router.state import RouterState
 
 _log = logging.getLogger("specroute.router")

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-PACKAGES = ("bench", "emulator", "engines", "loadgen", "policies", "profiler", "router")
+PACKAGES = tuple(  # each folder that installs as specroute.<folder>
+    folder
+    for name, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].items()
+    if name != "specroute"
+)
 LINTER = Path(sys.executable).parent / "lint-imports"
 
 

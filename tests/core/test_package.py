@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("bench", "emulator", "policies", "profiler", "router")
+PARTS = ("bench", "emulator", "online", "policies", "profiler", "router")
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,14 @@ import pytest
 from prometheus_client import generate_latest
 from pydantic import ValidationError
 
+from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.exploration import EXPLORE, Exploration
+from specroute.online.samples import Sample, Samples
 from specroute.policies.decision import Decision
 from specroute.policies.profile import up_to
 from specroute.policies.view import POOLS, BackendView, Pool, RequestInfo, View
 from specroute.router.app import build_state
 from specroute.router.components import exploration
-from specroute.router.online.estimator import Online, OnlineMode, Sureness
-from specroute.router.online.exploration import EXPLORE, Exploration
-from specroute.router.online.samples import Sample, Samples
 from specroute.router.settings import RouterSettings
 
 SERVERS: dict[str, Any] = {"spec": ["http://spec:1"], "base": ["http://base:2"]}

@@ -24,13 +24,13 @@ from specroute.cli import main
 from specroute.emulator.predict import as_profile, predict
 from specroute.loadgen.spawn import spawned
 from specroute.model_flags import config_from_flags
+from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.samples import Sample, Samples
 from specroute.policies.curves import context_curves, curves
 from specroute.policies.profile import load_profile, parse_profile
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
-from specroute.router.online.estimator import Online, OnlineMode, Sureness
 from specroute.router.online.live_profile import LiveProfileRefused, Serving, live_profile
-from specroute.router.online.samples import Sample, Samples
 from specroute.router.operator.openapi import document as openapi
 from tests.emulators import running_emulator
 from tests.router.online.test_online import (

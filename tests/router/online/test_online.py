@@ -15,15 +15,15 @@ from prometheus_client import generate_latest
 
 from specroute.background import cancel_and_wait
 from specroute.crossing import bands, crossing, log_margin
+from specroute.online import estimator as online_module
+from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.fit import LiveCrossing, LiveFit, fit
+from specroute.online.samples import Sample, Samples
 from specroute.policies.profile import Profile, parse_profile, up_to
 from specroute.policies.registry import build_policy
 from specroute.policies.view import BackendView, RequestInfo, View
 from specroute.router.app import build_state
-from specroute.router.online import estimator as online_module
-from specroute.router.online.estimator import Online, OnlineMode, Sureness
-from specroute.router.online.fit import LiveCrossing, LiveFit, fit
 from specroute.router.online.rings import Rings
-from specroute.router.online.samples import Sample, Samples
 from specroute.router.processes import Workers, quota_of
 from specroute.router.settings import RouterSettings
 from specroute.router.state import RouterState

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from specroute.online.estimator import ACCEPT_TOLERANCE, Online, OnlineMode, Sureness
+from specroute.online.samples import Sample, Samples, taught_elsewhere
 from specroute.policies.view import BackendView, View
 from specroute.router.app import build_state
-from specroute.router.online.estimator import ACCEPT_TOLERANCE, Online, OnlineMode, Sureness
 from specroute.router.online.live_profile import Serving, live_profile
 from specroute.router.online.peer_answer import answer, parse
 from specroute.router.online.published import published, take
 from specroute.router.online.rings import Rings
-from specroute.router.online.samples import Sample, Samples, taught_elsewhere
 from specroute.router.settings import RouterSettings
 
 MIN = 8  # live samples a level counts with

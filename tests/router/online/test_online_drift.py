@@ -23,11 +23,11 @@ from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
+from specroute.online.estimator import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.online.exploration import Exploration
+from specroute.online.samples import Samples
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
-from specroute.router.online.estimator import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
-from specroute.router.online.exploration import Exploration
-from specroute.router.online.samples import Samples
 from tests.profiler.test_bench import run
 
 MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")

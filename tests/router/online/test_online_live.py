@@ -20,8 +20,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from specroute.emulator.predict import as_profile, predict
 from specroute.loadgen.lag import clock, lag
 from specroute.model_flags import config_from_flags
+from specroute.online.samples import Sample
 from specroute.policies.view import Pool
-from specroute.router.online.samples import Sample
 from specroute.router.serve import short_turns
 from specroute.router.tasks.online_fits import fit_now
 from tests.emulator.test_emulator_api import CHAT, client

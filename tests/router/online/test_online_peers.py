@@ -22,12 +22,12 @@ from prometheus_client import generate_latest
 
 from specroute.cli import main
 from specroute.loadgen.spawn import free_port
+from specroute.online.samples import Sample, Samples, beside_other
 from specroute.router.app import create_app
 from specroute.router.backends.discovery import Resolve, resolve_ipv4
 from specroute.router.http.runner import RouterRunner
 from specroute.router.online.peer_answer import SAMPLES_PATH, answer, parse
 from specroute.router.online.rings import Rings
-from specroute.router.online.samples import Sample, Samples, beside_other
 from specroute.router.settings import RouterSettings
 from specroute.router.state import STATE, RouterState
 from specroute.router.tasks.online_fits import fit_now

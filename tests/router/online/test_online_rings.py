@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.samples import Sample, Samples
 from specroute.policies.view import POOLS
-from specroute.router.online.estimator import Online, OnlineMode, Sureness
 from specroute.router.online.rings import Rings
-from specroute.router.online.samples import Sample, Samples
 
 FORK = multiprocessing.get_context("fork")  # inherited, as the workers inherit theirs
 

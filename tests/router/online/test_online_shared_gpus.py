@@ -19,12 +19,12 @@ from specroute.emulator.predict import as_profile, predict
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
+from specroute.online.estimator import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.online.fit import Level
+from specroute.online.samples import Samples, beside_other
 from specroute.policies.curves import curves
 from specroute.policies.profile import Profile, parse_profile
 from specroute.policies.registry import build_policy
-from specroute.router.online.estimator import KEPT_PER_LEVEL, Online, OnlineMode, Sureness
-from specroute.router.online.fit import Level
-from specroute.router.online.samples import Samples, beside_other
 
 MODEL = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
 LEVELS = [1, 2, 4, 6, 8, 12, 16, 24]

@@ -86,10 +86,10 @@ def test_a_worker_applies_the_leader_s_verdicts_at_its_next_decision(tmp_path: P
 def test_the_leader_s_online_fit_reaches_another_worker_whole(tmp_path: Path) -> None:
     """The same ``LiveFit``s, drift, crossover, topology and status: what another worker
     shows and routes by is the leader's fit, not one of its own."""
+    from specroute.online.estimator import Online, OnlineMode, Sureness
+    from specroute.online.samples import Samples
     from specroute.policies.profile import parse_profile
-    from specroute.router.online.estimator import Online, OnlineMode, Sureness
     from specroute.router.online.published import published, take
-    from specroute.router.online.samples import Samples
     from tests.router.online.test_online import dense, profile_of, served
 
     profile = parse_profile(profile_of(dense(1 / 16), (16.0, 32.0)))
@@ -120,8 +120,8 @@ def test_a_worker_routes_by_the_leader_s_crossover_even_when_its_fit_does_not_re
 ) -> None:
     from prometheus_client import generate_latest
 
+    from specroute.online.estimator import OnlineMode
     from specroute.router.app import build_state
-    from specroute.router.online.estimator import OnlineMode
     from specroute.router.processes import Workers, quota_of
     from specroute.router.settings import RouterSettings
     from specroute.router.workers.sync import ONLINE_FILE
@@ -148,9 +148,9 @@ def test_live_bands_reach_another_worker_through_the_fit_and_fail_closed_without
     """Bands (a mixture-of-experts pair's) are no crossover the board can hold: it points to
     the fit, the other worker routes by the bands written there, and when the fit does not
     read it routes by the profile's, never by what it does not have."""
-    from specroute.router.online.estimator import Online, OnlineMode, Sureness
+    from specroute.online.estimator import Online, OnlineMode, Sureness
+    from specroute.online.samples import Samples
     from specroute.router.online.published import published, take
-    from specroute.router.online.samples import Samples
     from specroute.router.workers.sync import IN_THE_FIT, ONLINE_FILE
     from tests.router.online.test_online import MOE_ROUTED, moe, served
 

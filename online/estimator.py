@@ -57,17 +57,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 from specroute.crossing import CONFIDENCE, Band, first_top
-from specroute.policies.curves import Curves, context_curves, curves
-from specroute.policies.profile import Crossover, Profile, ProfileError, up_to
-from specroute.policies.view import ConcurrencySource, LiveBands, Pool
-from specroute.router.backends.flight import Flight, Lived, usage
-from specroute.router.online.fit import (
+from specroute.online.fit import (
     DEFAULT_LEVELS,
     Known,
     Live,
@@ -77,15 +73,16 @@ from specroute.router.online.fit import (
     fit,
     nearest,
 )
-from specroute.router.online.rings import Rings
-from specroute.router.online.samples import (
+from specroute.online.samples import (
     BESIDE_LIMIT,
     Sample,
     Samples,
     beside_other,
     taught_elsewhere,
 )
-from specroute.router.protocol.outcome import Outcome
+from specroute.policies.curves import Curves, context_curves, curves
+from specroute.policies.profile import Crossover, Profile, ProfileError, up_to
+from specroute.policies.view import ConcurrencySource, LiveBands, Pool
 
 _log = logging.getLogger("specroute.router")
 
@@ -159,6 +156,23 @@ class Sureness:
         low, high = _span(found.low, found.high, found.at, found.bound, found.limit)
         threshold = adopted.threshold
         return threshold is not None and low <= threshold <= high
+
+
+# the load a request lived through up to a moment: its own pool's part and the other
+# pool's beside it on the same GPUs, each integrated over time
+Lived = Callable[[float], tuple[float, float]]
+
+
+class SharedSamples(Protocol):
+    """Where each worker records its own samples, and the leader takes the others' from
+    (the router's rings in shared memory)."""
+
+    @property
+    def workers(self) -> int: ...
+
+    def add(self, sample: Sample) -> None: ...
+
+    def fresh(self) -> list[Sample]: ...
 
 
 class ServerLoad(Protocol):
@@ -248,7 +262,7 @@ class Online:
         samples: Samples,
         sureness: Sureness,
         per_level: int | None = None,
-        rings: Rings | None = None,
+        rings: SharedSamples | None = None,
         leads: bool = True,
         source: ConcurrencySource = ConcurrencySource.ROUTER,
         accept_tolerance: float = ACCEPT_TOLERANCE,
@@ -326,31 +340,9 @@ class Online:
             )
         return lambda now: (sum([b.lived(now) for b in own]), sum([b.lived(now) for b in other]))
 
-    def served(self, flight: Flight, joined: int, accept_length: float | None = None) -> None:
-        """At the request's end: one sample, if it makes one, at the mean load it decoded
-        under (``joined`` without the load lived through since its first byte), with the
-        other pool's part of it and its server's live accept length now (None: unknown; the
-        plain pool's is not kept)."""
-        if not self.records or flight.outcome is not Outcome.ANSWERED or flight.status != 200:
-            return
-        if not flight.stream or flight.first_at is None:
-            return
-        tokens = usage(flight.tail).get("completion_tokens")
-        if tokens is None or tokens < 2:
-            return
-        now = time.monotonic()
-        tpot = (now - flight.first_at) / (tokens - 1)
-        load, beside = float(joined), 0.0
-        if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
-            (own, other), (own_first, other_first) = flight.lived(now), flight.lived_first
-            load = (own + other - own_first - other_first) / (now - flight.first_at)
-            beside = (other - other_first) / (now - flight.first_at)
-        pool = flight.backend.pool
-        accept = accept_length if pool == "spec" else None
-        self.record(Sample(now, pool, load, tpot, flight.context, accept, beside))
-
     def record(self, sample: Sample) -> None:
-        """One served request's sample (what ``served`` takes; an offline replay, too)."""
+        """One served request's sample (``router.online.served`` makes it from a request;
+        an offline replay, from its own)."""
         if not self.records:
             return
         if self.rings is not None:

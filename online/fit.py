@@ -42,9 +42,9 @@ from specroute.crossing import (
     percentile_interval,
     snapped,
 )
+from specroute.online.samples import Sample
 from specroute.policies.profile import up_to
 from specroute.policies.view import POOLS, Pool
-from specroute.router.online.samples import Sample
 
 DEFAULT_LEVELS: tuple[float, ...] = tuple(float(2**i) for i in range(10))  # 1 to 512
 REPLICATES = 400

@@ -56,11 +56,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specroute.crossing import Band
+from specroute.online.estimator import Online
+from specroute.online.fit import LiveCrossing
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy
 from specroute.policies.view import BackendView, Pool, View
-from specroute.router.online.estimator import Online
-from specroute.router.online.fit import LiveCrossing
 
 EXPLORE = "explore"  # the decision's reason
 # decisions it may turn: a crossover's, a profile's bands' (a calibrated profile writes its

@@ -1,0 +1,34 @@
+"""A served request's online sample: at the mean load it decoded under, with the other
+pool's part of it, its time per output token and its server's accept length at its end."""
+
+from __future__ import annotations
+
+import time
+
+from specroute.online.samples import Sample
+from specroute.router.backends.flight import Flight, usage
+from specroute.router.protocol.outcome import Outcome
+
+
+def sample_of(flight: Flight, accept_length: float | None) -> Sample | None:
+    """The sample ``flight`` makes at its end, if it makes one: an answered stream of two
+    tokens or more. Its load is the one it joined without the load lived through since its
+    first byte; ``accept_length``: its server's live one now (None: unknown; the plain
+    pool's is not kept)."""
+    if flight.outcome is not Outcome.ANSWERED or flight.status != 200:
+        return None
+    if not flight.stream or flight.first_at is None:
+        return None
+    tokens = usage(flight.tail).get("completion_tokens")
+    if tokens is None or tokens < 2:
+        return None
+    now = time.monotonic()
+    tpot = (now - flight.first_at) / (tokens - 1)
+    load, beside = float(flight.joined), 0.0
+    if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
+        (own, other), (own_first, other_first) = flight.lived(now), flight.lived_first
+        load = (own + other - own_first - other_first) / (now - flight.first_at)
+        beside = (other - other_first) / (now - flight.first_at)
+    pool = flight.backend.pool
+    accept = accept_length if pool == "spec" else None
+    return Sample(now, pool, load, tpot, flight.context, accept, beside)
