@@ -38,6 +38,19 @@ from specroute.router.observability.tracing import Tracing
 from specroute.router.online.peer_answer import SAMPLES_PATH
 from specroute.router.online.peers import Peers
 from specroute.router.online.rings import Rings
+from specroute.router.operator.answers import (
+    Alive,
+    BackendShown,
+    BreakerShown,
+    LiveConcurrency,
+    ModelList,
+    PolicyShown,
+    ProfilePosted,
+    ProfileShown,
+    Ready,
+    RouterStatus,
+    WorkerShown,
+)
 from specroute.router.operator.cache_flush import PATH as FLUSH_PATH
 from specroute.router.operator.cache_flush import flush_cache
 from specroute.router.operator.engine_profile import START as PROFILE_START
@@ -353,11 +366,11 @@ async def _models(request: web.Request) -> web.Response:
                     cards.setdefault(card.get("id"), card)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             state.metrics.upstream_errors.labels(backend=backend.name, kind="models").inc()
-    return web.json_response({"object": "list", "data": list(cards.values())})
+    return web.json_response(ModelList(data=list(cards.values())).model_dump(mode="json"))
 
 
 async def _health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response(Alive().model_dump())
 
 
 async def _openapi(request: web.Request) -> web.Response:
@@ -371,7 +384,7 @@ async def _ready(request: web.Request) -> web.Response:
         return error_response(503, "draining", "service_unavailable")
     if not any(b.healthy for b in state.roster.backends):
         return error_response(503, "no healthy backend", "service_unavailable")
-    return web.json_response({"status": "ready"})
+    return web.json_response(Ready().model_dump())
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -383,52 +396,49 @@ async def _status(request: web.Request) -> web.Response:
     state = request.app[STATE]
     view, in_force = state.view(), state.in_force
     policy, profile = in_force.policy, in_force.profile
-    return web.json_response(
-        {
-            "policy": {"name": policy.name, "parameters": policy.describe()},
-            "worker": {"index": state.board.worker, "of": state.board.workers},
-            "front": state.settings.http.front,  # what serves the proxied paths
-            "concurrency_source": str(view.source),
-            "live_concurrency": {
-                "total": view.load(),
-                "spec": view.load("spec"),
-                "base": view.load("base"),
-            },
-            "profile": None
-            if profile is None
-            else {
-                "source": in_force.source,
-                "created": profile.created,
-                "age_seconds": profile.age_seconds(),
-                "loaded_seconds_ago": time.time() - in_force.loaded_at,
-                "crossover": profile.raw.get("crossover"),
-                "contexts": list(profile.contexts),  # what it was measured at, KV tokens a request
-                "note": profile.crossover.note,
-            },
-            "backends": [
-                {
-                    "name": b.name,
-                    "url": without_credentials(b.url),
-                    "pool": b.pool,
-                    "group": b.group,
-                    "healthy": b.healthy,
-                    "breaker": b.breaker.describe(),
-                    "inflight": b.inflight,
-                    "kv_tokens_inflight": v.kv_tokens,
-                    "running": v.running,
-                    "queued": v.queued,
-                    "accept_length": v.accept_length,
-                    "accept_length_age_seconds": v.accept_length_age,
-                }
-                for b, v in zip(state.roster.backends, view.backends, strict=True)
-            ],
-            "online": state.online.describe(time.monotonic())
-            | {"exploration": None if (e := state.exploration) is None else e.describe()},
-            "recent_decisions": list(state.decisions.recent),
-            "tasks": len(asyncio.all_tasks()),  # a leak shows here first
-            "draining": state.draining,
-        }
+    status = RouterStatus(
+        policy=PolicyShown(name=policy.name, parameters=policy.describe()),
+        worker=WorkerShown(index=state.board.worker, of=state.board.workers),
+        front=state.settings.http.front,
+        concurrency_source=str(view.source),
+        live_concurrency=LiveConcurrency(
+            total=view.load(), spec=view.load("spec"), base=view.load("base")
+        ),
+        profile=None
+        if profile is None
+        else ProfileShown(
+            source=in_force.source,
+            created=profile.created,
+            age_seconds=profile.age_seconds(),
+            loaded_seconds_ago=time.time() - in_force.loaded_at,
+            crossover=profile.raw.get("crossover"),
+            contexts=list(profile.contexts),
+            note=profile.crossover.note,
+        ),
+        backends=[
+            BackendShown(
+                name=b.name,
+                url=without_credentials(b.url),
+                pool=b.pool,
+                group=b.group,
+                healthy=b.healthy,
+                breaker=BreakerShown(**b.breaker.describe()),
+                inflight=b.inflight,
+                kv_tokens_inflight=v.kv_tokens,
+                running=v.running,
+                queued=v.queued,
+                accept_length=v.accept_length,
+                accept_length_age_seconds=v.accept_length_age,
+            )
+            for b, v in zip(state.roster.backends, view.backends, strict=True)
+        ],
+        online=state.online.describe(time.monotonic())
+        | {"exploration": None if (e := state.exploration) is None else e.describe()},
+        recent_decisions=list(state.decisions.recent),
+        tasks=len(asyncio.all_tasks()),
+        draining=state.draining,
     )
+    return web.json_response(status.model_dump(mode="json"))
 
 
 async def _swap_profile(request: web.Request) -> web.Response:
@@ -442,9 +452,8 @@ async def _swap_profile(request: web.Request) -> web.Response:
         return error_response(400, f"The profile was not loaded: {exc}")
     policy, profile = state.in_force.policy, state.in_force.profile
     assert profile is not None
-    return web.json_response(
-        {
-            "policy": {"name": policy.name, "parameters": policy.describe()},
-            "profile": {"created": profile.created, "crossover": profile.raw["crossover"]},
-        }
+    posted = ProfilePosted(
+        policy=PolicyShown(name=policy.name, parameters=policy.describe()),
+        profile={"created": profile.created, "crossover": profile.raw["crossover"]},
     )
+    return web.json_response(posted.model_dump(mode="json"))

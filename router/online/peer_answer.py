@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from specroute.online.samples import Sample
-from specroute.policies.view import MAX_CONTEXT, POOLS
+from specroute.policies.view import MAX_CONTEXT, POOLS, Pool
 
 SAMPLES_PATH = "/router/online/samples"
 
@@ -41,24 +43,42 @@ class PeerAnswer:
     dropped: int  # the rows that did not
 
 
+class SampleRow(BaseModel):
+    age: float = Field(description="Seconds since the request ended.")
+    pool: Pool
+    load: float = Field(description="The mean load it decoded under.")
+    tpot: float = Field(description="Seconds per output token.")
+    context: int = Field(description="Its estimated KV tokens while it decoded.")
+    accept_length: float | None = Field(description="Its server's at its end; null: unknown.")
+    beside: float | None = Field(description="The other pool's load on its GPUs.")
+
+
+class SamplesAnswer(BaseModel):
+    """``GET /router/online/samples``: this replica's own samples since a cursor."""
+
+    epoch: str = Field(description="The rings'; a new one when the replica starts again.")
+    next: str = Field(description="The cursor to ask from next time (`after`).")
+    samples: list[SampleRow]
+
+
 def answer(epoch: str, cursor: str, samples: Sequence[Sample], now: float) -> dict[str, Any]:
-    """The answer to a peer: ``samples`` (monotonic times) as ages at ``now``."""
-    return {
-        "epoch": epoch,
-        "next": cursor,
-        "samples": [
-            {
-                "age": max(0.0, now - s.at),
-                "pool": s.pool,
-                "load": s.load,
-                "tpot": s.tpot,
-                "context": s.context,
-                "accept_length": s.accept_length,
-                "beside": s.beside if math.isfinite(s.beside) else None,
-            }
-            for s in samples
-        ],
-    }
+    """The answer to a peer: ``samples`` (monotonic times) as ages at ``now``, checked
+    against its model as it goes."""
+    rows = [
+        {
+            "age": max(0.0, now - s.at),
+            "pool": s.pool,
+            "load": s.load,
+            "tpot": s.tpot,
+            "context": s.context,
+            "accept_length": s.accept_length,
+            "beside": s.beside if math.isfinite(s.beside) else None,
+        }
+        for s in samples
+    ]
+    done = {"epoch": epoch, "next": cursor, "samples": rows}
+    SamplesAnswer.model_validate(done)
+    return done
 
 
 def parse(document: object, received: float, max_age: float) -> PeerAnswer:

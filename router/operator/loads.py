@@ -21,13 +21,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from aiohttp import web
 
 from specroute.policies.view import BackendView, ConcurrencySource
 from specroute.release import release
 from specroute.router.admission.auth import without_credentials
+from specroute.router.operator.answers import LoadEntry, LoadsAggregate, LoadsAnswer, Speculative
 from specroute.router.protocol.errors import error_response
 from specroute.router.state import RouterState
 from specroute.router.workers.board import Reading
@@ -61,22 +61,21 @@ async def loads(request: web.Request, state: RouterState) -> web.Response:
     if form == "prometheus":
         return web.Response(text=_text(entries), content_type="text/plain", charset="utf-8")
     queued = state.admission.quota.queued()
-    running = sum(e["num_running_reqs"] for e in entries)
-    waiting = sum(e["num_waiting_reqs"] for e in entries) + queued
-    return web.json_response(
-        {
-            "timestamp": datetime.now(UTC).isoformat(),
-            "version": f"{VERSION}{release()}",
-            "dp_rank_count": len(entries),
-            "loads": entries,
-            "aggregate": {
-                "total_running_reqs": running,
-                "total_waiting_reqs": waiting,
-                "total_reqs": running + waiting,
-                "router_waiting_reqs": queued,
-            },
-        }
+    running = sum(e.num_running_reqs for e in entries)
+    waiting = sum(e.num_waiting_reqs for e in entries) + queued
+    answer = LoadsAnswer(
+        timestamp=datetime.now(UTC).isoformat(),
+        version=f"{VERSION}{release()}",
+        dp_rank_count=len(entries),
+        loads=entries,
+        aggregate=LoadsAggregate(
+            total_running_reqs=running,
+            total_waiting_reqs=waiting,
+            total_reqs=running + waiting,
+            router_waiting_reqs=queued,
+        ),
     )
+    return web.json_response(answer.model_dump(mode="json", exclude_none=True))
 
 
 def _asked(query: Mapping[str, str]) -> tuple[str, frozenset[str], int | None] | web.Response:
@@ -111,35 +110,33 @@ def _entry(
     reading: Reading | None,
     source: ConcurrencySource,
     sections: frozenset[str],
-) -> dict[str, Any]:
+) -> LoadEntry:
     load = b.load(source)
     waiting = 0 if b.running is None else min(b.queued or 0, load)
     used = b.kv_tokens if reading is None or reading.used_tokens is None else reading.used_tokens
-    entry: dict[str, Any] = {
-        "dp_rank": rank,
-        "worker": without_credentials(url),
-        "pool": b.pool,
-        "healthy": b.healthy,
-        "timestamp": time.time(),
-        "num_running_reqs": load - waiting,
-        "num_waiting_reqs": waiting,
-        "num_used_tokens": used,
-    }
-    if b.max_running_requests is not None:
-        entry["max_running_requests"] = b.max_running_requests
-    if reading is not None and reading.max_tokens:  # the KV cache's size, and its use
-        entry["max_total_num_tokens"] = reading.max_tokens
-        entry["token_usage"] = used / reading.max_tokens
-    if "spec" in sections and b.accept_length is not None:
-        entry["speculative"] = {"accept_length": b.accept_length}
-    return entry
+    size = None if reading is None or not reading.max_tokens else reading.max_tokens
+    accept = b.accept_length if "spec" in sections else None
+    return LoadEntry(
+        dp_rank=rank,
+        worker=without_credentials(url),
+        pool=b.pool,
+        healthy=b.healthy,
+        timestamp=time.time(),
+        num_running_reqs=load - waiting,
+        num_waiting_reqs=waiting,
+        num_used_tokens=used,
+        max_running_requests=b.max_running_requests,
+        max_total_num_tokens=size,
+        token_usage=None if size is None else used / size,  # the KV cache's size, and its use
+        speculative=None if accept is None else Speculative(accept_length=accept),
+    )
 
 
-def _text(entries: list[dict[str, Any]]) -> str:
+def _text(loads: list[LoadEntry]) -> str:
     """SGLang's Prometheus form: a gauge a number, one sample a rank, a section's fields
     named after it (``speculative`` as ``spec``)."""
     samples: dict[str, list[str]] = {}
-    for entry in entries:
+    for entry in (load.model_dump(exclude_none=True) for load in loads):
         rank = entry["dp_rank"]
         fields = [(f"sglang_{k}", v) for k, v in entry.items() if k not in ("dp_rank", "timestamp")]
         fields += [(f"sglang_spec_{k}", v) for k, v in entry.get("speculative", {}).items()]

@@ -1,18 +1,45 @@
 """The router's own endpoints as an OpenAPI 3.1 document, served at ``GET /openapi.json``.
 
-Static: it says what the router accepts and answers, never its state. The proxied bodies
-pass through to SGLang byte for byte, so they are described by the fields the router
-reads (to route, to set a deadline, to abort by name) and leave every other field open.
+Static: it says what the router accepts and answers, never its state. The router's own
+answers are described by the models its handlers build them with (``answers.py``, the
+error in ``protocol/errors.py``, the peers' samples in ``online/peer_answer.py``), their
+schemas generated from those models. The proxied bodies pass through to SGLang byte for
+byte, so they are described by the fields the router reads (to route, to set a deadline,
+to abort by name) and leave every other field open.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
 from specroute.release import release
+from specroute.router.online.peer_answer import SamplesAnswer
+from specroute.router.operator.answers import (
+    Alive,
+    LoadsAnswer,
+    ModelList,
+    ProfilePosted,
+    Ready,
+    RouterStatus,
+)
+from specroute.router.protocol.errors import Error
 
 _JSON = "application/json"
-_ERROR = {"$ref": "#/components/schemas/Error"}
+_REF = "#/components/schemas/{model}"
+_ERROR = {"$ref": _REF.format(model="Error")}
+_ANSWERS: tuple[type[BaseModel], ...] = (
+    Error,
+    Alive,
+    Ready,
+    ModelList,
+    LoadsAnswer,
+    RouterStatus,
+    ProfilePosted,
+    SamplesAnswer,
+)
 _BACKEND_ERROR = {"$ref": "#/components/schemas/BackendError"}
 _CLIENT: list[dict[str, list[str]]] = [{"clientKey": []}, {"adminKey": []}]  # either serves
 _ERRORS = {
@@ -246,47 +273,46 @@ def _abort() -> dict[str, Any]:
 
 
 def _schemas() -> dict[str, Any]:
-    return {**_error_schemas(), **_request_schemas(), "Profile": _profile_schema()}
-
-
-def _error_schemas() -> dict[str, Any]:
-    """The router's OpenAI-shaped error, and SGLang's that it relays."""
     return {
-        "Error": _object(
-            {
-                "error": {
-                    "type": "object",
-                    "required": ["message", "type", "code"],
-                    "properties": {
-                        "message": {"type": "string"},
-                        "type": {"type": "string"},
-                        "param": {"type": ["string", "null"]},
-                        "code": {"type": ["integer", "string"]},
-                    },
-                }
-            },
-            ["error"],
-        ),
-        "BackendError": {
-            "description": "SGLang's refusal: flat on its OpenAI endpoints, nested in "
-            "`error` on `/generate`.",
-            "oneOf": [
-                _object(
-                    {
-                        "object": {"const": "error"},
-                        "message": {"type": "string"},
-                        "type": {"type": "string"},
-                        "param": {"type": ["string", "null"]},
-                        "code": {"type": "integer"},
-                    },
-                    ["message", "type", "code"],
-                ),
-                _object(
-                    {"error": _object({"message": {"type": "string"}}, ["message"])}, ["error"]
-                ),
-            ],
-        },
+        **_answer_schemas(),
+        "BackendError": _backend_error(),
+        **_request_schemas(),
+        "Profile": _profile_schema(),
     }
+
+
+def _backend_error() -> dict[str, Any]:
+    """SGLang's error, which the router relays as it came."""
+    return {
+        "description": "SGLang's refusal: flat on its OpenAI endpoints, nested in "
+        "`error` on `/generate`.",
+        "oneOf": [
+            _object(
+                {
+                    "object": {"const": "error"},
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": "integer"},
+                },
+                ["message", "type", "code"],
+            ),
+            _object({"error": _object({"message": {"type": "string"}}, ["message"])}, ["error"]),
+        ],
+    }
+
+
+def _answer_schemas() -> dict[str, Any]:
+    """The router's own answers, from the models its handlers build them with; each named
+    by its model, the models inside them too."""
+    _, found = models_json_schema(
+        [(model, "serialization") for model in _ANSWERS], ref_template=_REF
+    )
+    return dict(found["$defs"])
+
+
+def _answer(model: type[BaseModel]) -> dict[str, Any]:
+    return {_JSON: {"schema": {"$ref": _REF.format(model=model.__name__)}}}
 
 
 def _request_schemas() -> dict[str, Any]:
@@ -367,38 +393,11 @@ def _profile_schema() -> dict[str, Any]:
 
 def _loads() -> dict[str, Any]:
     """SGLang's ``/v1/loads``, the router's backends in place of its ranks."""
-    entry = _object(
-        {
-            "dp_rank": {"type": "integer", "description": "The backend's place in the router."},
-            "worker": {"type": "string"},
-            "pool": {"enum": ["spec", "base"]},
-            "healthy": {"type": "boolean"},
-            "num_running_reqs": {"type": "integer"},
-            "num_waiting_reqs": {"type": "integer", "description": "As the backend reported."},
-            "num_used_tokens": {
-                "type": "integer",
-                "description": "The KV cache's tokens in use, as the backend last reported "
-                "them; else the router's estimate of its requests' context there.",
-            },
-            "max_total_num_tokens": {
-                "type": "integer",
-                "description": "The KV cache's size in tokens, where the backend reports it.",
-            },
-            "token_usage": {"type": "number", "description": "The first over the second."},
-            "max_running_requests": {"type": "integer"},
-            "speculative": _object({"accept_length": {"type": "number"}}),
-        },
-        ["dp_rank", "num_running_reqs", "num_waiting_reqs"],
-    )
-    answer = _object(
-        {"dp_rank_count": {"type": "integer"}, "loads": {"type": "array", "items": entry}},
-        ["loads"],
-    )
     operation: dict[str, Any] = _get(
         "The load the router routes by, one entry a backend, in SGLang's shape: running plus "
         "waiting is the backend's load by `concurrency_source`; `aggregate` adds the "
         "requests waiting in the router's queue",
-        {_JSON: {"schema": answer}, "text/plain": {"schema": {"type": "string"}}},
+        {**_answer(LoadsAnswer), "text/plain": {"schema": {"type": "string"}}},
         400,
         401,
     )
@@ -445,22 +444,6 @@ def _live_profile() -> dict[str, Any]:
 
 
 def _online_samples() -> dict[str, Any]:
-    row = _object(
-        {
-            "age": {"type": "number", "minimum": 0, "description": "Seconds before the answer."},
-            "pool": {"enum": ["spec", "base"]},
-            "load": {"type": "number", "minimum": 0},
-            "tpot": {"type": "number", "exclusiveMinimum": 0, "description": "Seconds."},
-            "context": {"type": "integer", "minimum": 0},
-            "accept_length": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "description": "Its server's live accept length at its end; null when "
-                "unknown, and for the plain pool. Optional: a row without it reads as unknown.",
-            },
-        },
-        ["age", "pool", "load", "tpot", "context"],
-    )
     return {
         "get": {
             "summary": "This router's own online samples since a cursor, for its peer "
@@ -482,18 +465,7 @@ def _online_samples() -> dict[str, Any]:
                 "200": {
                     "description": "`epoch` (new at each start), `next` (the cursor to ask "
                     "from next) and `samples`, each with its age at the answer.",
-                    "content": {
-                        _JSON: {
-                            "schema": _object(
-                                {
-                                    "epoch": {"type": "string"},
-                                    "next": {"type": "string"},
-                                    "samples": {"type": "array", "items": row},
-                                },
-                                ["epoch", "next", "samples"],
-                            )
-                        }
-                    },
+                    "content": _answer(SamplesAnswer),
                 },
                 "400": {
                     "description": "The cursor does not read.",
@@ -562,11 +534,7 @@ def _operator_paths() -> dict[str, Any]:
     """Every other path: models, the servers' info and asks, probes, the router's own."""
     status = 'The status as JSON: see the serving guide, "Seeing what it does".'
     return {
-        "/v1/models": _get(
-            "The healthy backends' models",
-            {_JSON: {"schema": _object({"object": {"const": "list"}, "data": {"type": "array"}})}},
-            401,
-        ),
+        "/v1/models": _get("The healthy backends' models", _answer(ModelList), 401),
         "/v1/models/{model}": _model(),
         "/server_info": _server_info("The server's arguments and live state"),
         "/get_server_info": _server_info("The server's arguments and live state"),
@@ -578,24 +546,18 @@ def _operator_paths() -> dict[str, Any]:
         "/stop_profile": _stop_profile(),
         "/v1/loads": _loads(),
         "/get_loads": _loads(),
-        "/health": _get("Alive", {_JSON: {"schema": {"type": "object"}}}, open_=True),
+        "/health": _get("Alive", _answer(Alive), open_=True),
         "/ready": _get(
-            "Ready: a backend is healthy and no shutdown began",
-            {_JSON: {"schema": {"type": "object"}}},
-            503,
-            open_=True,
+            "Ready: a backend is healthy and no shutdown began", _answer(Ready), 503, open_=True
         ),
         "/health_generate": _get(
-            "SGLang's probe name: the same answer as `/ready`",
-            {_JSON: {"schema": {"type": "object"}}},
-            503,
-            open_=True,
+            "SGLang's probe name: the same answer as `/ready`", _answer(Ready), 503, open_=True
         ),
         "/metrics": _get(
             "Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}, open_=True
         ),
         "/openapi.json": _get("This document", {_JSON: {"schema": {"type": "object"}}}, open_=True),
-        "/router/status": _get(status, {_JSON: {"schema": {"type": "object"}}}, 401),
+        "/router/status": _get(status, _answer(RouterStatus), 401),
         "/router/profile": {
             "post": {
                 "summary": "Route by this profile from the next request on; none in flight "
@@ -608,7 +570,7 @@ def _operator_paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "The policy and profile now in force.",
-                        "content": {_JSON: {"schema": {"type": "object"}}},
+                        "content": _answer(ProfilePosted),
                     },
                     **_errors(400, 401, 403, 408, 413),
                 },

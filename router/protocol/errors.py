@@ -5,19 +5,33 @@ from __future__ import annotations
 import json
 
 from aiohttp import web
+from pydantic import BaseModel
 
 from specroute.router.protocol.request_id import current
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: int | str  # OpenAI's name for the error where it has one, else the HTTP status
+    request_id: str | None = None  # the request's, when the error came while handling one
+
+
+class Error(BaseModel):
+    """Every error the router answers itself, OpenAI's shape."""
+
+    error: ErrorDetail
 
 
 def error_json(
     message: str, err_type: str, code: int | str, param: str | None = None
 ) -> dict[str, object]:
     """OpenAI's shape; made while a request is handled, it names the request's id too."""
-    error: dict[str, object] = {"message": message, "type": err_type, "param": param, "code": code}
-    rid = current()
-    if rid is not None:
-        error["request_id"] = rid
-    return {"error": error}
+    detail = ErrorDetail(message=message, type=err_type, param=param, code=code)
+    if (rid := current()) is not None:
+        detail.request_id = rid
+    return Error(error=detail).model_dump(exclude_unset=True)
 
 
 def error_response(
