@@ -25,7 +25,7 @@ def _answered(answer: dict[str, Any]) -> str:
 
 def _type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in schema:
         return " | ".join(_type(s) for s in schema["anyOf"])
     if schema.get("type") == "array":
