@@ -147,12 +147,27 @@ def fairness_warnings(spec: dict[str, Any] | None, base: dict[str, Any] | None) 
 
 
 def fairness_notes(spec: dict[str, Any] | None, base: dict[str, Any] | None) -> list[str]:
-    """What could not be compared, said once and quietly: no finding, a limit of the check."""
-    return [
+    """What could not be compared, said once and quietly: no finding, a limit of the check;
+    and what the curves measured mean when the speculative server adapts its own depth."""
+    notes = [
         f"{name}: {info[PARTIAL]}"
         for name, info in (("spec", spec), ("base", base))
         if info is not None and PARTIAL in info
     ]
+    if spec is not None and spec.get("speculative_adaptive") is True:
+        notes.append(adaptive_note(spec.get("speculative_adaptive_config")))
+    return notes
+
+
+def adaptive_note(schedule: object) -> str:
+    """What a calibration against an adaptive speculative server measures."""
+    named = f"its schedule {schedule}" if schedule else "SGLang's default schedule"
+    return (
+        f"spec: adaptive speculation (--speculative-adaptive, {named}): its depth falls with "
+        "its batch, so its curve is the adaptive server's and the crossover measured is where "
+        "it stops beating the plain server, not where EAGLE-3 at a fixed depth does; to "
+        "route a fixed-depth pair, calibrate a server without --speculative-adaptive"
+    )
 
 
 def banner(warnings: list[str]) -> str:

@@ -50,6 +50,8 @@ _SERVER_KEYS = (
     "speculative_num_steps",
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
+    "speculative_adaptive",  # SGLang 0.5.23's own switching of its depth by batch
+    "speculative_adaptive_config",  # its schedule's file; None: SGLang's default
     "async_scheduling",
     "engine",
     "emulator",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specroute.loadgen.fairness import adaptive_note
+
 
 def interval_text(ci: list[float | None]) -> str:
     """A crossover's interval in words: an open end reads "at least" or "at most"."""
@@ -264,6 +266,11 @@ def _setup(profile: dict[str, Any]) -> list[str]:
     """The workload and the servers measured."""
     workload = profile["workload"]
     spec, base = profile["servers"]["spec"], profile["servers"]["base"]
+    adaptive = (
+        [f"- {adaptive_note(spec.get('speculative_adaptive_config'))}."]
+        if spec.get("speculative_adaptive") is True
+        else []
+    )
     return [
         "",
         f"Workload: {workload.get('kind')} ({workload.get('source')}), mean "
@@ -272,6 +279,7 @@ def _setup(profile: dict[str, Any]) -> list[str]:
         f"Servers: spec {spec.get('url')} ({spec.get('speculative_algorithm')}, max running "
         f"{spec.get('max_running_requests')}), base {base.get('url')} (max running "
         f"{base.get('max_running_requests')}).",
+        *adaptive,
         "",
     ]
 

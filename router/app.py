@@ -396,6 +396,7 @@ async def _status(request: web.Request) -> web.Response:
     state = request.app[STATE]
     view, in_force = state.view(), state.in_force
     policy, profile = in_force.policy, in_force.profile
+    stale, now = state.settings.health.stale_after, time.monotonic()
     status = RouterStatus(
         policy=PolicyShown(name=policy.name, parameters=policy.describe()),
         worker=WorkerShown(index=state.board.worker, of=state.board.workers),
@@ -429,10 +430,11 @@ async def _status(request: web.Request) -> web.Response:
                 queued=v.queued,
                 accept_length=v.accept_length,
                 accept_length_age_seconds=v.accept_length_age,
+                spec_depth=None if (r := b.reading(stale, now)) is None else r.spec_depth,
             )
             for b, v in zip(state.roster.backends, view.backends, strict=True)
         ],
-        online=state.online.describe(time.monotonic())
+        online=state.online.describe(now)
         | {"exploration": None if (e := state.exploration) is None else e.describe()},
         recent_decisions=list(state.decisions.recent),
         tasks=len(asyncio.all_tasks()),

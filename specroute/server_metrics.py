@@ -25,7 +25,11 @@ _SUMMED = {
     "used_tokens": ("sglang:num_used_tokens",),
     "max_tokens": ("sglang:max_total_num_tokens",),
 }
-_AVERAGED = {"accept_length_gauge": ("sglang:spec_accept_length",)}
+_AVERAGED = {
+    "accept_length_gauge": ("sglang:spec_accept_length",),
+    # an adaptive server's draft depth now (--speculative-adaptive moves it by load)
+    "spec_depth": ("sglang:spec_num_steps",),
+}
 _WANTED = {n for names in (_SUMMED | _AVERAGED).values() for n in names}
 
 
@@ -42,6 +46,7 @@ class BackendStats:
     max_running: float | None = None  # from /v1/loads
     used_tokens: float | None = None  # the KV cache's tokens in use
     max_tokens: float | None = None  # and its size (SGLang's ``max_total_num_tokens``)
+    spec_depth: float | None = None  # the draft depth in use, SGLang's ``spec_num_steps``
     engine: str | None = None  # "sglang" or "vllm", by the names of its metrics
 
     @property

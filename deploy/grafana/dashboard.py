@@ -176,13 +176,22 @@ def latency() -> Panels:
             query("specroute:profile_accept_length", "profile"),
         ],
     )
+    depth = graph(
+        "Draft depth of each speculative server",
+        "The draft depth each speculative server runs at now (SGLang's spec_num_steps, as "
+        "the router last read it). Fixed unless the server adapts it itself "
+        "(--speculative-adaptive), which moves it with its batch; 0 drafts nothing. An "
+        "accept length is read at the depth it was made at.",
+        "short",
+        [query("specroute_backend_spec_depth", "{{backend}}")],
+    )
     duration = graph(
         "Request duration by pool",
         "From the request to the end of the answer, measured in the router.",
         "s",
         quantiles("specroute_request_duration_seconds", "pool"),
     )
-    return [ttft, tpot, accept, duration]
+    return [ttft, tpot, accept, depth, duration]
 
 
 def online() -> Panels:

@@ -130,7 +130,9 @@ class Backend:
             self._accept = (accept, at)
         self._previous = stats
         counts = stats.running, stats.queued, stats.max_running, stats.used_tokens, stats.max_tokens
-        self.board.publish_reading(self.index, counts, self._accept, stats.engine, at, believed_for)
+        self.board.publish_reading(
+            self.index, counts, self._accept, stats.engine, at, believed_for, stats.spec_depth
+        )
 
     @property
     def aborts_by_rid(self) -> bool:

@@ -115,6 +115,10 @@ class BackendShown(BaseModel):
     queued: int | None
     accept_length: float | None
     accept_length_age_seconds: float | None
+    spec_depth: float | None = Field(
+        description="The draft depth it runs at now, as its last reading said (SGLang's "
+        "spec_num_steps; an adaptive server's moves with its batch); null: not reported."
+    )
 
 
 class RouterStatus(BaseModel):

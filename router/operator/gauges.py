@@ -151,6 +151,12 @@ class StateGauges(Collector):
             "Accept length over the last polling window, from counter deltas.",
             labels=["backend"],
         )
+        depth = GaugeMetricFamily(
+            "specroute_backend_spec_depth",
+            "The draft depth the backend runs at now (SGLang's sglang:spec_num_steps): an "
+            "adaptive server's (--speculative-adaptive) moves with its batch, 0 drafting none.",
+            labels=["backend"],
+        )
         for b in self.state.roster.backends:
             b.show_level()  # this worker's, now; the others' as they last showed it
             up, worst = b.healthy, b.board.worst_level(b.index)
@@ -165,7 +171,8 @@ class StateGauges(Collector):
                 (running, reading.running),
                 (queued, reading.queued),
                 (accept, reading.accept_length),
+                (depth, reading.spec_depth),
             ):
                 if value is not None:
                     family.add_metric([b.name], value)
-        yield from (inflight, kv_tokens, healthy, breaker, running, queued, accept)
+        yield from (inflight, kv_tokens, healthy, breaker, running, queued, accept, depth)

@@ -52,8 +52,9 @@ _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
 _LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
 _OTHERS_FLOATS = 4  # per backend: the others' requests integrated, held now, since, until
-_FLOATS = 10  # per backend: running, queued, capacity, the router's in flight, accept length,
-# its time, the engine, the reading's time, the KV cache's tokens in use and its size
+_FLOATS = 11  # per backend: running, queued, capacity, the router's in flight, accept length,
+# its time, the engine, the reading's time, the KV cache's tokens in use and its size, the
+# draft depth in use
 _ENGINES = (None, "sglang", "vllm")
 # a reading's counts: running, queued, capacity, the KV cache's tokens in use, its size
 Counts = tuple[float | None, float | None, float | None, float | None, float | None]
@@ -75,6 +76,7 @@ class Reading:
     at: float  # monotonic time of the scrape (the clock is the machine's, not the process's)
     used_tokens: int | None = None  # the KV cache's tokens in use, as the backend says
     max_tokens: int | None = None  # the KV cache's size in tokens
+    spec_depth: float | None = None  # the draft depth in use (an adaptive server's moves)
 
 
 class Board:
@@ -255,12 +257,14 @@ class Board:
         engine: str | None,
         at: float,
         believed_for: float = math.inf,
+        depth: float | None = None,
     ) -> None:
         """What the leader read: running, queued and capacity, and the KV cache's tokens in
         use and its size, the live accept length and its time, the engine, the
-        time; with the router's requests in flight there now, and the other routers'
-        requests it implies, held until ``believed_for`` seconds after."""
+        time, the draft depth in use; with the router's requests in flight there now, and
+        the other routers' requests it implies, held until ``believed_for`` seconds after."""
         f, i = self._floats, backend * _FLOATS
+        f[i + 10] = _or_none(depth)
         f[i], f[i + 1], f[i + 2], f[i + 8], f[i + 9] = (_or_none(c) for c in counts)
         inflight = self.inflight(backend)
         f[i + 3] = inflight
@@ -313,7 +317,8 @@ class Board:
             tokens = _count(f[i + 8]), _count(f[i + 9])
             engine = _ENGINES[int(f[i + 6])]
             accept = _value(f[i + 4]), f[i + 5]
-            last = Reading(*counts, int(f[i + 3]), *accept, engine, at, *tokens)
+            depth = _value(f[i + 10])
+            last = Reading(*counts, int(f[i + 3]), *accept, engine, at, *tokens, depth)
             self._last[backend] = last
         return last
 

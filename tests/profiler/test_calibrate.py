@@ -17,7 +17,7 @@ from specroute.crossing import crossing, log_margin
 from specroute.emulator.predict import predict
 from specroute.policies.profile import load_profile
 from tests.emulators import emulator_config
-from tests.processes import emulator_pair
+from tests.processes import emulator_pair, specroute
 from tests.routers import running_router
 
 # time scale, highest level, prompt tokens: fast, yet slow enough for one Python client to
@@ -118,3 +118,38 @@ async def test_calibrated_interval_contains_the_predicted_crossover(
     assert "below about" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "crossover.png").read_bytes()[:4] == b"\x89PNG"
     assert load_profile(out).crossover.value == crossover["value"] == routed_by
+
+
+async def test_a_calibration_against_an_adaptive_server_says_what_it_measured(
+    tmp_path: Path,
+) -> None:
+    """Against a server that adapts its own depth (``--speculative-adaptive``), calibrate
+    says so where it runs, in the profile's servers and in the report: the curve measured is
+    the adaptive server's, not a fixed depth's."""
+    schedule = tmp_path / "adaptive.json"
+    schedule.write_text(
+        json.dumps({"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 1]}})
+    )
+    flags = ("--time-scale", "0.05", "--stream-interval", "16", "--max-running-requests", "16")
+    adaptive = ("--speculative-adaptive", "--speculative-adaptive-config", str(schedule))
+    out, report = tmp_path / "profile.json", tmp_path / "report.md"
+    async with (
+        specroute("emulate", "--mode", "spec", *flags, *adaptive) as (spec, _),
+        specroute("emulate", "--mode", "base", *flags) as (base, _),
+    ):
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "specroute", "calibrate", "--spec", spec, "--base", base),
+            *("-o", str(out), "--report", str(report), "--repeats", "1", "--budget", "1"),
+            *("--max-concurrency", "8", "--input-len", "128", "--output-len", "32"),
+            stdout=PIPE,
+            stderr=STDOUT,
+        )
+        output = (await process.communicate())[0].decode()
+    assert process.returncode == 0, output
+    assert "adaptive speculation" in output and str(schedule) in output
+    servers = json.loads(out.read_text())["servers"]
+    assert servers["spec"]["speculative_adaptive"] is True
+    assert servers["spec"]["speculative_adaptive_config"] == str(schedule)
+    assert servers["base"].get("speculative_adaptive") is not True
+    said = " ".join(report.read_text().split())
+    assert "adaptive speculation (--speculative-adaptive, its schedule" in said

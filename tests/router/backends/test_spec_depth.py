@@ -1,0 +1,55 @@
+"""An adaptive speculative server's draft depth (SGLang's ``sglang:spec_num_steps``, which
+``--speculative-adaptive`` moves with the batch) as the router reads it: each backend's in
+``/router/status`` and in ``specroute_backend_spec_depth``, beside a server that keeps its
+depth fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import aiohttp
+
+from specroute import prometheus
+from tests.emulators import FAST, running_emulator
+from tests.routers import running_router
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Path) -> None:
+    schedule = tmp_path / "adaptive.json"  # depth 0 at every batch: drafting nothing
+    schedule.write_text(json.dumps({"1": {"candidate_steps": [0], "warmup_batches": 0}}))
+    adaptive = ("--mode", "spec", *FAST, "--speculative-adaptive")
+    async with AsyncExitStack() as stack:
+        zero = await stack.enter_async_context(
+            running_emulator(*adaptive, "--speculative-adaptive-config", str(schedule))
+        )
+        fixed = await stack.enter_async_context(running_emulator("--mode", "spec", *FAST))
+        base = await stack.enter_async_context(running_emulator("--mode", "base", *FAST))
+        url, _ = await stack.enter_async_context(
+            running_router(
+                spec=[zero, fixed], base=[base], given_params={"crossover": 8}, poll_interval=0.1
+            )
+        )
+        async with aiohttp.ClientSession() as s:
+            for server in (zero, fixed):  # a request each: their depth is set by a batch
+                async with s.post(f"{server}/v1/chat/completions", json=CHAT) as r:
+                    assert r.status == 200
+            for _ in range(100):
+                async with s.get(f"{url}/router/status") as r:
+                    shown = {b["url"]: b["spec_depth"] for b in (await r.json())["backends"]}
+                if shown[zero] == 0 and shown[fixed]:  # read after the batch that set it
+                    break
+                await asyncio.sleep(0.1)
+            async with s.get(f"{url}/metrics") as r:
+                text = await r.text()
+    assert shown[zero] == 0 and shown[fixed] is not None and shown[fixed] >= 1, shown
+    exported = {
+        sample.labels["backend"]: sample.value
+        for sample in prometheus.samples(text, ["specroute_backend_spec_depth"])
+    }
+    assert exported[f"spec:{zero.removeprefix('http://')}"] == 0
+    assert exported[f"spec:{fixed.removeprefix('http://')}"] == shown[fixed]
