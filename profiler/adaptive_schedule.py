@@ -12,16 +12,28 @@ speculative server runs; the schedule reads it as a batch size, the same count w
 server decodes. What the schedule cannot hold: a profile's context axis (SGLang's slots know
 batch sizes only; the top-level crossover is written), and routing itself: one server with
 this schedule still batches every request together, at whatever depth its batch size says.
+
+vLLM takes the same kind of schedule (``num_speculative_tokens_per_batch_size`` in its
+``--speculative-config``): inclusive ranges of batch sizes from 1, each with its number of
+speculative tokens, the last carried on past its end. It looks a batch's size up as it is,
+with no padding to a captured size, so its ranges follow the bands' edges exactly.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from specroute.crossing import Band
 from specroute.emulator.adaptive import slots, spec_graph_batch_sizes
 from specroute.policies.profile import Profile, ProfileError
+
+_NEVER = (
+    "speculation paid at no load the profile measured: serve without speculation (a "
+    "schedule of depth 0 throughout pays for the draft at every step and drafts nothing; "
+    "SGLang starts an adaptive server only at a depth its schedule offers)"
+)
 
 
 def settings_of(profile: Profile) -> tuple[int | None, int | None]:
@@ -43,19 +55,24 @@ def resolved(
 ) -> tuple[int, int]:
     """The depth and the largest captured batch a schedule is written for: those given, else
     the profile's; a ``ProfileError`` where neither says."""
-    measured_steps, measured_graphs = settings_of(profile)
-    steps = steps if steps is not None else measured_steps
-    graph_max_bs = graph_max_bs if graph_max_bs is not None else measured_graphs
+    graph_max_bs = graph_max_bs if graph_max_bs is not None else settings_of(profile)[1]
+    if graph_max_bs is None or graph_max_bs < 1:
+        raise ProfileError(
+            "the profile does not say the speculative server's cuda_graph_max_bs: give it"
+        )
+    return depth_of(profile, steps), graph_max_bs
+
+
+def depth_of(profile: Profile, steps: int | None = None) -> int:
+    """The depth where speculation pays: the one given, else the profile's; a
+    ``ProfileError`` where neither says."""
+    steps = steps if steps is not None else settings_of(profile)[0]
     if steps is None or steps < 1:
         raise ProfileError(
             "the profile does not say the speculative server's speculative_num_steps: give "
             "the depth it was calibrated at"
         )
-    if graph_max_bs is None or graph_max_bs < 1:
-        raise ProfileError(
-            "the profile does not say the speculative server's cuda_graph_max_bs: give it"
-        )
-    return steps, graph_max_bs
+    return steps
 
 
 def adaptive_schedule(
@@ -74,7 +91,45 @@ def adaptive_schedule(
             schedule[str(size)] = {"candidate_steps": [steps if pays else 0]}
             last = pays
     slots(schedule)  # as SGLang would read it
+    if not any(entry["candidate_steps"] == [steps] for entry in schedule.values()):
+        raise ProfileError(_NEVER)
     return schedule
+
+
+def vllm_schedule(profile: Profile, steps: int) -> list[list[int]]:
+    """The schedule as vLLM's ``num_speculative_tokens_per_batch_size``: ``[start, end,
+    tokens]`` ranges of batch sizes from 1, ``steps`` where speculation pays and 0 elsewhere,
+    up to past the last edge (the last range's count goes on above it)."""
+    bands = profile.crossover.bands
+    edges = [e for band in bands for e in band if e is not None and math.isfinite(e)]
+    top = max([1, *(math.floor(e) + 1 for e in edges)])
+    ranges: list[list[int]] = []
+    for size in range(1, top + 1):
+        tokens = steps if _inside(size, bands) else 0
+        if ranges and ranges[-1][2] == tokens:
+            ranges[-1][1] = size
+        else:
+            ranges.append([size, size, tokens])
+    if not any(tokens for _, _, tokens in ranges):
+        raise ProfileError(_NEVER)
+    return ranges
+
+
+def started_with(path: str, steps: int) -> str:
+    """How to start SGLang's speculative server with the schedule at ``path``: it refuses
+    a ``--speculative-num-steps`` that is not one of the schedule's depths."""
+    return (
+        f"start the speculative server with --speculative-adaptive "
+        f"--speculative-adaptive-config {path} --speculative-num-steps {steps}"
+    )
+
+
+def vllm_started_with(schedule: list[list[int]], steps: int) -> str:
+    """How to start vLLM's speculative server with ``schedule``: in its speculative config,
+    beside the method and draft it already has."""
+    config = {"num_speculative_tokens": steps, "num_speculative_tokens_per_batch_size": schedule}
+    said = json.dumps(config)[1:-1]
+    return f'start vLLM with --speculative-config \'{{"method": ..., "model": ..., {said}}}\''
 
 
 def describe(schedule: dict[str, Any], graph_max_bs: int) -> str:

@@ -78,7 +78,15 @@ def add_adaptive_config(sub: Subcommands) -> None:
         "--cuda-graph-max-bs",
         type=int,
         metavar="N",
-        help="the server's largest captured batch (default: as the profile records it)",
+        help="SGLang: the server's largest captured batch (default: as the profile records it)",
+    )
+    adaptive.add_argument(
+        "--engine",
+        choices=("sglang", "vllm"),
+        default="sglang",
+        help="sglang (default): its --speculative-adaptive-config file; vllm: the list of "
+        "[first, last, tokens] batch-size ranges its --speculative-config takes as "
+        "num_speculative_tokens_per_batch_size",
     )
     adaptive.set_defaults(handler=_adaptive_config)
 
@@ -88,17 +96,31 @@ def _adaptive_config(args: argparse.Namespace) -> int:
     import sys
 
     from specroute.policies.profile import load_profile
-    from specroute.profiler.adaptive_schedule import adaptive_schedule, describe, resolved
+    from specroute.profiler.adaptive_schedule import (
+        adaptive_schedule,
+        depth_of,
+        describe,
+        resolved,
+        started_with,
+        vllm_schedule,
+        vllm_started_with,
+    )
 
     profile = load_profile(args.profile)
-    steps, graphs = resolved(profile, args.steps, args.cuda_graph_max_bs)
-    schedule = adaptive_schedule(profile, steps, graphs)
-    text = json.dumps(schedule, indent=2) + "\n"
+    if args.engine == "vllm":
+        steps = depth_of(profile, args.steps)
+        ranges = vllm_schedule(profile, steps)
+        text, said = json.dumps(ranges) + "\n", vllm_started_with(ranges, steps)
+    else:
+        steps, graphs = resolved(profile, args.steps, args.cuda_graph_max_bs)
+        schedule = adaptive_schedule(profile, steps, graphs)
+        text = json.dumps(schedule, indent=2) + "\n"
+        said = f"{describe(schedule, graphs)}\n{started_with(args.output or 'FILE', steps)}"
     if args.output is None:
         sys.stdout.write(text)
     else:
         Path(args.output).write_text(text)
-    print(describe(schedule, graphs), file=sys.stderr)
+    print(said, file=sys.stderr)
     return 0
 
 

@@ -10,7 +10,11 @@ from typing import Literal
 
 from specroute.emulator.accept_schedule import parse_schedule
 from specroute.emulator.acceptance import Acceptance, AcceptanceError, accept_rate, parse_rules
-from specroute.emulator.adaptive import SKIP_ZERO_STEP_DRAFT_EXTEND, read_schedule
+from specroute.emulator.adaptive import (
+    SKIP_ZERO_STEP_DRAFT_EXTEND,
+    candidate_depths,
+    read_schedule,
+)
 from specroute.emulator.config import EmulatorConfig
 from specroute.emulator.faults import parse_faults
 from specroute.emulator.hardware import load_hardware
@@ -158,6 +162,7 @@ def emulator_config(
     args: argparse.Namespace, mode: Literal["spec", "base"] | None = None
 ) -> EmulatorConfig:
     """One emulated server's settings from ``emulate`` or ``bench compare --offline`` flags."""
+    _adaptive_depth_offered(args, mode or getattr(args, "mode", None) or "base")
     hardware = load_hardware(args.hardware)
     steps = args.speculative_num_steps or hardware.speculative_num_steps
     if args.accept_rate is not None:
@@ -230,6 +235,21 @@ def _fraction(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
     return value
+
+
+def _adaptive_depth_offered(args: argparse.Namespace, mode: str) -> None:
+    """SGLang's check at a speculative server's start: the depth given
+    (``--speculative-num-steps``) is one its adaptive schedule offers, or it refuses to
+    start, in its words."""
+    steps = getattr(args, "speculative_num_steps", None)
+    if mode != "spec" or not getattr(args, "speculative_adaptive", False) or steps is None:
+        return
+    offered = candidate_depths(read_schedule(getattr(args, "speculative_adaptive_config", None)))
+    if steps not in offered:
+        raise ValueError(
+            f"--speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+            f"{offered}. Pass one of those values."
+        )
 
 
 def _schedule_file(path: str | None) -> str | None:

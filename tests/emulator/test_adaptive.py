@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from specroute.cli import main
+from specroute.cli import main, parser
 from specroute.emulator.acceptance import Acceptance, accept_rate, accepted_drafts
 from specroute.emulator.adaptive import (
     DEFAULT_SCHEDULE,
@@ -27,6 +28,7 @@ from specroute.emulator.adaptive import (
 )
 from specroute.emulator.engine import Engine, Sequence
 from specroute.emulator.hardware import load_hardware
+from specroute.model_flags import emulator_config
 from specroute.policies.profile import ProfileError, load_profile
 from specroute.profiler.adaptive_schedule import adaptive_schedule, settings_of
 from tests.emulators import FAST, running_emulator
@@ -269,3 +271,53 @@ def test_a_profile_that_does_not_say_its_depth_needs_one(tmp_path: Path) -> None
         == 0
     )
     assert candidate_depths(json.loads(out.read_text())) == [0, 4]
+
+
+def test_a_profile_where_speculation_never_pays_is_no_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Speculation paying at no load: no schedule is written (SGLang would start it only at
+    depth 0, drafting nothing at the draft's cost), and the command says why."""
+    data = json.loads((RESULTS / "llama-crossover.json").read_text())
+    data["crossover"] |= {"value": None, "ci": None, "bound": "below", "bands": []}
+    never = tmp_path / "never.json"
+    never.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="speculation paid at no load"):
+        adaptive_schedule(load_profile(never))
+    assert main(["adaptive-config", str(never), "-o", str(tmp_path / "out.json")]) == 2
+    assert "serve without speculation" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_written_schedule_says_how_to_start_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "adaptive.json"
+    assert main(["adaptive-config", str(RESULTS / "llama-crossover.json"), "-o", str(path)]) == 0
+    said = capsys.readouterr().err
+    assert f"--speculative-adaptive-config {path} --speculative-num-steps 3" in said
+
+
+@pytest.mark.parametrize(("steps", "starts"), [("3", True), ("2", False)])
+def test_the_emulator_starts_only_at_a_depth_the_schedule_offers_as_sglang_does(
+    steps: str, starts: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SGLang refuses to start an adaptive server whose ``--speculative-num-steps`` is not
+    one of its schedule's depths, in these words (seen on its CPU engine); so does the
+    emulator."""
+    schedule = tmp_path / "adaptive.json"
+    schedule.write_text(json.dumps({"1": {"candidate_steps": [0, 3]}}))
+    flags = ["--mode", "spec", "--speculative-adaptive", "--speculative-num-steps", steps]
+    flags += ["--speculative-adaptive-config", str(schedule)]
+    parsed = parser().parse_args(["emulate", *flags])
+    if starts:
+        assert emulator_config(parsed).speculative_adaptive
+        return
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "--speculative-num-steps=2 is not in the adaptive config candidate_steps [0, 3]. "
+            "Pass one of those values."
+        ),
+    ):
+        emulator_config(parsed)

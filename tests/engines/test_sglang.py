@@ -4,11 +4,11 @@ process; and an EAGLE-3 server on a draft made locally.
 
 A stage of its own (``pytest -m sglang tests/engines/test_sglang.py``), skipped with the reason
 when ``make sglang-env`` has not been run. The two servers start once for the module
-(45-90 s); calibrate runs once for the two tests that read its profile, one of which
-serves real traffic for about a minute to compare the router's live estimate with it; one
-test starts an EAGLE-3 server of its own, and the last kills the speculative server and
-starts it again. About 5-7 minutes on a 2-core machine; the bound below fails the stage
-past 10.
+(45-90 s); calibrate runs once for the tests that read its profile, one of which serves
+real traffic for about a minute to compare the router's live estimate with it; one test
+starts an EAGLE-3 server of its own, one starts EAGLE-3 servers with SGLang's adaptive
+speculation (about 95 s), and the last kills the speculative server and starts it again.
+About 6-9 minutes on a 2-core machine; the bound below fails the stage past 10.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import sys
@@ -35,6 +36,7 @@ from openai import AsyncOpenAI
 from openai.types.responses import ResponseCompletedEvent, ResponseIncompleteEvent
 
 from specroute import prometheus
+from specroute.cli import parser
 from specroute.engines.sglang_cpu import (
     SERVED_NAME,
     Engine,
@@ -49,6 +51,7 @@ from specroute.loadgen.client import request_body
 from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
+from specroute.model_flags import emulator_config
 from specroute.server_metrics import (
     BackendStats,
     parse,
@@ -760,6 +763,91 @@ async def test_an_eagle3_server_with_a_local_draft_gives_the_plain_servers_token
             assert drafted["output_ids"] == plain["output_ids"], prompt
             assert drafted["meta_info"]["spec_verify_ct"] > 0
             print(f"EAGLE-3: {drafted['meta_info']['spec_accept_length']:.2f} tokens a step")
+
+
+# SGLang's adaptive speculation builds a runtime state for each depth it may take; with
+# decode CUDA graphs on it builds a graph runner for each, which the CPU attention backend
+# cannot (``init_cuda_graph_state`` raises NotImplementedError): off, as the CPU engine runs
+# without them anyway. Its gauges (the depth among them) move at each decode log interval.
+ADAPTIVE = ("--speculative-adaptive", "--disable-cuda-graph", "--decode-log-interval", "4")
+
+
+async def _depth_read(router: str, server: str) -> tuple[float, dict[str, Any]]:
+    """The server's depth now, once the router's status shows the same for it (and an
+    accept length), with the backend as the status shows it."""
+    for _ in range(60):
+        depths = prometheus.values(await _metrics_text(server), ["sglang:spec_num_steps"])
+        shown = _backend(await _status(router), server)
+        depth = depths.get("sglang:spec_num_steps", [None])[0]
+        if depth is not None and shown["spec_depth"] == depth and shown["accept_length"]:
+            return depth, shown
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the router never showed the depth {depth}: {shown}")
+
+
+@pytest.mark.skipif(missing("EAGLE3") is not None, reason=f"{missing('EAGLE3')}")
+async def test_an_adaptive_eagle3_server_behind_the_router(
+    servers: tuple[Engine, Engine],
+    calibrated: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """SGLang 0.5.23's own adaptive speculation on its CPU engine, with its default schedule
+    and with one that specroute wrote from a calibration (the stage's, speculating at every
+    load: on these cores it pays at none, and no schedule is written from that): greedy
+    tokens equal the plain server's; the router reads its depth and accept length as the
+    server exports them; the server reports the schedule written and runs at its depth. A
+    schedule without the server's depth is refused at start, in the words the emulator
+    uses too."""
+    _, base = servers
+    paying = tmp_path / "paying.json"
+    paying.write_text(json.dumps(_forced(calibrated[1], "spec")))
+    schedule = tmp_path / "adaptive.json"
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "specroute", "adaptive-config", str(paying)),
+        *("-o", str(schedule), "--steps", "3", "--cuda-graph-max-bs", "32"),
+        stdout=PIPE,
+        stderr=STDOUT,
+    )
+    said = (await process.communicate())[0].decode()
+    assert process.returncode == 0, said
+    assert "--speculative-num-steps 3" in said
+    written = json.loads(schedule.read_text())
+    assert {d for slot in written.values() for d in slot["candidate_steps"]} == {3}
+    zero = tmp_path / "zero.json"
+    zero.write_text(json.dumps({"1": {"candidate_steps": [0]}}))
+    refused = EngineSettings(
+        algorithm="EAGLE3", extra=(*ADAPTIVE, "--speculative-adaptive-config", str(zero))
+    )
+    with pytest.raises(RuntimeError) as start:
+        async with engine("spec", free_port(), refused):
+            pass
+    theirs = "--speculative-num-steps=3 is not in the adaptive config candidate_steps [0]."
+    assert theirs in str(start.value)
+    emulated = ("emulate", "--mode", "spec", "--speculative-num-steps", "3", *ADAPTIVE[:1])
+    ours = parser().parse_args([*emulated, "--speculative-adaptive-config", str(zero)])
+    with pytest.raises(ValueError, match=re.escape(theirs)):
+        emulator_config(ours)
+    for config in (None, schedule):
+        more = () if config is None else ("--speculative-adaptive-config", str(config))
+        settings = EngineSettings(algorithm="EAGLE3", extra=(*ADAPTIVE, *more))
+        async with engine("spec", free_port(), settings) as eagle:
+            info = await _get(eagle.url + "/server_info")
+            assert info["speculative_adaptive"] is True, info
+            assert info["speculative_adaptive_config"] == (None if config is None else str(config))
+            drafted, plain = await asyncio.gather(
+                _generate(eagle.url, PROMPTS[0], 48), _generate(base.url, PROMPTS[0], 48)
+            )
+            assert drafted["output_ids"] == plain["output_ids"]
+            flags = _router_flags(eagle.url, base.url, "--poll-interval", "0.5")
+            async with specroute(*flags) as (router, _):
+                text, served_by = await _complete(router, PROMPTS[1], 48)  # load 1: drafted
+                assert served_by is not None and served_by.startswith("spec:"), served_by
+                assert text == (await _complete(base.url, PROMPTS[1], 48))[0]
+                depth, shown = await _depth_read(router, eagle.url)
+            accept = shown["accept_length"]
+            print(f"adaptive ({config or 'default'}): depth {depth:g}, accept {accept:.2f}")
+            if config is not None:
+                assert depth == 3
 
 
 async def test_the_speculative_server_killed_mid_stream_is_ejected_then_readmitted(

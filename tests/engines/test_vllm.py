@@ -24,7 +24,9 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 
 from specroute.engines.vllm_cpu import DRAFT_TOKENS, SERVED_NAME, Engine, engine_pair, missing
+from specroute.engines.vllm_cpu import python as vllm_python
 from specroute.loadgen.spawn import free_port
+from specroute.policies.profile import load_profile
 from specroute.server_metrics import BackendStats, parse
 from tests.processes import specroute
 
@@ -315,3 +317,49 @@ async def test_calibration_writes_a_profile_the_router_loads(
         loaded = (await _status(url))["profile"]
     assert loaded is not None
     assert loaded["crossover"] == profile["crossover"]
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "data"
+_VLLM_LOOKUP = """
+import json, sys
+from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+cases = json.loads(sys.stdin.read())
+print(json.dumps({
+    name: build_dynamic_sd_schedule_lookup(case["schedule"], case["max_bs"], case["tokens"])[1:]
+    for name, case in cases.items()
+}))
+"""
+
+
+@pytest.mark.parametrize("name", ["kimi-bands", "llama-crossover"])
+async def test_a_profile_written_as_vllms_schedule_speculates_where_it_pays(
+    name: str, tmp_path: Path
+) -> None:
+    """A committed calibration (a band; a crossover) as vLLM's per-batch-size schedule
+    (``--engine vllm``), read by the installed vLLM's own parser and expanded by its own
+    lookup as its scheduler does: every batch from 1 to 300 speculates 3 tokens exactly
+    where the profile says speculation pays at that batch, and none elsewhere."""
+    out = tmp_path / "schedule.json"
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "specroute", "adaptive-config", str(RESULTS / f"{name}.json")),
+        *("--engine", "vllm", "-o", str(out)),
+        stdout=PIPE,
+        stderr=STDOUT,
+    )
+    said = (await process.communicate())[0].decode()
+    assert process.returncode == 0, said
+    assert '"num_speculative_tokens_per_batch_size": ' in said
+    cases = {name: {"schedule": json.loads(out.read_text()), "max_bs": 300, "tokens": 3}}
+    vllm = await asyncio.create_subprocess_exec(
+        str(vllm_python()), "-c", _VLLM_LOOKUP, stdin=PIPE, stdout=PIPE, stderr=STDOUT
+    )
+    answer = (await vllm.communicate(json.dumps(cases).encode()))[0].decode()
+    assert vllm.returncode == 0, answer
+    theirs = json.loads(answer.splitlines()[-1])[name]
+    bands = load_profile(RESULTS / f"{name}.json").crossover.bands
+    pays = [
+        any((lo is None or b >= lo) and (hi is None or b < hi) for lo, hi in bands)
+        for b in range(1, 301)
+    ]
+    assert theirs == [3 if p else 0 for p in pays]
+    assert 0 < sum(pays) < len(pays)
