@@ -55,12 +55,13 @@ def resolved(
 ) -> tuple[int, int]:
     """The depth and the largest captured batch a schedule is written for: those given, else
     the profile's; a ``ProfileError`` where neither says."""
+    steps = depth_of(profile, steps)
     graph_max_bs = graph_max_bs if graph_max_bs is not None else settings_of(profile)[1]
     if graph_max_bs is None or graph_max_bs < 1:
         raise ProfileError(
             "the profile does not say the speculative server's cuda_graph_max_bs: give it"
         )
-    return depth_of(profile, steps), graph_max_bs
+    return steps, graph_max_bs
 
 
 def depth_of(profile: Profile, steps: int | None = None) -> int:
