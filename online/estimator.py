@@ -214,14 +214,14 @@ class FitJob:
     stay: tuple[Live, ...] = ()
     # per context bucket, whether the routing in force has bands (``banded``)
     banded: tuple[bool, ...] = ()
+    depth: float | None = None  # the draft depth ``accept_length`` was read at (None: unknown)
 
     def run(self) -> Made:
         """The fits, per context bucket of the profile (one when it has none), and how
         many samples of the window were left out: taught by another drafter, and taken
         beside the other pool's requests on the same GPUs."""
-        drafted = [
-            s for s in self.window if not taught_elsewhere(s, self.accept_length, self.tolerance)
-        ]
+        accept, tolerance, depth = self.accept_length, self.tolerance, self.depth
+        drafted = [s for s in self.window if not taught_elsewhere(s, accept, tolerance, depth)]
         counted = [s for s in drafted if not (self.shared and beside_other(s))]
         profile = self.profile
         axis = None if profile is None else profile.context
@@ -412,15 +412,17 @@ class Online:
         taken: Sequence[Sample] = (),
         accept_length: float | None = None,
         routed: Sequence[tuple[Band, ...]] | None = None,
+        depth: float | None = None,
     ) -> None:
         """The live curves again from the samples in the window, per context bucket of the
         profile (one when it has none), their drift from it and, in ``adopt``, the crossover
         routed by; ``taken``: the peer replicas' samples since the last fit;
         ``accept_length``: the speculative pool's now (None: unknown, every sample counts),
-        the samples taught by another drafter left out. All here, at once: the router's
-        task does the same in its three steps, the heavy ones off the event loop
-        (``online_task.fit_now``); ``routed``: as ``prepare`` takes it."""
-        job = self.prepare(now, profile, shared, [*taken, *self.fresh()], accept_length, routed)
+        read at draft depth ``depth``, the samples taught by another drafter left out. All
+        here, at once: the router's task does the same in its three steps, the heavy ones off
+        the event loop (``online_task.fit_now``); ``routed``: as ``prepare`` takes it."""
+        fresh = [*taken, *self.fresh()]
+        job = self.prepare(now, profile, shared, fresh, accept_length, routed, depth)
         if job is not None:
             self.settle(job, job.run())
 
@@ -438,6 +440,7 @@ class Online:
         fresh: Sequence[Sample],
         accept_length: float | None,
         routed: Sequence[tuple[Band, ...]] | None = None,
+        depth: float | None = None,
     ) -> FitJob | None:
         """``fresh`` taken in, and the fit to make now: None when it would be the last one
         again (the same window, accept length, profile, settings and crossover routed by:
@@ -451,7 +454,8 @@ class Online:
         # the window only gains at its end and loses at its start: its ends and length say it
         ends = (window[0], window[-1]) if window else ()
         settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
-        made_from = (len(window), *ends, accept_length, profile, shared, banded, *settings)
+        drafter = (accept_length, depth)
+        made_from = (len(window), *ends, *drafter, profile, shared, banded, *settings)
         if self._fitted_on is not None and _same((*made_from, self.live_bands), self._fitted_on):
             self.fitted_at = now
             return None
@@ -467,6 +471,7 @@ class Online:
             shared,
             tuple(frozenset(f.live) for f in self.fits),
             banded,
+            depth,
         )
 
     def settle(self, job: FitJob, made: Made) -> None:

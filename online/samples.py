@@ -1,10 +1,12 @@
 """The served requests the live curves are fitted from: one ``Sample`` per answered request,
 taken at its end, in a bounded buffer that forgets by count and by age.
 
-A speculative sample carries its server's live accept length at its end: a sample taught
-by another drafter than the one serving now (an accept length far from the current one)
-is left out of the fit while acceptance stays away (``taught_elsewhere``), and kept, so
-that it counts again when acceptance comes back."""
+A speculative sample carries its server's live accept length at its end, and the draft
+depth the server ran at then: a sample taught by another drafter than the one serving now
+(an accept length far from the current one, read at the same depth) is left out of the fit
+while acceptance stays away (``taught_elsewhere``), and kept, so that it counts again when
+acceptance comes back. An accept length read at another depth is not compared: an adaptive
+server's (``--speculative-adaptive``) falls with its depth, not with its drafter."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ class Sample(NamedTuple):
     # of ``load``, the mean the other pool's servers on the same GPUs held: their steps and
     # its server's took turns (0 on GPUs of its own)
     beside: float = 0.0
+    # the draft depth its server ran at at its end (SGLang's spec_num_steps): None when
+    # unknown, and on the plain pool
+    depth: float | None = None
 
 
 # the most of the other pool's requests, mean over a sample's decode, beside which it is
@@ -69,11 +74,16 @@ class Samples:
         return len(self._kept)
 
 
-def taught_elsewhere(sample: Sample, accept_length: float | None, tolerance: float) -> bool:
+def taught_elsewhere(
+    sample: Sample, accept_length: float | None, tolerance: float, depth: float | None = None
+) -> bool:
     """Whether ``sample`` was taught by another drafter than the one at ``accept_length``
-    (the speculative pool's now; None: unknown): its own accept length differs from it by
-    more than ``tolerance``, relative (0: never). A sample without one counts always."""
+    (the speculative pool's now, at draft depth ``depth``; None: unknown): its own accept
+    length differs from it by more than ``tolerance``, relative (0: never). A sample without
+    one counts always, and so does one read at another depth than ``depth``."""
     if accept_length is None or tolerance <= 0 or sample.pool != "spec":
+        return False
+    if depth is not None and sample.depth is not None and sample.depth != depth:
         return False
     own = sample.accept_length
     return own is not None and abs(own - accept_length) > tolerance * accept_length

@@ -147,12 +147,6 @@ class Backend:
         reading = self.board.reading(self.index)
         return reading if reading is not None and now - reading.at <= stale_after else None
 
-    def accept_length(self, stale_after: float, now: float) -> float | None:
-        """The live accept length of the leader's last reading, if that reading is not
-        older than ``stale_after`` seconds: what an online sample ending here carries."""
-        r = self.reading(stale_after, now)
-        return None if r is None else r.accept_length
-
     def view(self, stale_after: float, now: float) -> BackendView:
         r = self.reading(stale_after, now)
         if r is None:

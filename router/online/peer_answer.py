@@ -13,7 +13,8 @@ counted, never silently. A row's accept length (its server's at its end) is opti
 or null, unknown (the plain pool's, or an answer of a replica that does not send it); given,
 a number above 0, or the row is dropped. So is its load beside (the other pool's on its
 GPUs): absent or null, unknown, and such a sample is not taken for one alone on its GPUs;
-given, a number of at least 0.
+given, a number of at least 0. A row carries no draft depth: a peer's samples are compared
+with the pool's accept length whatever depth they were read at.
 """
 
 from __future__ import annotations
@@ -116,9 +117,8 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         if (number := _number(given)) is None or number < 0:
             return None
         beside = number
-    return Sample(
-        received - age, POOLS[POOLS.index(pool)], float(load), float(tpot), context, accept, beside
-    )
+    pool = POOLS[POOLS.index(pool)]
+    return Sample(received - age, pool, float(load), float(tpot), context, accept, beside)
 
 
 def _number(value: object) -> float | None:

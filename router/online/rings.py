@@ -30,8 +30,9 @@ import struct
 from specroute.online.samples import Sample
 from specroute.policies.view import POOLS
 
-# monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown), load beside
-_SLOT = struct.Struct("=7d")
+# monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown), load beside,
+# draft depth (NaN: unknown)
+_SLOT = struct.Struct("=8d")
 _CODES = {pool: float(i) for i, pool in enumerate(POOLS)}
 
 
@@ -61,10 +62,11 @@ class Rings:
         """One sample in this worker's ring (the request path: one slot, then the count)."""
         w, n = self.worker, self._written[self.worker]
         offset = self._head + (w * self._slots + n % self._slots) * _SLOT.size
-        at, pool, load, tpot, context, accept, beside = sample
+        at, pool, load, tpot, context, accept, beside, depth = sample
         stored = math.nan if accept is None else accept  # a double: NaN for unknown
+        deep = math.nan if depth is None else depth
         code = _CODES[pool]
-        _SLOT.pack_into(self._memory, offset, at, code, load, tpot, context, stored, beside)
+        _SLOT.pack_into(self._memory, offset, at, code, load, tpot, context, stored, beside, deep)
         self._written[w] = n + 1  # after the slot: a reader that counts it finds it whole
 
     def written(self, worker: int) -> int:
@@ -117,10 +119,12 @@ class Rings:
         after = self._written[w]  # the slots written again while copying, or being written
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
         return [
-            Sample(at, POOLS[int(pool)], load, tpot, int(context), _known(accept), beside)
-            for at, pool, load, tpot, context, accept, beside in rows[first - start :]
+            Sample(
+                at, POOLS[int(pool)], load, tpot, int(context), _known(accept), beside, _known(deep)
+            )
+            for at, pool, load, tpot, context, accept, beside, deep in rows[first - start :]
         ], end
 
 
-def _known(accept: float) -> float | None:
-    return None if math.isnan(accept) else accept
+def _known(stored: float) -> float | None:
+    return None if math.isnan(stored) else stored

@@ -10,11 +10,13 @@ from specroute.router.backends.flight import Flight, usage
 from specroute.router.protocol.outcome import Outcome
 
 
-def sample_of(flight: Flight, accept_length: float | None) -> Sample | None:
+def sample_of(
+    flight: Flight, accept_length: float | None, depth: float | None = None
+) -> Sample | None:
     """The sample ``flight`` makes at its end, if it makes one: an answered stream of two
     tokens or more. Its load is the one it joined without the load lived through since its
-    first byte; ``accept_length``: its server's live one now (None: unknown; the plain
-    pool's is not kept)."""
+    first byte; ``accept_length`` and ``depth``: its server's live ones now (None: unknown;
+    the plain pool's are not kept)."""
     if flight.outcome is not Outcome.ANSWERED or flight.status != 200:
         return None
     if not flight.stream or flight.first_at is None:
@@ -30,5 +32,6 @@ def sample_of(flight: Flight, accept_length: float | None) -> Sample | None:
         load = (own + other - own_first - other_first) / (now - flight.first_at)
         beside = (other - other_first) / (now - flight.first_at)
     pool = flight.backend.pool
-    accept = accept_length if pool == "spec" else None
-    return Sample(now, pool, load, tpot, flight.context, accept, beside)
+    if pool != "spec":
+        return Sample(now, pool, load, tpot, flight.context, None, beside)
+    return Sample(now, pool, load, tpot, flight.context, accept_length, beside, depth)

@@ -49,15 +49,16 @@ class Breakers(Listener):
 
 class OnlineSamples(Listener):
     """An answered stream's sample (``sample_of``), with its server's live accept length
-    at its end as the poll last read it (unknown past ``stale_after``)."""
+    and draft depth at its end as the poll last read them (unknown past ``stale_after``)."""
 
     def __init__(self, online: Online, stale_after: float) -> None:
         self.online, self.stale_after = online, stale_after
 
     def landed(self, record: RequestRecord, flight: Flight) -> None:
         if self.online.records:
-            accept = flight.backend.accept_length(self.stale_after, time.monotonic())
-            if (sample := sample_of(flight, accept)) is not None:
+            reading = flight.backend.reading(self.stale_after, time.monotonic())
+            accept, depth = (None, None) if reading is None else reading.drafting
+            if (sample := sample_of(flight, accept, depth)) is not None:
                 self.online.record(sample)
 
 

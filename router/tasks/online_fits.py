@@ -77,11 +77,11 @@ async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     the next one is made with it."""
     online, in_force, loop = state.online, state.in_force, asyncio.get_running_loop()
     shared = shares_gpus(in_force.policy)
-    accept = state.view().accept_length(state.settings.online.window_seconds)
+    accept, depth = drafting_now(state)
     fresh = await loop.run_in_executor(state.fitter, online.fresh)
     routed = routed_bands(in_force.policy, in_force.profile)
     job = online.prepare(
-        time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept, routed
+        time.monotonic(), in_force.profile, shared, [*taken, *fresh], accept, routed, depth
     )
     if job is not None:
         made = await loop.run_in_executor(state.fitter, job.run)
@@ -89,6 +89,20 @@ async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
             return
         online.settle(job, made)
     state.publish_online()
+
+
+def drafting_now(state: RouterState) -> tuple[float | None, float | None]:
+    """The speculative pool's accept length now, and the one draft depth its servers run
+    at (None: unknown); neither when they run at different depths, where the pool's accept
+    length mixes depths that accept differently (adaptive servers), and no sample is
+    compared with it."""
+    now, stale = time.monotonic(), state.settings.health.stale_after
+    readings = [b.reading(stale, now) for b in state.roster.backends if b.pool == "spec"]
+    depths = {r.spec_depth for r in readings if r is not None}
+    if len(depths) > 1:
+        return None, None
+    accept = state.view().accept_length(state.settings.online.window_seconds)
+    return accept, next(iter(depths), None)
 
 
 def routed_bands(policy: Policy, profile: Profile | None) -> tuple[tuple[Band, ...], ...] | None:

@@ -78,6 +78,11 @@ class Reading:
     max_tokens: int | None = None  # the KV cache's size in tokens
     spec_depth: float | None = None  # the draft depth in use (an adaptive server's moves)
 
+    @property
+    def drafting(self) -> tuple[float | None, float | None]:
+        """The accept length and the draft depth it was read at."""
+        return self.accept_length, self.spec_depth
+
 
 class Board:
     def __init__(self, workers: int, backends: int, worker: int = 0) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
 
 from specroute import prometheus
+from specroute.router.tasks.online_fits import drafting_now
 from tests.emulators import FAST, running_emulator
 from tests.routers import running_router
 
@@ -29,7 +31,7 @@ async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Pa
         )
         fixed = await stack.enter_async_context(running_emulator("--mode", "spec", *FAST))
         base = await stack.enter_async_context(running_emulator("--mode", "base", *FAST))
-        url, _ = await stack.enter_async_context(
+        url, state = await stack.enter_async_context(
             running_router(
                 spec=[zero, fixed], base=[base], given_params={"crossover": 8}, poll_interval=0.1
             )
@@ -46,6 +48,19 @@ async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Pa
                 await asyncio.sleep(0.1)
             async with s.get(f"{url}/metrics") as r:
                 text = await r.text()
+            # two speculative servers at different depths: the pool has no one accept length
+            # that a sample may be compared with
+            assert drafting_now(state) == (None, None)
+            stream = CHAT | {"stream": True, "max_tokens": 16}
+            async with s.post(f"{url}/v1/chat/completions", json=stream) as r:
+                served_by = r.headers["x-specroute-backend"]
+                assert b"[DONE]" in await r.read()
+            for _ in range(50):
+                if kept := state.online.samples.window(time.monotonic()):
+                    break
+                await asyncio.sleep(0.05)
+        depth_of = {f"spec:{u.removeprefix('http://')}": shown[u] for u in (zero, fixed)}
+        assert kept[-1].depth == depth_of[served_by]  # the sample carries its server's depth
     assert shown[zero] == 0 and shown[fixed] is not None and shown[fixed] >= 1, shown
     exported = {
         sample.labels["backend"]: sample.value

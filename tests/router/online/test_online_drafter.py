@@ -179,3 +179,20 @@ def test_the_tolerance_is_a_setting_that_refuses_a_negative_value() -> None:
     assert wider.online.accept_tolerance == 0.4
     with pytest.raises(ValueError, match="online_accept_tolerance"):
         RouterSettings(**given, online_accept_tolerance=-0.1)
+
+
+def test_an_accept_length_read_at_another_depth_is_not_compared() -> None:
+    """An adaptive server's accept length falls with its depth, not with its drafter: a
+    sample read at depth 3 is not left out beside a pool at depth 1 whose accept length is
+    far lower; one read at depth 1 is, and one of unknown depth is compared as before."""
+    at_3 = Sample(0.0, "spec", 4.0, 0.02, 900, 2.6, 0.0, 3.0)
+    at_1 = at_3._replace(accept_length=2.0, depth=1.0)
+    unknown = at_3._replace(depth=None)
+    now = 1.05  # the pool's accept length now, at depth 1
+    assert not taught_elsewhere(at_3, now, ACCEPT_TOLERANCE, depth=1.0)
+    assert taught_elsewhere(at_1, now, ACCEPT_TOLERANCE, depth=1.0)
+    assert taught_elsewhere(unknown, now, ACCEPT_TOLERANCE, depth=1.0)
+    assert taught_elsewhere(at_3, now, ACCEPT_TOLERANCE)  # the pool's depth unknown
+    rings = Rings(1, 4)
+    rings.add(at_3)
+    assert rings.after(None)[0] == [at_3]  # the depth survives the shared ring
