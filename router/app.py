@@ -431,6 +431,7 @@ async def _status(request: web.Request) -> web.Response:
                 accept_length=v.accept_length,
                 accept_length_age_seconds=v.accept_length_age,
                 spec_depth=None if (r := b.reading(stale, now)) is None else r.spec_depth,
+                adaptive=None if r is None else r.adaptive,
             )
             for b, v in zip(state.roster.backends, view.backends, strict=True)
         ],

@@ -51,6 +51,9 @@ class Backend:
         # /get_loads answered; a specroute's version), None while it is taken for a server
         self.front: Front | None = None
         self.poll_problem: str | None = None  # the leader's: why its last poll read nothing
+        # the leader's: whether the server adapts its own draft depth (SGLang's
+        # speculative_adaptive in its /server_info), None until its /server_info was read
+        self.adaptive: bool | None = None
 
     @property
     def health_path(self) -> str:
@@ -130,8 +133,9 @@ class Backend:
             self._accept = (accept, at)
         self._previous = stats
         counts = stats.running, stats.queued, stats.max_running, stats.used_tokens, stats.max_tokens
+        drafting = (stats.spec_depth, self.adaptive)
         self.board.publish_reading(
-            self.index, counts, self._accept, stats.engine, at, believed_for, stats.spec_depth
+            self.index, counts, self._accept, stats.engine, at, believed_for, drafting
         )
 
     @property

@@ -119,6 +119,10 @@ class BackendShown(BaseModel):
         description="The draft depth it runs at now, as its last reading said (SGLang's "
         "spec_num_steps; an adaptive server's moves with its batch); null: not reported."
     )
+    adaptive: bool | None = Field(
+        description="Whether it adapts its own depth (SGLang's speculative_adaptive, from its "
+        "/server_info, read once); null: not known (a plain server, or not yet read)."
+    )
 
 
 class RouterStatus(BaseModel):

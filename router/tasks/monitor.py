@@ -99,7 +99,25 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
     stats = stats or BackendStats()
     if loads is not None:
         stats = with_loads(stats, loads)
+    if backend.adaptive is None and backend.pool == "spec" and stats.engine == "sglang":
+        await _read_adaptive(state, backend)
     backend.record_stats(stats, time.monotonic(), state.settings.health.stale_after)
+
+
+async def _read_adaptive(state: RouterState, backend: Backend) -> None:
+    """Whether an SGLang speculative server adapts its own depth (``--speculative-adaptive``),
+    from its ``/server_info``, read once; one that does not say so does not. An answer that
+    does not read leaves it unknown, to be asked again at the next poll."""
+    _, answer = await _get(state, backend, "/server_info")
+    try:
+        info = orjson.loads(answer) if answer else None
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        if answer:
+            _unreadable(state, backend, "/server_info", "not a JSON object")
+        return
+    backend.adaptive = info.get("speculative_adaptive") is True
 
 
 def _front(path: str, answer: object) -> Front | None:

@@ -52,9 +52,9 @@ _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
 _LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
 _OTHERS_FLOATS = 4  # per backend: the others' requests integrated, held now, since, until
-_FLOATS = 11  # per backend: running, queued, capacity, the router's in flight, accept length,
+_FLOATS = 12  # per backend: running, queued, capacity, the router's in flight, accept length,
 # its time, the engine, the reading's time, the KV cache's tokens in use and its size, the
-# draft depth in use
+# draft depth in use, whether the server adapts it
 _ENGINES = (None, "sglang", "vllm")
 # a reading's counts: running, queued, capacity, the KV cache's tokens in use, its size
 Counts = tuple[float | None, float | None, float | None, float | None, float | None]
@@ -77,6 +77,7 @@ class Reading:
     used_tokens: int | None = None  # the KV cache's tokens in use, as the backend says
     max_tokens: int | None = None  # the KV cache's size in tokens
     spec_depth: float | None = None  # the draft depth in use (an adaptive server's moves)
+    adaptive: bool | None = None  # whether the server adapts it (None: not known)
 
     @property
     def drafting(self) -> tuple[float | None, float | None]:
@@ -262,14 +263,16 @@ class Board:
         engine: str | None,
         at: float,
         believed_for: float = math.inf,
-        depth: float | None = None,
+        drafting: tuple[float | None, bool | None] = (None, None),
     ) -> None:
         """What the leader read: running, queued and capacity, and the KV cache's tokens in
         use and its size, the live accept length and its time, the engine, the
-        time, the draft depth in use; with the router's requests in flight there now, and
-        the other routers' requests it implies, held until ``believed_for`` seconds after."""
+        time, the draft depth in use and whether the server adapts it; with the router's
+        requests in flight there now, and the other routers' requests it implies, held until
+        ``believed_for`` seconds after."""
         f, i = self._floats, backend * _FLOATS
-        f[i + 10] = _or_none(depth)
+        depth, adaptive = drafting
+        f[i + 10], f[i + 11] = _or_none(depth), _or_none(adaptive)
         f[i], f[i + 1], f[i + 2], f[i + 8], f[i + 9] = (_or_none(c) for c in counts)
         inflight = self.inflight(backend)
         f[i + 3] = inflight
@@ -322,8 +325,9 @@ class Board:
             tokens = _count(f[i + 8]), _count(f[i + 9])
             engine = _ENGINES[int(f[i + 6])]
             accept = _value(f[i + 4]), f[i + 5]
-            depth = _value(f[i + 10])
-            last = Reading(*counts, int(f[i + 3]), *accept, engine, at, *tokens, depth)
+            adaptive = None if math.isnan(f[i + 11]) else bool(f[i + 11])
+            drafting = _value(f[i + 10]), adaptive
+            last = Reading(*counts, int(f[i + 3]), *accept, engine, at, *tokens, *drafting)
             self._last[backend] = last
         return last
 

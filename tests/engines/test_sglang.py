@@ -844,6 +844,7 @@ async def test_an_adaptive_eagle3_server_behind_the_router(
                 assert served_by is not None and served_by.startswith("spec:"), served_by
                 assert text == (await _complete(base.url, PROMPTS[1], 48))[0]
                 depth, shown = await _depth_read(router, eagle.url)
+            assert shown["adaptive"] is True  # read from its /server_info
             accept = shown["accept_length"]
             print(f"adaptive ({config or 'default'}): depth {depth:g}, accept {accept:.2f}")
             if config is not None:

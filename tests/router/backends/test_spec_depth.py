@@ -1,7 +1,7 @@
 """An adaptive speculative server's draft depth (SGLang's ``sglang:spec_num_steps``, which
 ``--speculative-adaptive`` moves with the batch) as the router reads it: each backend's in
 ``/router/status`` and in ``specroute_backend_spec_depth``, beside a server that keeps its
-depth fixed."""
+depth fixed, and whether each adapts it (its ``/server_info``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Pa
                     assert r.status == 200
             for _ in range(100):
                 async with s.get(f"{url}/router/status") as r:
-                    shown = {b["url"]: b["spec_depth"] for b in (await r.json())["backends"]}
+                    backends = (await r.json())["backends"]
+                shown = {b["url"]: b["spec_depth"] for b in backends}
+                adapts = {b["url"]: b["adaptive"] for b in backends}
                 if shown[zero] == 0 and shown[fixed]:  # read after the batch that set it
                     break
                 await asyncio.sleep(0.1)
@@ -62,6 +64,8 @@ async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Pa
         depth_of = {f"spec:{u.removeprefix('http://')}": shown[u] for u in (zero, fixed)}
         assert kept[-1].depth == depth_of[served_by]  # the sample carries its server's depth
     assert shown[zero] == 0 and shown[fixed] is not None and shown[fixed] >= 1, shown
+    # whether each adapts its depth, from its /server_info; the plain server is not asked
+    assert adapts == {zero: True, fixed: False, base: None}, adapts
     exported = {
         sample.labels["backend"]: sample.value
         for sample in prometheus.samples(text, ["specroute_backend_spec_depth"])
