@@ -155,12 +155,15 @@ def _serves(
     workers: Sequence[int],
     spread: tuple[str, ...],
     stubs: tuple[str, str],
+    baseline: bool,
     online_off: bool,
     aiohttp_front: bool,
     one_backend: bool,
 ) -> list[tuple[str, int, tuple[str, ...]]]:
     """Each ``specroute serve`` target: its name, its workers and its backends' flags."""
     serves = [(named("specroute", n), n, spread) for n in workers]
+    if baseline:  # the same, served by the other version's code
+        serves += [(named("specroute", n) + BASELINE, n, spread) for n in workers]
     if online_off:
         serves.append((named("specroute", 1) + ONLINE_OFF, 1, (*spread, "--online", "off")))
     if aiohttp_front:
@@ -199,11 +202,8 @@ async def start_targets(
         floor = await stack.enter_async_context(spawned(*upstreams, module=module))
         await _every_worker_listening(floor.url, n, bare=True)
         targets.append(Target(name, (floor.url,), floor.process.pid))
-    serves = _serves(workers, spread, (first, second), online_off, aiohttp_front, one_backend)
-    if baseline is not None:
-        serves[len(workers) : len(workers)] = [
-            (named("specroute", n) + BASELINE, n, spread) for n in workers
-        ]
+    extras = (baseline is not None, online_off, aiohttp_front, one_backend)
+    serves = _serves(workers, spread, (first, second), *extras)
     for name, n, more in serves:
         flags = (
             "serve",

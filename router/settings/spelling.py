@@ -34,9 +34,15 @@ PARTS: dict[str, type[BaseModel]] = {
 PARAMS = "specroute_policy_params"  # the parameters' table as the environment names it
 
 
+def extra_of(field: FieldInfo) -> dict[str, Any]:
+    """What a setting's field says of its spelling and its flag (``flat``, ``flag``,
+    ``metavar``, ``urls``)."""
+    given = field.json_schema_extra
+    return dict(given) if isinstance(given, dict) else {}
+
+
 def _flat(name: str, field: FieldInfo) -> str:
-    extra = field.json_schema_extra
-    return str(extra.get("flat", name)) if isinstance(extra, dict) else name
+    return str(extra_of(field).get("flat", name))
 
 
 PLACES: dict[tuple[str, str], str] = {  # (part, name): its flat spelling
@@ -56,9 +62,7 @@ class Spelling:
 
     @property
     def extra(self) -> dict[str, Any]:
-        """What the field says of its flag (``flag``, ``metavar``, ``urls``)."""
-        given = self.field.json_schema_extra
-        return dict(given) if isinstance(given, dict) else {}
+        return extra_of(self.field)
 
 
 def spellings(whole: type[BaseModel]) -> dict[str, Spelling]:
