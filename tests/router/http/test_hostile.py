@@ -530,8 +530,11 @@ async def test_slow_heads_are_cut_off_and_crowd_no_one_out(front: str) -> None:
         head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nX-Slow: " + b"z" * 1000
 
         async def slowloris() -> tuple[float, bytes]:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            # timed from before the connection opens: the server's timer starts once it is
+            # accepted, which a task resumed late after its connect (200 at once, a busy
+            # loop) would otherwise place after the server's start and read as closed early
             opened = time.monotonic()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
 
             async def dribble() -> None:
                 with contextlib.suppress(ConnectionError):
