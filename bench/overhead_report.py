@@ -205,6 +205,13 @@ def command_line(plan: OverheadPlan, out: str | None = None, plot: str | None = 
     return " ".join(["specroute bench overhead", *flags])
 
 
+def _named(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan with its folders by their names, as its command line gives them: where a
+    run was made is not part of what it measured."""
+    folders = ("profile_dir", "baseline")
+    return plan | {k: Path(plan[k]).name for k in folders if plan.get(k) is not None}
+
+
 def as_json(
     plan: OverheadPlan,
     ran: dict[str, Any],
@@ -217,7 +224,7 @@ def as_json(
         "benchmark": "router_overhead",
         "command": command,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),  # the day it ran, UTC
-        "plan": asdict(plan),
+        "plan": _named(asdict(plan)),
         **ran,
         "notes": list(notes),
         "summary": list(rows),

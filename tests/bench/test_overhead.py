@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletionStreamOptionsParam
 
 from specroute.bench import overhead_targets
 from specroute.bench.overhead import OverheadPlan, pinning, schedule
-from specroute.bench.overhead_report import command_line
+from specroute.bench.overhead_report import as_json, command_line
 from specroute.bench.overhead_targets import GATEWAYS, installed
 from specroute.cli import main, parser
 from specroute.loadgen.spawn import spawned
@@ -349,6 +349,7 @@ async def test_a_baseline_is_served_by_the_code_in_its_folder(tmp_path: Path) ->
     (tmp_path / "specroute" / "__main__.py").write_text(_OTHER_VERSION)
     plan = OverheadPlan(baseline=str(tmp_path), workers=(1,))
     assert f"--baseline {tmp_path.name}" in command_line(plan)
+    assert as_json(plan, {}, [], [], [])["plan"]["baseline"] == tmp_path.name  # no path
     async with contextlib.AsyncExitStack() as stack:
         backends = await overhead_targets.start_backends(stack, 4, 5)
         targets = await overhead_targets.start_targets(
