@@ -250,5 +250,6 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "overhead-split": lambda before, after: router_results.overhead_split(
         load(before), load(after)
     ),
+    "overhead-baseline": lambda name: router_results.overhead_baseline(load(name)),
     **router_results.blocks(load),
 }

@@ -448,7 +448,6 @@ def overhead_baseline(document: dict[str, Any]) -> str:
 
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
-    "overhead-baseline": overhead_baseline,
     "overhead-wakes": overhead_wakes,
     "overhead-wake": overhead_wake,
     "overhead-workers": overhead_workers,
@@ -467,7 +466,6 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 
 RUN_OF = {
-    "overhead-baseline": "overhead-split-c1",
     "overhead-workers-shares": "overhead-workers",
     "overhead-reference": "overhead",
     "overhead-wake": "overhead",

@@ -259,6 +259,15 @@ RUNS: dict[str, Run] = {
         "router's split (`pip install --target before --no-deps` of its wheel), the "
         "installed specroute the code after it",
     ),
+    "overhead-split-c4": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 4 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--baseline before --router-cores 4 --out overhead-split-c4.json",
+        "2026-12-06",
+        note="on a machine of 16 cores with an H100; `before` holds the code before the "
+        "router's split (`pip install --target before --no-deps` of its wheel), the "
+        "installed specroute the code after it",
+    ),
     "overhead-split-before-c1": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
         "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
