@@ -39,14 +39,13 @@ from specroute.model_flags import config_from_flags
 from specroute.online.estimator import Online, OnlineMode
 from specroute.online.exploration import Exploration
 from specroute.online.fit import DEFAULT_LEVELS
-from specroute.online.samples import Samples
 from specroute.policies.context_crossover import ContextCrossoverParams, ContextCrossoverPolicy
 from specroute.policies.crossover import CrossoverParams, CrossoverPolicy
 from specroute.policies.policy import Policy
 from specroute.policies.profile import ContextAxis, ContextBucket, Crossover, Profile
 from specroute.policies.static import AlwaysPolicy
 from specroute.policies.view import LiveBands, Pool
-from specroute.router.components import sureness
+from specroute.router.components import samples, sureness
 from specroute.router.settings import RouterSettings
 
 INPUT_LEN, OUTPUT_LEN = 256, 128
@@ -179,7 +178,7 @@ def converge(
         progress(f"from {start}, {name}: exploring {share:g}")
         online = Online(
             OnlineMode.ADOPT,
-            Samples(settings.online.kept(), settings.online.window_seconds),
+            samples(settings.online),
             sureness(settings.online),
             per_level=settings.online.window_samples,
             accept_tolerance=settings.online.accept_tolerance,

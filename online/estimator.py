@@ -88,6 +88,9 @@ _log = logging.getLogger("specroute.router")
 
 
 KEPT_PER_LEVEL = 128  # the buffer holds this many times the samples a level counts
+# and a row of it (a pool at a load and a context, each to a doubling) twice: a level's, and
+# as many again taught by another drafter, kept for when acceptance comes back
+ROW_PER_LEVEL = 2
 # a speculative sample whose accept length is further than this from the pool's now, relative,
 # was taught by another drafter: wider than a reading's noise (a polling window of counters at
 # 2 requests reads 2.6 to 3.4 at an accept length of 3.0 and 1.4 to 1.8 at 1.6 in the offline
@@ -113,7 +116,8 @@ class Sureness:
     one), as many samples of each pool at its level and 97.5% of the replicates finding it.
 
     Once adopted, a crossover is kept where it is while the evidence holds it half as well
-    (half the samples, twice the ratio, and its interval still holding it): hysteresis, so
+    (half the samples, twice the ratio, a bound's replicates missing it twice as often, and
+    its interval still holding it): hysteresis, so
     that routing does not flap between the live and the profiled crossover, nor follow a
     point that wanders inside a wide interval. Only a sure fit moves it."""
 
@@ -129,13 +133,16 @@ class Sureness:
         if found.near < need:
             return False
         ratio = self.max_ratio * 2 if holding else self.max_ratio
+        # of the replicates, the share that must agree: 97.5%, one side of the 95% interval;
+        # while held, a miss twice as often (95%)
+        agree = CONFIDENCE if holding else CONFIDENCE + (1 - CONFIDENCE) / 2
         if found.edges:
-            return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2 and all(
+            return found.beyond >= agree and all(
                 e.low is not None and e.high is not None and e.high <= e.low * ratio
                 for e in found.edges
             )
         if found.at is None:
-            return found.beyond >= CONFIDENCE + (1 - CONFIDENCE) / 2
+            return found.beyond >= agree
         if found.low is None or found.high is None:
             return False
         return found.high <= found.low * ratio
@@ -212,8 +219,9 @@ class FitJob:
     # per context bucket, the pools' levels live in the last fit: they stay in this one down
     # to half ``min_samples`` (hysteresis: a level enters at the full count)
     stay: tuple[Live, ...] = ()
-    # per context bucket, whether the routing in force has bands (``banded``)
-    banded: tuple[bool, ...] = ()
+    # per context bucket, whether the routing in force has bands (``banded``; None: it
+    # speculates nowhere, no profile's prior)
+    banded: tuple[bool | None, ...] = ()
     depth: float | None = None  # the draft depth ``accept_length`` was read at (None: unknown)
 
     def run(self) -> Made:
@@ -447,7 +455,7 @@ class Online:
         its replicates are seeded; a router serving whole answers makes no samples).
         ``routed``: the bands the policy routes by, per context bucket (None: the
         profile's): where they are bands, not one crossover, so are the live ones."""
-        banded = tuple(not _one(b) for b in (_profiled(profile) if routed is None else routed))
+        banded = tuple(_kind(b) for b in (_profiled(profile) if routed is None else routed))
         self.shared = shared
         self.samples.merge(fresh)
         window = self.samples.window(now)
@@ -541,6 +549,12 @@ def _profiled(profile: Profile | None) -> tuple[tuple[Band, ...], ...]:
     if profile.context is None:
         return (profile.crossover.bands,)
     return tuple(b.crossover.bands for b in profile.context.buckets)
+
+
+def _kind(bands: tuple[Band, ...]) -> bool | None:
+    """Whether routing by ``bands`` is routing by bands (a mixture of experts'), not one
+    crossover (a dense model's); None where it speculates nowhere: no profile's class."""
+    return None if not bands else not _one(bands)
 
 
 def _one(bands: tuple[Band, ...]) -> bool:

@@ -33,6 +33,7 @@ from functools import cache
 from itertools import pairwise
 
 from specroute.crossing import (
+    CONFIDENCE,
     Band,
     at_or_beyond,
     between,
@@ -168,7 +169,7 @@ def fit(
     seed: int = 0,
     shape: Shape | None = None,
     stay: Live = frozenset(),
-    banded: bool = False,
+    banded: bool | None = False,
 ) -> LiveFit:
     """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
     pool's level from its last ``per_level`` samples (all: None), each read at its level
@@ -178,7 +179,9 @@ def fit(
     leaves at half, so that the levels of the fit do not flap with a level's count.
     ``banded``: the routing in force has bands (a mixture-of-experts model's), so a margin
     that turns up is taken as bands; otherwise as one crossover, its first fall (a dense
-    model's margin falls once, and a turn up in it is noise the fit must not route by)."""
+    model's margin falls once, and a turn up in it is noise the fit must not route by); None:
+    it speculates nowhere (no profile), so the class is the margin's: bands where it turns
+    up first from a level where surely it loses."""
     seen: dict[Pool, list[list[Sample]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
         seen[s.pool][nearest(levels, s.load)].append(s)
@@ -258,7 +261,7 @@ def _crossing(
     draws: dict[Pool, list[list[float] | None]],
     known: Known | None,
     min_samples: int,
-    banded: bool = False,
+    banded: bool | None = False,
 ) -> LiveCrossing | None:
     """The crossing at the levels where both pools are live (``banded``: every turn of the
     margin, bands); where none is, at those where
@@ -304,7 +307,13 @@ def _crossing(
 
     near = near_of(_around(at, found.at if found.at is not None else found.limit))
     turns = crossings(at, margin)
-    if banded and any(t.direction == "up" for t in turns):
+    # bands where the routing in force has them; where it speculates nowhere (no profile:
+    # no class known), where the margin turns up first from a level where surely it loses
+    # (97.5% of the replicates): a mixture of experts' band, which a dense model's margin,
+    # paying at low load and falling once, does not show
+    loses = sum(1 for m in margins if m[0] < 0) >= (1 + CONFIDENCE) / 2 * len(margins)
+    unknown = banded is None and turns[:1] != [] and turns[0].direction == "up" and loses
+    if any(t.direction == "up" for t in turns) and (banded or unknown):
         edges = tuple(_edge(at, t.at, t.direction, margins, near_of) for t in turns)
         # as sure as its least sure edge, and where it still pays at the last level (a band
         # that ends there, a bound), as the samples there and the replicates agreeing on it

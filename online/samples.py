@@ -11,6 +11,7 @@ server's (``--speculative-adaptive``) falls with its depth, not with its drafter
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -39,39 +40,69 @@ class Sample(NamedTuple):
 BESIDE_LIMIT = 0.05
 
 
-class Samples:
-    """The last ``keep`` samples, of which those younger than ``max_age`` seconds count
-    (the fit counts at most the last few of each pool and level: ``Online.per_level``)."""
+Row = tuple[Pool, int, int]  # a pool, and a sample's load and context each to a doubling
 
-    def __init__(self, keep: int, max_age: float) -> None:
-        self.max_age = max_age
-        self._kept: deque[Sample] = deque(maxlen=keep)  # the oldest first
+
+class Samples:
+    """The samples younger than ``max_age`` seconds, at most ``per_row`` of each row (a pool
+    at a load and a context, each to a doubling) and ``keep`` in all: the newest of each
+    (the fit counts at most the last few of each pool and level: ``Online.per_level``).
+
+    A row forgets by its own count, so that a pool seen rarely at a level (the speculative
+    server under a low crossover, seen in exploration's turns) keeps its evidence while the
+    other pool's traffic at other levels floods in; a row the traffic keeps filling follows
+    drift as fast as before. Which samples are kept does not depend on the order they came
+    in (each rule keeps the newest), so the leader keeps what one worker would."""
+
+    def __init__(self, keep: int, max_age: float, per_row: int | None = None) -> None:
+        self.keep, self.max_age = keep, max_age
+        self.per_row = keep if per_row is None else per_row
+        self._rows: dict[Row, deque[Sample]] = {}  # each the oldest first
+        self._count = 0
 
     def add(self, sample: Sample) -> None:
-        self._kept.append(sample)
+        self.merge((sample,))
 
     def merge(self, samples: Iterable[Sample]) -> None:
-        """Samples that come late (the workers' rings at a fit, the peer replicas'), put in
-        time order among those kept, so that the window forgets the oldest first, by count
-        and by age, whoever served them."""
-        new = sorted(samples, key=_at)
-        kept = self._kept
-        if not new:
-            return
-        if not kept or kept[-1].at <= new[0].at:
-            kept.extend(new)
-            return
-        self._kept = deque(heapq.merge(kept, new, key=_at), maxlen=kept.maxlen)
+        """Samples, late ones too (the workers' rings at a fit, the peer replicas'), each
+        put in time order in its row."""
+        new: dict[Row, list[Sample]] = {}
+        for sample in samples:
+            new.setdefault(_row(sample), []).append(sample)
+        for row, given in new.items():
+            given.sort(key=_at)
+            kept = self._rows.get(row)
+            before = 0 if kept is None else len(kept)
+            if kept is None:
+                kept = self._rows[row] = deque(maxlen=self.per_row)
+            elif given[0].at < kept[-1].at:  # late: each into its place
+                merged = heapq.merge(kept, given, key=_at)
+                kept, given = deque(merged, maxlen=self.per_row), []
+                self._rows[row] = kept
+            kept.extend(given)
+            self._count += len(kept) - before
+        while self._count > self.keep:
+            self._drop(min(self._rows, key=lambda row: self._rows[row][0].at))
 
     def window(self, now: float) -> list[Sample]:
-        """The samples in the window at ``now``; older ones are dropped for good."""
-        kept, oldest = self._kept, now - self.max_age
-        while kept and kept[0].at < oldest:
-            kept.popleft()
-        return list(kept)
+        """The samples in the window at ``now``, oldest first; older ones are dropped for
+        good."""
+        oldest = now - self.max_age
+        for row, kept in list(self._rows.items()):
+            while kept and kept[0].at < oldest:
+                self._drop(row)
+        return list(heapq.merge(*self._rows.values(), key=_at))
+
+    def _drop(self, row: Row) -> None:
+        """The oldest of ``row``."""
+        kept = self._rows[row]
+        kept.popleft()
+        self._count -= 1
+        if not kept:
+            del self._rows[row]
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return self._count
 
 
 def taught_elsewhere(
@@ -100,3 +131,12 @@ def beside_other(sample: Sample) -> bool:
 
 def _at(sample: Sample) -> float:
     return sample.at
+
+
+def _row(sample: Sample) -> Row:
+    return (sample.pool, _doubling(sample.load), _doubling(sample.context))
+
+
+def _doubling(x: float) -> int:
+    """``x``'s doubling, its nearest power of two in log (0 below 1, and for no number)."""
+    return round(math.log2(x)) if 1 < x < math.inf else 0

@@ -3,8 +3,9 @@ part of the settings it reads."""
 
 from __future__ import annotations
 
-from specroute.online.estimator import Online, OnlineMode, Sureness
+from specroute.online.estimator import ROW_PER_LEVEL, Online, OnlineMode, Sureness
 from specroute.online.exploration import Exploration
+from specroute.online.samples import Samples
 from specroute.policies.placement import Placement, placement
 from specroute.router.backends.health import Ejection
 from specroute.router.settings.health import HealthSettings
@@ -40,6 +41,13 @@ def upstream_limits(upstream: UpstreamSettings) -> tuple[Limits, Limits]:
     stream = Limits(connect=upstream.connect_timeout, silence=upstream.idle_timeout, total=None)
     whole = Limits(connect=upstream.connect_timeout, silence=None, total=upstream.request_timeout)
     return stream, whole
+
+
+def samples(settings: OnlineSettings) -> Samples:
+    """The online samples' buffer, sized by the forgetting window."""
+    return Samples(
+        settings.kept(), settings.window_seconds, settings.window_samples * ROW_PER_LEVEL
+    )
 
 
 def sureness(settings: OnlineSettings) -> Sureness:

@@ -763,15 +763,15 @@ def _learning(settings: RouterSettings, profile: Profile | None) -> Callable[[],
     its exploration as its settings make them, a fresh one for each policy replayed."""
     from specroute.bench.learning import Learning
     from specroute.online.estimator import Online, OnlineMode
-    from specroute.online.samples import Samples
     from specroute.router.components import exploration, sureness
+    from specroute.router.components import samples as online_samples
 
     if settings.online.mode is not OnlineMode.ADOPT:
         return None
     per_level = settings.online.window_samples
 
     def fresh() -> Learning:
-        samples = Samples(settings.online.kept(), settings.online.window_seconds)
+        samples = online_samples(settings.online)
         online = Online(
             OnlineMode.ADOPT,
             samples,

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from specroute.background import cancel_and_wait
-from specroute.crossing import bands, crossing, log_margin
+from specroute.crossing import bands, crossing, crossings, log_margin
 from specroute.online import estimator as online_module
 from specroute.online.estimator import Online, OnlineMode, Sureness
 from specroute.online.fit import LiveCrossing, LiveFit, fit
@@ -433,14 +433,35 @@ def test_a_margin_that_turns_twice_gives_live_bands_adopted_once_each_edge_is_su
     assert [(e.low, e.high) for e in edges][:1] == [(1.0, 4.0)] and thin.live_bands == ()
 
 
-def test_routed_by_one_crossover_a_turn_up_in_the_margin_is_not_taken_for_bands() -> None:
-    """The same samples under a router whose routing is one crossover (a dense model's, or
-    none): the margin's first fall is the crossover, and the turn up below it is not
-    routed by (on a dense pair it is noise, a few percent either way)."""
-    online = adopted(served(moe, 40), routed=((up_to(64.0)),))
-    found = online.fits[0].crossing
+def dense_rising(pool: str, load: float) -> float:
+    """A dense pair whose margin falls past about 5 and turns up again past 16 (the plain
+    server slower there)."""
+    return dense(1 / 8)(pool, load) * (2.2 if pool == "base" and load >= 24 else 1.0)
+
+
+def test_bands_are_taken_under_bands_and_from_no_profile_only_where_the_margin_rises_first() -> (
+    None
+):
+    """Routed by one crossover (a dense profile's), a margin's first fall is the crossover
+    and a turn up is not routed by (on a dense pair, noise). With no profile (speculation
+    nowhere: no class known), a margin that surely loses at the lowest level and turns up (a
+    mixture of experts') is bands, as under bands; a dense one that pays first and falls,
+    then turns up again, is one crossover, its first fall."""
+    one, nowhere = ((up_to(64.0)),), ((),)
+    found = adopted(served(moe, 40), routed=one).fits[0].crossing
     assert found is not None and not found.edges and found.bound == "below"
-    assert online.live_bands != adopted(served(moe, 40)).live_bands
+    from_nothing = adopted(served(moe, 40), routed=nowhere)
+    found = from_nothing.fits[0].crossing
+    assert found is not None and [e.direction for e in found.edges] == ["up", "down"]
+    assert from_nothing.live_bands == adopted(served(moe, 40)).live_bands
+    rising = adopted(served(dense_rising, 40), routed=nowhere).fits[0].crossing
+    assert rising is not None and not rising.edges and rising.at is not None
+    turns = [t.direction for t in crossings(LEVELS, _margin(dense_rising))]
+    assert rising.at < 8 and turns[:2] == ["down", "up"]
+
+
+def _margin(model: Model) -> list[float]:
+    return log_margin([model("spec", c) for c in LEVELS], [model("base", c) for c in LEVELS])
 
 
 def adopted(samples: list[Sample], routed: Any = MOE_ROUTED) -> Online:
