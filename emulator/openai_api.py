@@ -1,7 +1,9 @@
 """``/v1/chat/completions`` and ``/v1/completions`` with SGLang 0.5.23's shapes.
 
-Streaming chat sends a role chunk, content chunks, a separate finish chunk, a usage chunk
-only when ``stream_options.include_usage`` is set, then ``[DONE]``. Streaming completions
+Streaming chat sends a role chunk, content chunks, a separate finish chunk, the request's
+speculation details (``sglext``, no choices) only when ``return_spec_tokens_details`` is set
+on a speculative server, a usage chunk only when ``stream_options.include_usage`` is set,
+then ``[DONE]``. Streaming completions
 send no role chunk and carry ``finish_reason`` on the last content chunk.
 """
 
@@ -46,6 +48,7 @@ class Completion:
     stream: bool
     include_usage: bool
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
+    spec_details: bool = False  # return_spec_tokens_details: sglext.spec_tokens_details
 
 
 def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completion:
@@ -103,6 +106,7 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
         stream,
         include_usage=stream and bool(options.get("include_usage")),
         continuous_usage=stream and bool(options.get("continuous_usage_stats")),
+        spec_details=_flag(body, "return_spec_tokens_details"),
     )
 
 
@@ -204,7 +208,7 @@ class OpenAIHandlers:
             "choices": [choice],
             "usage": _usage(active, self.cache_report),
             "metadata": {"weight_version": "default"} if c.chat else None,
-        }
+        } | _sglext(c, active)
 
     async def _stream(
         self, request: web.Request, c: Completion, active: ActiveRequest
@@ -265,6 +269,8 @@ class OpenAIHandlers:
         except ConnectionResetError:  # the client left mid-answer: its request is aborted,
             return response  # and aiohttp closes the stream quietly
         else:
+            if sglext := _sglext(c, active):  # SGLang's own event, before the usage
+                await response.write(sse_event(head | {"choices": [], "usage": None} | sglext))
             if c.include_usage:
                 usage = _usage(active, self.cache_report)
                 if not c.chat:
@@ -273,6 +279,13 @@ class OpenAIHandlers:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _sglext(c: Completion, active: ActiveRequest) -> dict[str, Any]:
+    """The answer's ``sglext`` where the client asked for the speculation details and the
+    server has them (SGLang leaves out an empty one)."""
+    details = active.spec_details() if c.spec_details else None
+    return {} if details is None else {"sglext": {"spec_tokens_details": details}}
 
 
 def _chat_choice(delta: dict[str, Any], finish: Finish | None = None) -> dict[str, Any]:

@@ -105,13 +105,38 @@ class ActiveRequest:
             info["cached_tokens_details"] = {"device": seq.cached_tokens, "host": 0}
         if finish is not None:
             info["e2e_latency"] = self.e2e_latency
-            if self.loop.engine.speculative and seq.verify_ct > 0:
-                steps = self.loop.engine.steps
-                accepted = len(self.output_ids) / seq.verify_ct
-                info["spec_accept_length"] = accepted
-                info["spec_accept_rate"] = max(0.0, (accepted - 1) / steps)
-                info["spec_verify_ct"] = seq.verify_ct
+            details = self.spec_details()
+            if details is not None:
+                info |= {k: details[k] for k in _META_SPEC}
         return info
+
+    def spec_details(self) -> dict[str, object] | None:
+        """SGLang's per-request speculation details (``SpecTokensDetails``), once it
+        verified: its tokens over its verify steps (the bonus token counted), the drafts
+        proposed counted as SGLang's tokenizer side counts them, from the configured draft
+        tokens (``--speculative-num-steps`` with one branch) whatever depth an adaptive
+        server ran; None on a plain server, or before a verify step."""
+        seq, engine = self.seq, self.loop.engine
+        if not engine.speculative or seq.verify_ct <= 0:
+            return None
+        tokens = len(self.output_ids)
+        correct = max(0, tokens - seq.verify_ct)
+        proposed = seq.verify_ct * engine.steps
+        return {
+            "spec_accept_rate": correct / proposed if proposed else 0.0,
+            "spec_accept_length": tokens / seq.verify_ct,
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": seq.verify_ct,
+            "spec_correct_drafts_histogram": [],
+            "spec_cap_lens_histogram": [],
+        }
+
+
+# the speculation details ``/generate``'s meta_info gives
+_META_SPEC = ("spec_accept_length", "spec_accept_rate", "spec_verify_ct")
 
 
 def finish_reason_dict(finish: Finish) -> dict[str, object]:

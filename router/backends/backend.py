@@ -146,6 +146,13 @@ class Backend:
         reading = self.board.reading(self.index)
         return reading is None or reading.engine != "vllm"
 
+    @property
+    def offers_spec_details(self) -> bool:
+        """Whether it answers a request's own speculation details (``sglext``): a
+        speculative SGLang server, once read."""
+        reading = self.board.reading(self.index)
+        return self.pool == "spec" and reading is not None and reading.engine == "sglang"
+
     def reading(self, stale_after: float, now: float) -> Reading | None:
         """The leader's last reading, if not older than ``stale_after`` seconds."""
         reading = self.board.reading(self.index)

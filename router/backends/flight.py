@@ -59,6 +59,12 @@ class Flight:
         # the router asked for the stream's usage, which the client did not: its event is
         # read for the sample and taken out of what the client gets (``stream_usage``)
         self.usage_added = False
+        # and for its speculation details (a speculative SGLang server), taken out likewise
+        self.details_added = False
+        # the stream's speculation details are read as they pass (asked by the router or by
+        # the client): the request's own accept length, once they came
+        self.reads_details = False
+        self.accept_length: float | None = None
         # a stream's silence, as the watchdog (``silence``) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look

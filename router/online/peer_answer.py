@@ -13,8 +13,9 @@ counted, never silently. A row's accept length (its server's at its end) is opti
 or null, unknown (the plain pool's, or an answer of a replica that does not send it); given,
 a number above 0, or the row is dropped. So is its load beside (the other pool's on its
 GPUs): absent or null, unknown, and such a sample is not taken for one alone on its GPUs;
-given, a number of at least 0. A row carries no draft depth: a peer's samples are compared
-with the pool's accept length whatever depth they were read at.
+given, a number of at least 0. So is its draft depth (its server's at its end, SGLang's
+``spec_num_steps``): absent or null, unknown, and compared with the pool's accept length
+whatever depth it was read at; given, a number of at least 0.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class SampleRow(BaseModel):
     context: int = Field(description="Its estimated KV tokens while it decoded.")
     accept_length: float | None = Field(description="Its server's at its end; null: unknown.")
     beside: float | None = Field(description="The other pool's load on its GPUs.")
+    depth: float | None = Field(
+        None, description="Its server's draft depth at its end; null or absent: unknown."
+    )
 
 
 class SamplesAnswer(BaseModel):
@@ -74,6 +78,7 @@ def answer(epoch: str, cursor: str, samples: Sequence[Sample], now: float) -> di
             "context": s.context,
             "accept_length": s.accept_length,
             "beside": s.beside if math.isfinite(s.beside) else None,
+            "depth": s.depth,
         }
         for s in samples
     ]
@@ -117,8 +122,13 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         if (number := _number(given)) is None or number < 0:
             return None
         beside = number
+    depth = None
+    if (given := row.get("depth")) is not None:
+        if (number := _number(given)) is None or number < 0:
+            return None
+        depth = number
     pool = POOLS[POOLS.index(pool)]
-    return Sample(received - age, pool, float(load), float(tpot), context, accept, beside)
+    return Sample(received - age, pool, float(load), float(tpot), context, accept, beside, depth)
 
 
 def _number(value: object) -> float | None:

@@ -1,5 +1,6 @@
 """A served request's online sample: at the mean load it decoded under, with the other
-pool's part of it, its time per output token and its server's accept length at its end."""
+pool's part of it, its time per output token and its accept length (its own, else its
+server's at its end)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ def sample_of(
     """The sample ``flight`` makes at its end, if it makes one: an answered stream of two
     tokens or more. Its load is the one it joined without the load lived through since its
     first byte; ``accept_length`` and ``depth``: its server's live ones now (None: unknown;
-    the plain pool's are not kept)."""
+    the plain pool's are not kept), the accept length the request's own where its answer
+    gave it (SGLang's speculation details: its tokens over its verify steps). The depth is
+    the server's: SGLang 0.5.23 counts a request's proposed drafts from the configured draft
+    tokens, not from the depth an adaptive server ran it at."""
     if flight.outcome is not Outcome.ANSWERED or flight.status != 200:
         return None
     if not flight.stream or flight.first_at is None:
@@ -34,4 +38,5 @@ def sample_of(
     pool = flight.backend.pool
     if pool != "spec":
         return Sample(now, pool, load, tpot, flight.context, None, beside)
-    return Sample(now, pool, load, tpot, flight.context, accept_length, beside, depth)
+    accepted = flight.accept_length if flight.accept_length is not None else accept_length
+    return Sample(now, pool, load, tpot, flight.context, accepted, beside, depth)

@@ -40,8 +40,11 @@ async def attempt(
     flight = Flight(
         state.metrics, backend, stream, context, online.lived(backends, backend), joined
     )
-    if state.online.records and (sent := asked_for(request.path, raw, body)) is not None:
-        raw, flight.usage_added = sent, True  # every stream a sample (``stream_usage``)
+    if state.online.records:  # every stream a sample (``stream_usage``)
+        offered = backend.offers_spec_details
+        if (asked := asked_for(request.path, raw, body, offered)) is not None:
+            raw, flight.usage_added, flight.details_added = asked
+        flight.reads_details = offered and stream
     record.flew(flight)
     try:
         relaying = state.relaying

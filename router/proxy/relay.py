@@ -14,7 +14,7 @@ from specroute.router.backends.relaying import Relaying
 from specroute.router.protocol.errors import sse_error
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.protocol.reply import Reply
-from specroute.router.proxy.stream_usage import has_usage, without_usage
+from specroute.router.proxy.stream_usage import accept_length, has_added, without_added
 from specroute.router.proxy.upstream_call import Failure, stopped
 from specroute.router.upstream.answer import Answer
 
@@ -47,7 +47,9 @@ async def relay(
                 if len(held) > _MAX_HELD:  # no blank line for long: not events after all
                     chunk, held = chunk + held, b""
             if chunk:
-                sent = without_usage(chunk) if flight.usage_added else chunk
+                sent = chunk
+                if flight.usage_added or flight.reads_details:
+                    sent = _read_and_taken_out(flight, chunk)
                 try:  # inline, not through _to_client: this runs for every chunk
                     if sent:
                         await reply.write(sent)
@@ -93,7 +95,10 @@ class _Passing:
         hold no usage event the relay must take out."""
         if not self._events:
             return True
-        return chunk.endswith(b"\n\n") and not (self._flight.usage_added and has_usage(chunk))
+        flight = self._flight
+        return chunk.endswith(b"\n\n") and not has_added(
+            chunk, flight.usage_added, flight.reads_details
+        )
 
     def direct(self, chunk: bytes) -> bool:
         """Sends ``chunk`` now if it can go as it came and the client keeps up. Else False,
@@ -103,6 +108,14 @@ class _Passing:
             return False
         self.passed(chunk)
         return True
+
+
+def _read_and_taken_out(flight: Flight, chunk: bytes) -> bytes:
+    """``chunk``'s whole events as the client gets them, less what the router asked for
+    (``stream_usage``); the request's own accept length read where its details pass."""
+    if flight.reads_details and (own := accept_length(chunk)) is not None:
+        flight.accept_length = own
+    return without_added(chunk, flight.usage_added, flight.details_added)
 
 
 def _whole(chunk: bytes, events: bool, sent: int, length: int | None) -> bool:

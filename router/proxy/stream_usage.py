@@ -4,50 +4,127 @@ its usage event gives, and most clients do not ask for it (the ``openai`` client
 chat and completion whose client did not (``stream_options.include_usage``, the client's
 other stream options kept) and takes the usage event out of the stream the client gets,
 which is then the stream it asked for, byte for byte: SGLang writes every other event the
-same either way, and the usage one apart, with no choices."""
+same either way, and the usage one apart, with no choices.
+
+A speculative SGLang server is asked the same way for the request's own speculation
+details (``return_spec_tokens_details``: its accept length, where the server's gauge gives
+every request's at once), which SGLang sends as an event of their own before the usage
+(``choices: []``, ``sglext.spec_tokens_details``); the relay takes that event out too, or
+only those details where the server put more in it (``--return-input-ids``: its ids). A
+client that asked for an ``sglext`` field itself is not asked for more: its event is its
+own, and read as it passes."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 PATHS = ("/v1/chat/completions", "/v1/completions")
 _OPTIONS = "stream_options"
+DETAILS = "return_spec_tokens_details"
+# what a client asks that puts an ``sglext`` in SGLang 0.5.23's answer (its request models)
+_SGLEXT = (
+    DETAILS,
+    "return_cached_tokens_details",
+    "return_routed_experts",
+    "return_input_ids_in_sglext",
+    "return_output_ids_in_sglext",
+)
 # the event the server adds: no choices, a usage (SGLang's ``choices=[]`` usage chunk)
 _USAGE_EVENT = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_DETAILS = re.compile(rb'"spec_tokens_details"\s*:\s*\{')
+_ACCEPT = re.compile(rb'"spec_accept_length"\s*:\s*(-?[0-9][0-9.eE+-]*)')
 _EVENTS = re.compile(rb"(?<=\n\n)|(?<=\r\n\r\n)")  # after each event's blank line
+_DATA = re.compile(rb"^(data:\s?)(.*?)(\r?\n\r?\n)$", re.S)
 
 
-def asked_for(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None:
-    """The body to send for a stream whose client did not ask for its usage: ``raw`` with
+class Asked(NamedTuple):
+    """The body sent instead of the client's, and what it adds."""
+
+    raw: bytes
+    usage: bool  # ``stream_options.include_usage``
+    details: bool  # ``return_spec_tokens_details``
+
+
+def asked_for(path: str, raw: bytes, body: dict[str, Any], details: bool = False) -> Asked | None:
+    """The body to send for a stream whose client did not ask for its usage (or, where
+    ``details``, the server offers them, for its speculation details): ``raw`` with
     ``stream_options`` given again last (a JSON reader keeps a name's last value), the
-    client's options and ``include_usage``. None where nothing is to be added, or ``raw``
-    is not plainly a UTF-8 object."""
+    client's options and ``include_usage``, and ``return_spec_tokens_details``. None where
+    nothing is to be added, or ``raw`` is not plainly a UTF-8 object."""
     if path not in PATHS or body.get("stream") is not True:
         return None
     options = body.get(_OPTIONS)
     if options is not None and not isinstance(options, dict):
         return None  # the server refuses it: its answer is the client's to read
-    if options is not None and options.get("include_usage") is True:
-        return None
+    usage = options is None or options.get("include_usage") is not True
+    details = details and not any(body.get(name) for name in _SGLEXT)
     end = raw.rstrip()
-    if not end.endswith(b"}") or b"\x00" in raw:  # UTF-16 has NULs: left alone
-        return None
-    merged = json.dumps({**(options or {}), "include_usage": True}, separators=(",", ":"))
-    return end[:-1] + b',"' + _OPTIONS.encode() + b'":' + merged.encode() + b"}"
+    if not (usage or details) or not end.endswith(b"}") or b"\x00" in raw:
+        return None  # UTF-16 has NULs: left alone
+    added = b""
+    if usage:
+        merged = json.dumps({**(options or {}), "include_usage": True}, separators=(",", ":"))
+        added += b',"' + _OPTIONS.encode() + b'":' + merged.encode()
+    if details:
+        added += b',"' + DETAILS.encode() + b'":true'
+    return Asked(end[:-1] + added + b"}", usage, details)
 
 
-def has_usage(chunk: bytes) -> bool:
-    """Whether ``chunk`` may hold the usage event, which the relay must take out."""
-    return _USAGE.search(chunk) is not None
+def has_added(chunk: bytes, usage: bool, details: bool) -> bool:
+    """Whether ``chunk`` may hold an event the relay must take out: the usage one where it
+    was added, the speculation details where they were."""
+    return (usage and _USAGE.search(chunk) is not None) or (
+        details and _DETAILS.search(chunk) is not None
+    )
 
 
-def without_usage(events: bytes) -> bytes:
-    """Whole events less the usage event (the one with a usage and no choices); ``events``
-    itself where none has a usage."""
-    if not has_usage(events):
+def without_added(events: bytes, usage: bool, details: bool) -> bytes:
+    """Whole events less those the router asked for: the usage event (a usage and no
+    choices) where ``usage``, the speculation details where ``details`` (their event, or
+    the details alone where it holds more); ``events`` itself where none is there."""
+    if not has_added(events, usage, details):
         return events
-    parts = _EVENTS.split(events)
-    return b"".join(p for p in parts if not (_USAGE.search(p) and _USAGE_EVENT.search(p)))
+    kept = []
+    for part in _EVENTS.split(events):
+        if usage and _USAGE.search(part) and _USAGE_EVENT.search(part):
+            continue
+        if details and _DETAILS.search(part) and _USAGE_EVENT.search(part):
+            part = _less_details(part)
+        kept.append(part)
+    return b"".join(kept)
+
+
+def accept_length(chunk: bytes) -> float | None:
+    """The request's own accept length in ``chunk``'s speculation details, if there."""
+    found = _ACCEPT.search(chunk) if _DETAILS.search(chunk) else None
+    if found is None:
+        return None
+    try:
+        value = float(found.group(1))
+    except ValueError:
+        return None
+    return value if value >= 1 else None  # a bonus token a verify step at the least
+
+
+def _less_details(event: bytes) -> bytes:
+    """``event`` without ``sglext.spec_tokens_details``: nothing where that was all of its
+    ``sglext``; else the event written again without them."""
+    found = _DATA.match(event)
+    if found is None:
+        return event
+    try:
+        data = orjson.loads(found.group(2))
+    except orjson.JSONDecodeError:
+        return event
+    sglext = data.get("sglext") if isinstance(data, dict) else None
+    if not isinstance(sglext, dict) or "spec_tokens_details" not in sglext:
+        return event
+    del sglext["spec_tokens_details"]
+    if not any(v is not None for v in sglext.values()):
+        return b""
+    return found.group(1) + orjson.dumps(data) + found.group(3)

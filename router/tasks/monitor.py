@@ -92,6 +92,7 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
                 _unreadable(state, backend, "/metrics", "no number of SGLang's or vLLM's")
                 stats = None
     if stats is None and loads is None:
+        backend.adaptive = None  # asked again once it answers: it may come back otherwise
         return  # the readings go stale
     read_metrics = stats is not None or backend.front is not None
     if read_metrics and (loads is not None or not backend.serves_loads):
@@ -106,8 +107,9 @@ async def poll_metrics(state: RouterState, backend: Backend) -> None:
 
 async def _read_adaptive(state: RouterState, backend: Backend) -> None:
     """Whether an SGLang speculative server adapts its own depth (``--speculative-adaptive``),
-    from its ``/server_info``, read once; one that does not say so does not. An answer that
-    does not read leaves it unknown, to be asked again at the next poll."""
+    from its ``/server_info``, read once it answers, and again after a poll it did not answer
+    (it may have been started again with other flags); one that does not say so does not.
+    An answer that does not read leaves it unknown, to be asked again at the next poll."""
     _, answer = await _get(state, backend, "/server_info")
     try:
         info = orjson.loads(answer) if answer else None

@@ -58,6 +58,7 @@ from specroute.server_metrics import (
     parse_loads,
     window_accept_length,
 )
+from tests.emulators import FAST, running_emulator
 from tests.processes import specroute
 from tests.router.backends.test_smg import smg
 
@@ -786,6 +787,45 @@ async def _depth_read(router: str, server: str) -> tuple[float, dict[str, Any]]:
 
 
 @pytest.mark.skipif(missing("EAGLE3") is not None, reason=f"{missing('EAGLE3')}")
+async def _events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A streamed chat's events, as JSON, to its ``[DONE]``."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/chat/completions", json=body) as r,
+    ):
+        assert r.status == 200, await r.text()
+        text = (await r.read()).decode()
+    data = [line.removeprefix("data: ") for line in text.split("\n") if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+async def _details_as_the_emulators(server: str, router: str) -> None:
+    """A request's speculation details (``return_spec_tokens_details``) from the real
+    server and from an emulated one: the same event, the same fields; and a client that did
+    not ask gets none through the router, which asks for them."""
+    body = {
+        "model": SERVED_NAME,
+        "messages": [{"role": "user", "content": PROMPTS[2]}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": True,
+    }
+    asked = body | {"return_spec_tokens_details": True, "stream_options": {"include_usage": True}}
+    theirs = [e for e in await _events(server, asked) if not e["choices"]]
+    async with running_emulator("--mode", "spec", *FAST) as emulated:
+        ours = [e for e in await _events(emulated, asked) if not e["choices"]]
+    # the details' event, then the usage's: each with the same fields as the server's
+    assert [e.keys() for e in theirs] == [e.keys() for e in ours], (theirs, ours)
+    assert len(theirs) == 2 and theirs[0]["usage"] is None and "sglext" not in theirs[1]
+    real, emulated_details = (e["sglext"]["spec_tokens_details"] for e in (theirs[0], ours[0]))
+    assert real.keys() == emulated_details.keys()
+    tokens = theirs[1]["usage"]["completion_tokens"]
+    assert real["spec_accept_length"] == pytest.approx(tokens / real["spec_verify_ct"])
+    relayed = await _events(router, body)
+    assert all(e["choices"] and "sglext" not in e for e in relayed)
+
+
 async def test_an_adaptive_eagle3_server_behind_the_router(
     servers: tuple[Engine, Engine],
     calibrated: tuple[Path, dict[str, Any]],
@@ -844,6 +884,8 @@ async def test_an_adaptive_eagle3_server_behind_the_router(
                 assert served_by is not None and served_by.startswith("spec:"), served_by
                 assert text == (await _complete(base.url, PROMPTS[1], 48))[0]
                 depth, shown = await _depth_read(router, eagle.url)
+                if config is None:
+                    await _details_as_the_emulators(eagle.url, router)
             assert shown["adaptive"] is True  # read from its /server_info
             accept = shown["accept_length"]
             print(f"adaptive ({config or 'default'}): depth {depth:g}, accept {accept:.2f}")

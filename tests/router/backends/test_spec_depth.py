@@ -12,10 +12,13 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from specroute import prometheus
+from specroute.emulator.server import create_app
 from specroute.router.tasks.online_fits import drafting_now
-from tests.emulators import FAST, running_emulator
+from tests.apps import serving
+from tests.emulators import FAST, emulator_config, running_emulator
 from tests.routers import running_router
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
@@ -72,3 +75,42 @@ async def test_the_router_shows_each_speculative_server_s_depth_now(tmp_path: Pa
     }
     assert exported[f"spec:{zero.removeprefix('http://')}"] == 0
     assert exported[f"spec:{fixed.removeprefix('http://')}"] == shown[fixed]
+
+
+async def test_a_server_started_again_adaptive_is_read_again() -> None:
+    """A speculative server that stops answering and comes back on its address, now with
+    ``--speculative-adaptive``: the router asks its ``/server_info`` again and shows it
+    adaptive, as it showed it fixed before."""
+    first = web.AppRunner(create_app(emulator_config("--mode", "spec", *FAST)))
+    await first.setup()
+    await web.TCPSite(first, "127.0.0.1", 0).start()
+    port = first.addresses[0][1]
+    spec = f"http://127.0.0.1:{port}"
+    adaptive = create_app(emulator_config("--mode", "spec", *FAST, "--speculative-adaptive"))
+    async with (
+        running_emulator("--mode", "base", *FAST) as base,
+        running_router(
+            spec=[spec], base=[base], given_params={"crossover": 8}, poll_interval=0.05
+        ) as (url, _),
+    ):
+        try:
+            assert await _adaptive_shown(url, spec) is False
+        finally:
+            await first.cleanup()
+        await _adaptive_shown(url, spec, until=None)  # its poll finds nobody there
+        async with serving(adaptive, port=port):
+            assert await _adaptive_shown(url, spec, until=True) is True
+
+
+async def _adaptive_shown(url: str, server: str, until: bool | None = False) -> bool | None:
+    """``server``'s ``adaptive`` in the router's status once it reads ``until``, or at the
+    last of 100 tries."""
+    async with aiohttp.ClientSession() as s:
+        for _ in range(100):
+            async with s.get(f"{url}/router/status") as r:
+                backends = (await r.json())["backends"]
+            shown: bool | None = next(b["adaptive"] for b in backends if b["url"] == server)
+            if shown is until:
+                break
+            await asyncio.sleep(0.05)
+    return shown

@@ -188,7 +188,8 @@ async def test_requests_sent_ahead_of_their_answers_are_read_only_to_the_bounds(
             await asyncio.sleep(0.001)
         # nothing else while it streams (sent with its usage asked for: ``stream_usage``)
         slow = chat("slow", stream=True)
-        assert backend.bodies == [asked_for("/v1/chat/completions", slow, json.loads(slow))]
+        asked = asked_for("/v1/chat/completions", slow, json.loads(slow))
+        assert asked is not None and backend.bodies == [asked.raw]
         if size:
             assert written < len(requests) / 2, written  # held back: not read by the router
         wire.sock.setblocking(True)

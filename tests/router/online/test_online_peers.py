@@ -93,6 +93,8 @@ def _row(**given: Any) -> dict[str, Any]:
         _row(load="2"),
         _row(beside=-0.1),
         _row(beside="0"),
+        _row(depth=-1.0),
+        _row(depth="3"),
         "not a row",
     ],
     ids=[
@@ -107,6 +109,8 @@ def _row(**given: Any) -> dict[str, Any]:
         "string-load",
         "negative-beside",
         "string-beside",
+        "negative-depth",
+        "string-depth",
         "string",
     ],
 )
@@ -130,6 +134,18 @@ def test_a_row_without_its_load_beside_is_never_taken_for_one_alone_on_its_gpus(
     (read,) = parse({"epoch": "e", "next": "e:1", "samples": [row]}, 100.0, 600.0).samples
     assert read.beside == math.inf and beside_other(read)
     assert not beside_other(read._replace(beside=0.0))
+
+
+def test_a_peer_s_depth_comes_with_its_sample_and_a_row_without_one_is_unknown() -> None:
+    """A replica sends its samples' draft depths, so that accept lengths read at another
+    depth are not taken for another drafter's; an older one's rows, without, read as
+    unknown."""
+    spec = Sample(5.0, "spec", 2.0, 0.01, 300, 2.4, 0.0, 3.0)
+    (row,) = answer("e", "e:1", [spec], 6.0)["samples"]
+    (read,) = parse({"epoch": "e", "next": "e:1", "samples": [row]}, 100.0, 600.0).samples
+    assert read.depth == 3.0 and read.accept_length == 2.4 and row["age"] == 1.0
+    (older,) = parse({"epoch": "e", "next": "e:1", "samples": [_row()]}, 100.0, 600.0).samples
+    assert older.depth is None
 
 
 def test_samples_taken_late_are_kept_in_time_order() -> None:
@@ -294,7 +310,16 @@ async def test_the_samples_endpoint_needs_the_key_and_gives_only_newer_samples(
     assert again["samples"] == [] and newer["epoch"] == first["epoch"]
     assert len(stale["samples"]) == 3  # a cursor from before a restart: all it keeps
     row = newer["samples"][0]
-    assert set(row) == {"age", "pool", "load", "tpot", "context", "accept_length", "beside"}
+    assert set(row) == {
+        "age",
+        "pool",
+        "load",
+        "tpot",
+        "context",
+        "accept_length",
+        "beside",
+        "depth",
+    }
     assert row["age"] >= 0
 
 
