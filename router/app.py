@@ -17,7 +17,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from specroute.background import cancel_and_wait
 from specroute.online.estimator import Online, OnlineMode
-from specroute.online.samples import Samples
 from specroute.policies.profile import Profile, load_profile
 from specroute.policies.registry import build_policy
 from specroute.router.admission.auth import Keys, without_credentials
@@ -26,7 +25,7 @@ from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
-from specroute.router.components import ejection, exploration, sureness
+from specroute.router.components import ejection, exploration, samples, sureness
 from specroute.router.http.aiohttp_handler import proxied
 from specroute.router.http.middleware import front
 from specroute.router.metrics import RouterMetrics
@@ -138,7 +137,7 @@ def build_state(
     rings = alone if workers is None else workers.rings
     online = Online(
         settings.online.mode,
-        Samples(kept, settings.online.window_seconds),
+        samples(settings.online),
         sureness(settings.online),
         per_level=settings.online.window_samples,
         rings=rings,
@@ -231,15 +230,16 @@ def create_app(
     route = functools.partial(app.router.add_route, expect_handler=_expectation)
     for path in PROXIED:
         post(path, proxied(state))
-    post(ABORT_PATH, functools.partial(abort_request, state=state))
+    asking = state.asking  # the operator's asks of the servers: this, not the whole state
+    post(ABORT_PATH, functools.partial(abort_request, asking=asking))
     for method, stored_path in (("GET", ""), ("POST", "/cancel")):
         path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
         route(method, path, functools.partial(stored, state=state))
     get("/v1/models", _models)
-    get("/v1/models/{model:.+}", functools.partial(model_card, state=state))
+    get("/v1/models/{model:.+}", functools.partial(model_card, asking=asking))
     for names in (SERVER_INFO, MODEL_INFO):
         for name in names:
-            get(name, functools.partial(relay_info, state=state, names=names))
+            get(name, functools.partial(relay_info, asking=asking, names=names))
     for path in LOADS_PATHS:  # SGLang's name, and SMG's
         get(path, functools.partial(loads, state=state))
     for method in ("GET", "POST"):  # SGLang takes either
@@ -248,7 +248,7 @@ def create_app(
             (PROFILE_START, start_profile),
             (PROFILE_STOP, stop_profile),
         ):
-            route(method, path, functools.partial(handler, state=state))
+            route(method, path, functools.partial(handler, asking=asking))
     get("/health", _health)
     for path in ("/ready", "/health_generate"):  # SGLang's probe that a generation works
         get(path, _ready)
@@ -281,7 +281,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.upstream.api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
-    state.session = aiohttp.ClientSession(
+    state.session = state.asking.session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
     pool = state.relaying.pool = UpstreamPool(

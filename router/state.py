@@ -30,6 +30,7 @@ from specroute.policies.placement import Placement
 from specroute.policies.view import RequestInfo, View
 from specroute.router.admission.limits import Admission
 from specroute.router.admission.rate_limit import RateLimit
+from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.discovery import Resolve, resolve_ipv4
 from specroute.router.backends.relaying import Relaying
@@ -70,7 +71,9 @@ class RouterState:
     peers: Peers | None = None  # the leader's, when online_peers are given
     rings: Rings | None = None  # the samples each worker recorded (online on), for peers
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
-    session: ClientSession | None = None  # health checks, polls, aborts, the model card
+    session: ClientSession | None = None  # health checks, polls, discovery, the peers
+    # what the operator endpoints ask the servers with (the same session, once open)
+    asking: Asking = field(init=False)
     fitter: Executor | None = None  # the online fit's thread, where the router fits
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
@@ -89,6 +92,7 @@ class RouterState:
         )
         self.placement = placer(settings.routing)
         self.verdicts.watch(self.roster.backends)
+        self.asking = Asking(self.roster, self.metrics.upstream_errors, settings.secrets)
 
     def view(self) -> View:
         if self._news != self.board.news():  # published since: applied before deciding

@@ -12,10 +12,10 @@ import logging
 from aiohttp import web
 
 from specroute.router.admission.auth import Keys
+from specroute.router.http.checks import before_body, body_late
 from specroute.router.http.exchange import BodyRefused, FrontRequest
 from specroute.router.http.runner import parse_refusal
 from specroute.router.observability.record import ended, opened
-from specroute.router.protocol.errors import error_response
 from specroute.router.proxy.handler import serve
 from specroute.router.state import RouterState
 
@@ -29,7 +29,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
     reply, status = request.answer, None
     reply.request_id = (record.header, record.request_id)
     try:
-        refusal = _gate(request, keys)
+        refusal = before_body(request.readable, keys, request)
         if refusal is None:
             refusal = await _whole_body(request, settings.http.body_timeout)
         if refusal is None:
@@ -56,12 +56,6 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
             ended(record)
 
 
-def _gate(request: FrontRequest, keys: Keys) -> web.Response | None:
-    if not request.readable:
-        return error_response(400, "A header's value is not valid UTF-8.")
-    return keys.refusal(request)
-
-
 async def _whole_body(request: FrontRequest, seconds: float) -> web.Response | None:
     """The body whole within ``seconds`` of the key found good (no body is waited for from
     a stranger), and within its size."""
@@ -73,7 +67,7 @@ async def _whole_body(request: FrontRequest, seconds: float) -> web.Response | N
             async with asyncio.timeout(seconds):
                 await request.read()
     except TimeoutError:
-        return error_response(408, f"The request body took longer than {seconds:g} s.")
+        return body_late(seconds)
     except BodyRefused as exc:
         return exc.answer
     return None

@@ -14,6 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from specroute.router.admission.auth import Keys
+from specroute.router.http.checks import before_body, body_late
 from specroute.router.observability.lifecycle import Lifecycle
 from specroute.router.observability.record import RECORD, ended, opened
 from specroute.router.protocol.errors import error_response
@@ -39,11 +40,12 @@ def front(
         try:
             try:
                 values = request.headers.values()
-                if not "".join(values).isascii() and not all(_utf8(value) for value in values):
-                    response = error_response(400, "A header's value is not valid UTF-8.")
-                else:  # readable: none of the router's reads of the headers fails
-                    refused = keys.refusal(request) or await _whole_body(request, body_seconds)
-                    response = refused or await handler(request)
+                # readable: none of the router's reads of the headers fails
+                readable = "".join(values).isascii() or all(_utf8(value) for value in values)
+                refused = before_body(readable, keys, request) or await _whole_body(
+                    request, body_seconds
+                )
+                response = refused or await handler(request)
             except (
                 web.HTTPRequestEntityTooLarge,
                 web.HTTPNotFound,
@@ -121,7 +123,7 @@ async def _whole_body(request: web.Request, seconds: float) -> web.Response | No
             async with asyncio.timeout(seconds):
                 await request.read()
         except TimeoutError:
-            late = error_response(408, f"The request body took longer than {seconds:g} s.")
+            late = body_late(seconds)
             late.force_close()
             return late
         except web.RequestPayloadError as exc:  # a bad chunk, a bad compressed body

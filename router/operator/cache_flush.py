@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.operator.fan_out import answered, ask_every
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 from specroute.seconds import seconds
 
 PATH = "/flush_cache"
 _ANSWER_SECONDS = 30.0  # beyond the server's own wait for idle
 
 
-async def flush_cache(request: web.Request, state: RouterState) -> web.Response:
+async def flush_cache(request: web.Request, asking: Asking) -> web.Response:
     try:
         wait = seconds(request.query.get("timeout"))
     except ValueError as exc:
         return error_response(400, str(exc), param="timeout")
-    results = await ask_every(state, PATH, wait + _ANSWER_SECONDS, {"timeout": f"{wait:g}"})
+    results = await ask_every(asking, PATH, wait + _ANSWER_SECONDS, {"timeout": f"{wait:g}"})
     if isinstance(results, web.Response):
         return results
-    return answered(state, results, "flushed", "cache flush", "flush")
+    return answered(asking, results, "flushed", "cache flush", "flush")

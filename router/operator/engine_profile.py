@@ -15,17 +15,17 @@ from typing import Any
 
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
 from specroute.router.operator.fan_out import answered, ask_every
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 START, STOP = "/start_profile", "/stop_profile"
 _START_SECONDS = 60.0
 _STOP_SECONDS = 600.0  # a server writes its traces before it answers: large ones take minutes
 
 
-async def start_profile(request: web.Request, state: RouterState) -> web.Response:
+async def start_profile(request: web.Request, asking: Asking) -> web.Response:
     body = None
     if raw := await request.read():  # the front has read it whole, within body_timeout
         try:
@@ -37,10 +37,10 @@ async def start_profile(request: web.Request, state: RouterState) -> web.Respons
         if body and not isinstance(body.get("profile_prefix") or "", str):
             return error_response(400, "profile_prefix must be a string.", param="profile_prefix")
     asked = body or {}
-    results = await ask_every(state, START, _START_SECONDS, body=lambda b: _named(asked, b))
+    results = await ask_every(asking, START, _START_SECONDS, body=lambda b: _named(asked, b))
     if isinstance(results, web.Response):
         return results
-    return answered(state, results, "started", "profile start", "profile")
+    return answered(asking, results, "started", "profile start", "profile")
 
 
 def _named(asked: dict[str, Any], backend: Backend) -> dict[str, Any]:
@@ -50,8 +50,8 @@ def _named(asked: dict[str, Any], backend: Backend) -> dict[str, Any]:
     return asked | {"profile_prefix": f"{given}-{own}" if given else own}
 
 
-async def stop_profile(request: web.Request, state: RouterState) -> web.Response:
-    results = await ask_every(state, STOP, _STOP_SECONDS)
+async def stop_profile(request: web.Request, asking: Asking) -> web.Response:
+    results = await ask_every(asking, STOP, _STOP_SECONDS)
     if isinstance(results, web.Response):
         return results
-    return answered(state, results, "stopped", "profile stop", "profile")
+    return answered(asking, results, "stopped", "profile stop", "profile")

@@ -20,11 +20,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
 from specroute.router.operator.server_info import redacted
 from specroute.router.protocol.content_coding import read_decoded
 from specroute.router.protocol.errors import error_json, error_response
-from specroute.router.state import RouterState
 
 _SAID_CHARS = 500
 _log = logging.getLogger("specroute.router")
@@ -32,7 +32,7 @@ Body = Callable[[Backend], dict[str, Any]]  # what one server is sent
 
 
 async def ask_every(
-    state: RouterState,
+    asking: Asking,
     path: str,
     seconds: float,
     params: dict[str, str] | None = None,
@@ -41,24 +41,23 @@ async def ask_every(
 ) -> list[dict[str, Any]] | web.Response:
     """Every server's answer to ``method path``, within ``seconds`` each; a 503 when the
     router has none."""
-    assert state.session is not None  # set at startup, before any request is served
-    backends = state.roster.backends
+    backends, session = asking.backends, asking.client()
     if not backends:
         return error_response(503, "No backend to ask.", "service_unavailable", retry_after=1)
-    secrets = state.settings.secrets()
+    secrets = asking.secrets()
     limit = aiohttp.ClientTimeout(total=seconds)
-    asked = (_asked(state.session, method, b, path, limit, params, body, secrets) for b in backends)
+    asked = (_asked(session, method, b, path, limit, params, body, secrets) for b in backends)
     return list(await asyncio.gather(*asked))
 
 
 def answered(
-    state: RouterState, results: list[dict[str, Any]], key: str, what: str, kind: str
+    asking: Asking, results: list[dict[str, Any]], key: str, what: str, kind: str
 ) -> web.Response:
     """The one answer: ``{key: true, "servers": [...]}`` when every server took it, else
     the error that says where ``what`` failed (``kind`` counts them)."""
     failed = [r for r in results if not 200 <= r["status"] < 300]
     for r in failed:
-        state.metrics.upstream_errors.labels(backend=r["backend"], kind=kind).inc()
+        asking.upstream_errors.labels(backend=r["backend"], kind=kind).inc()
         _log.warning("%s: %s failed (%s): %s", r["backend"], what, r["status"], r["said"])
     if not failed:
         return web.json_response({key: True, "servers": results})

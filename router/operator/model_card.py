@@ -10,27 +10,26 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.protocol.content_coding import read_decoded
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 
-async def model_card(request: web.Request, state: RouterState) -> web.Response:
-    assert state.session is not None  # set at startup, before any request is served
+async def model_card(request: web.Request, asking: Asking) -> web.Response:
     name = request.match_info["model"]
     asked = 0
-    for backend in state.roster.backends:
+    for backend in asking.backends:
         if not backend.healthy:
             continue
         try:
-            async with state.session.get(f"{backend.url}/v1/models/{quote(name)}") as r:
+            async with asking.client().get(f"{backend.url}/v1/models/{quote(name)}") as r:
                 if r.status == 200:
                     card = json.loads(await read_decoded(r))
                     if isinstance(card, dict) and card.get("id") == name:
                         return web.json_response(card)
                 asked += 1  # it answered: not its model
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            state.metrics.upstream_errors.labels(backend=backend.name, kind="models").inc()
+            asking.failed(backend, "models")
     if not asked:
         return error_response(503, "No healthy backend answered.", "service_unavailable")
     return error_response(

@@ -12,15 +12,15 @@ from typing import Any
 
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.operator.fan_out import answered, ask_every
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 PATH = "/abort_request"
 _ANSWER_SECONDS = 30.0
 
 
-async def abort_request(request: web.Request, state: RouterState) -> web.Response:
+async def abort_request(request: web.Request, asking: Asking) -> web.Response:
     try:
         body = json.loads(await request.read())
     except ValueError:
@@ -34,7 +34,7 @@ async def abort_request(request: web.Request, state: RouterState) -> web.Respons
         return error_response(
             400, 'Give the request\'s "rid" (a string), or "abort_all": true.', param="rid"
         )
-    results = await ask_every(state, PATH, _ANSWER_SECONDS, body=lambda _: sent)
+    results = await ask_every(asking, PATH, _ANSWER_SECONDS, body=lambda _: sent)
     if isinstance(results, web.Response):
         return results
-    return answered(state, results, "aborted", "abort", "abort")
+    return answered(asking, results, "aborted", "abort", "abort")

@@ -22,10 +22,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
 from specroute.router.protocol.content_coding import read_decoded
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 SERVER_INFO = ("/server_info", "/get_server_info")
 MODEL_INFO = ("/model_info", "/get_model_info")
@@ -39,12 +39,9 @@ _SHORTEST_SEARCHED = 8  # a key shorter than this is hidden where a whole string
 _log = logging.getLogger("specroute.router")
 
 
-async def relay_info(
-    request: web.Request, state: RouterState, names: tuple[str, ...]
-) -> web.Response:
+async def relay_info(request: web.Request, asking: Asking, names: tuple[str, ...]) -> web.Response:
     """The first answer of the healthy servers, speculative first, asked by ``names``."""
-    assert state.session is not None  # set at startup, before any request is served
-    healthy = [b for b in state.roster.backends if b.healthy]
+    healthy = [b for b in asking.backends if b.healthy]
     healthy.sort(key=lambda b: b.pool != "spec")
     if not healthy:
         return error_response(
@@ -52,13 +49,12 @@ async def relay_info(
         )
     failures = []
     for backend in healthy:
-        answer = await _asked(state.session, backend, names)
+        answer = await _asked(asking.client(), backend, names)
         if isinstance(answer, dict):
-            secrets = state.settings.secrets()
             return web.json_response(
-                redacted(answer, secrets), headers={"x-specroute-backend": backend.name}
+                redacted(answer, asking.secrets()), headers={"x-specroute-backend": backend.name}
             )
-        state.metrics.upstream_errors.labels(backend=backend.name, kind="info").inc()
+        asking.failed(backend, "info")
         _log.warning("No answer to %s from %s: %s.", names[0], backend.name, answer)
         failures.append(f"{backend.name}: {answer}")
     return error_response(

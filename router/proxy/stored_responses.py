@@ -40,7 +40,7 @@ async def owner(state: RouterState, response_id: str, param: str) -> Backend | w
     if (name := state.owners.get(response_id)) is not None and name in backends:
         return backends[name]
     path = f"{PATH}/{quote(response_id, safe='')}"
-    answers = await ask_every(state, path, _ASK_SECONDS, method="GET")
+    answers = await ask_every(state.asking, path, _ASK_SECONDS, method="GET")
     if isinstance(answers, web.Response):
         return answers  # no backend to ask
     for answer in answers:
