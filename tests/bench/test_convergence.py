@@ -4,7 +4,8 @@ with ``--online adopt`` and every other online setting at the router's defaults,
 profile and from a crossover 4x above and 4x below the truth, on a ramp from a quarter of
 the truth to four times it: each ends routing by a crossover between the levels around the
 truth, every stretch outside it after a first adoption back within a stated time, exploring
-no more than its share. What
+no more than its share; and a mixture-of-experts pair from no profile learns where its band
+starts. What
 exploring costs in tok/s, and the Azure trace's runs, are in the committed bench JSON
 (``specroute bench convergence``), which the docs render."""
 
@@ -54,6 +55,29 @@ def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> No
     assert all(end - begun <= REVERTED_WITHIN for begun, end, _ in found.outside)
     assert found.explored <= defaults().online.explore_share * found.requests
     assert found.turns >= 1
+
+
+MOE = (
+    "--hardware",
+    "qwen3-30b-a3b-h200",
+    "--accept-length",
+    "1.6",
+    "--max-running-requests",
+    "256",
+)
+
+
+def test_from_no_profile_a_mixture_of_experts_band_starts_where_it_truly_starts() -> None:
+    """A mixture-of-experts pair (speculation loses 5 to 12% at one to three requests, pays
+    from about 13 up) from no profile: the router learns a band, not the dense model's one
+    crossover, its start between the levels around the truth's: it does not speculate at
+    the low loads where speculation loses (at the band's top it stops where the evidence
+    does: a gain missed, not a loss taken)."""
+    found = converge(MOE, "none", RAMPS, priced=False)
+    (edge,) = [e for e in found.truth.edges if e.direction == "up"]
+    ((start, top),) = found.bands_at_end
+    assert start is not None and edge.interval[0] <= start <= edge.interval[1]
+    assert top is not None and top > start
 
 
 def test_the_command_says_how_each_start_went_and_keeps_its_json(
