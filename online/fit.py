@@ -311,9 +311,8 @@ def _crossing(
     # no class known), where the margin turns up first from a level where surely it loses
     # (97.5% of the replicates): a mixture of experts' band, which a dense model's margin,
     # paying at low load and falling once, does not show
-    loses = sum(1 for m in margins if m[0] < 0) >= (1 + CONFIDENCE) / 2 * len(margins)
-    unknown = banded is None and turns[:1] != [] and turns[0].direction == "up" and loses
-    if any(t.direction == "up" for t in turns) and (banded or unknown):
+    rises = any(t.direction == "up" for t in turns)
+    if rises and (banded or (banded is None and turns[0].direction == "up" and _loses(margins))):
         edges = tuple(_edge(at, t.at, t.direction, margins, near_of) for t in turns)
         # as sure as its least sure edge, and where it still pays at the last level (a band
         # that ends there, a bound), as the samples there and the replicates agreeing on it
@@ -329,6 +328,13 @@ def _crossing(
         return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near, agree)
     low, high = snapped(at, *percentile_interval(replicates))
     return LiveCrossing(found.at, low, high, None, None, tuple(at), near)
+
+
+def _loses(margins: Sequence[Sequence[float]]) -> bool:
+    """Whether speculation surely loses at the first level: 97.5% of the replicates say
+    so, one side of the 95% interval."""
+    losing = sum(1 for m in margins if m[0] < 0)
+    return losing >= (CONFIDENCE + (1 - CONFIDENCE) / 2) * len(margins)
 
 
 def _edge(

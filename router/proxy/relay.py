@@ -113,6 +113,8 @@ class _Passing:
 def _read_and_taken_out(flight: Flight, chunk: bytes) -> bytes:
     """``chunk``'s whole events as the client gets them, less what the router asked for
     (``stream_usage``); the request's own accept length read where its details pass."""
+    if not has_added(chunk, flight.usage_added, flight.reads_details):
+        return chunk  # the common case: one search, or two
     if flight.reads_details and (own := accept_length(chunk)) is not None:
         flight.accept_length = own
     return without_added(chunk, flight.usage_added, flight.details_added)

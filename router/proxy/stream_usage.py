@@ -33,8 +33,8 @@ _SGLEXT = (
     "return_input_ids_in_sglext",
     "return_output_ids_in_sglext",
 )
-# the event the server adds: no choices, a usage (SGLang's ``choices=[]`` usage chunk)
-_USAGE_EVENT = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+# an event the server adds has no choices (SGLang's ``choices=[]`` usage and sglext chunks)
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _DETAILS = re.compile(rb'"spec_tokens_details"\s*:\s*\{')
 _ACCEPT = re.compile(rb'"spec_accept_length"\s*:\s*(-?[0-9][0-9.eE+-]*)')
@@ -91,9 +91,9 @@ def without_added(events: bytes, usage: bool, details: bool) -> bytes:
         return events
     kept = []
     for part in _EVENTS.split(events):
-        if usage and _USAGE.search(part) and _USAGE_EVENT.search(part):
+        if usage and _USAGE.search(part) and _NO_CHOICES.search(part):
             continue
-        if details and _DETAILS.search(part) and _USAGE_EVENT.search(part):
+        if details and _DETAILS.search(part) and _NO_CHOICES.search(part):
             part = _less_details(part)
         kept.append(part)
     return b"".join(kept)
