@@ -256,7 +256,10 @@ def create_app(
     get("/router/status", _status)
     post("/router/profile", _swap_profile)
     get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
-    get(SAMPLES_PATH, functools.partial(online_samples_endpoint, state=state))
+    get(
+        SAMPLES_PATH,
+        functools.partial(online_samples_endpoint, rings=state.rings, settings=settings.online),
+    )
     get("/openapi.json", _openapi)
     app.cleanup_ctx.append(_background)
     return app

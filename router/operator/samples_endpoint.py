@@ -14,21 +14,26 @@ import time
 import orjson
 from aiohttp import web
 
+from specroute.online.estimator import OnlineMode
 from specroute.router.online.peer_answer import answer
+from specroute.router.online.rings import Rings
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
+from specroute.router.settings.online import OnlineSettings
 
 
-async def online_samples_endpoint(request: web.Request, state: RouterState) -> web.Response:
-    rings, settings = state.rings, state.settings
-    if not state.online.records or rings is None:
+async def online_samples_endpoint(
+    request: web.Request, rings: Rings | None, settings: OnlineSettings
+) -> web.Response:
+    """Given the rings its workers record in (None: online off) and the online settings,
+    not the router's state."""
+    if settings.mode is OnlineMode.OFF or rings is None:
         return error_response(409, "Online calibration is off: this router records no samples.")
     try:
         samples, cursor = rings.after(request.query.get("after"))
     except ValueError as exc:
         return error_response(400, f"The cursor does not read: {exc}")
     now = time.monotonic()
-    oldest = now - settings.online.window_seconds
-    recent = [s for s in samples if s.at >= oldest][-settings.online.kept() :]
+    oldest = now - settings.window_seconds
+    recent = [s for s in samples if s.at >= oldest][-settings.kept() :]
     body = orjson.dumps(answer(rings.epoch, cursor, recent, now))
     return web.Response(body=body, content_type="application/json")

@@ -290,8 +290,12 @@ async def test_the_samples_endpoint_needs_the_key_and_gives_only_newer_samples(
     async with (
         replica(**given) as (url, _),
         replica(**unkeyed) as (closed, _),
+        replica(**given, online="off") as (off, _),
         aiohttp.ClientSession() as session,
     ):
+        async with session.get(off + SAMPLES_PATH, headers={"Authorization": f"Bearer {KEY}"}) as r:
+            assert r.status == 409  # online off: it records none, and says so
+            assert "records no samples" in (await r.json())["error"]["message"]
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             async with session.get(url + SAMPLES_PATH, headers=headers) as r:
                 assert r.status == 401
