@@ -112,23 +112,32 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         return None
     if not 0 <= context <= MAX_CONTEXT:
         return None
-    accept = None
-    if (given := row.get("accept_length")) is not None:
-        if (number := _number(given)) is None or number <= 0:
-            return None
-        accept = number
-    beside = math.inf  # unknown: never taken for alone on its GPUs
-    if (given := row.get("beside")) is not None:
-        if (number := _number(given)) is None or number < 0:
-            return None
-        beside = number
-    depth = None
-    if (given := row.get("depth")) is not None:
-        if (number := _number(given)) is None or number < 0:
-            return None
-        depth = number
+    try:
+        accept = _optional(row, "accept_length", above_zero=True)
+        beside = _optional(row, "beside")
+        depth = _optional(row, "depth")
+    except _Unread:
+        return None
+    if beside is None:
+        beside = math.inf  # unknown: never taken for alone on its GPUs
     pool = POOLS[POOLS.index(pool)]
     return Sample(received - age, pool, float(load), float(tpot), context, accept, beside, depth)
+
+
+class _Unread(ValueError):
+    """An optional field given, but not as the number it must be: the row is dropped."""
+
+
+def _optional(row: dict[str, Any], name: str, above_zero: bool = False) -> float | None:
+    """``row``'s optional number ``name``: None when absent or null; at least 0 (above
+    0 with ``above_zero``), else ``_Unread``."""
+    given = row.get(name)
+    if given is None:
+        return None
+    number = _number(given)
+    if number is None or number < 0 or (above_zero and number == 0):
+        raise _Unread(name)
+    return number
 
 
 def _number(value: object) -> float | None:

@@ -95,6 +95,8 @@ def _row(**given: Any) -> dict[str, Any]:
         _row(beside="0"),
         _row(depth=-1.0),
         _row(depth="3"),
+        _row(accept_length=0.0),
+        _row(accept_length="2"),
         "not a row",
     ],
     ids=[
@@ -111,6 +113,8 @@ def _row(**given: Any) -> dict[str, Any]:
         "string-beside",
         "negative-depth",
         "string-depth",
+        "zero-accept-length",
+        "string-accept-length",
         "string",
     ],
 )
