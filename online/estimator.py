@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-from specroute.crossing import CONFIDENCE, Band, first_top
+from specroute.crossing import CONFIDENCE, ONE_SIDED, Band, first_top
 from specroute.online.fit import (
     DEFAULT_LEVELS,
     Known,
@@ -135,7 +135,7 @@ class Sureness:
         ratio = self.max_ratio * 2 if holding else self.max_ratio
         # of the replicates, the share that must agree: 97.5%, one side of the 95% interval;
         # while held, a miss twice as often (95%)
-        agree = CONFIDENCE if holding else CONFIDENCE + (1 - CONFIDENCE) / 2
+        agree = CONFIDENCE if holding else ONE_SIDED
         if found.edges:
             return found.beyond >= agree and all(
                 e.low is not None and e.high is not None and e.high <= e.low * ratio

@@ -33,7 +33,7 @@ from functools import cache
 from itertools import pairwise
 
 from specroute.crossing import (
-    CONFIDENCE,
+    ONE_SIDED,
     Band,
     at_or_beyond,
     between,
@@ -334,7 +334,7 @@ def _loses(margins: Sequence[Sequence[float]]) -> bool:
     """Whether speculation surely loses at the first level: 97.5% of the replicates say
     so, one side of the 95% interval."""
     losing = sum(1 for m in margins if m[0] < 0)
-    return losing >= (CONFIDENCE + (1 - CONFIDENCE) / 2) * len(margins)
+    return losing >= ONE_SIDED * len(margins)
 
 
 def _edge(

@@ -123,6 +123,7 @@ def _between(x0: float, m0: float, x1: float, m1: float) -> float:
 # estimate's alike (``profiler.stats`` for calibration, ``router.online_fit`` while serving).
 
 CONFIDENCE = 0.95
+ONE_SIDED = CONFIDENCE + (1 - CONFIDENCE) / 2  # of replicates, past one end of the interval
 
 
 def at_or_beyond(levels: Sequence[float], margin: Sequence[float]) -> float:
