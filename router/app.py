@@ -23,6 +23,7 @@ from specroute.router.admission.auth import Keys, without_credentials
 from specroute.router.admission.limits import Admission
 from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
+from specroute.router.backends.polls import check_health, each_backend, every, poll_metrics
 from specroute.router.backends.roster import Roster
 from specroute.router.backends.verdicts import Verdicts
 from specroute.router.components import ejection, exploration, samples, sureness
@@ -55,7 +56,7 @@ from specroute.router.operator.cache_flush import flush_cache
 from specroute.router.operator.engine_profile import START as PROFILE_START
 from specroute.router.operator.engine_profile import STOP as PROFILE_STOP
 from specroute.router.operator.engine_profile import start_profile, stop_profile
-from specroute.router.operator.gauges import StateGauges
+from specroute.router.operator.gauges import RouterGauges
 from specroute.router.operator.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
 from specroute.router.operator.loads import PATHS as LOADS_PATHS
 from specroute.router.operator.loads import loads
@@ -77,13 +78,9 @@ from specroute.router.proxy.stored_responses import stored
 from specroute.router.settings import RouterSettings
 from specroute.router.state import STATE, RouterState
 from specroute.router.tasks.monitor import (
-    check_health,
     discover,
-    each_backend,
-    every,
     first_verdicts,
     follow,
-    poll_metrics,
     rediscover,
     watch_profile,
 )
@@ -167,7 +164,7 @@ def build_state(
         resolve=resolve,
     )
     state.lifecycle = Lifecycle(listeners(state))
-    metrics.exposed.register(StateGauges(state))
+    metrics.exposed.register(RouterGauges(state.watching))
     return state
 
 
@@ -230,7 +227,8 @@ def create_app(
     route = functools.partial(app.router.add_route, expect_handler=_expectation)
     for path in PROXIED:
         post(path, proxied(state))
-    asking = state.asking  # the operator's asks of the servers: this, not the whole state
+    # the operator's asks of the servers, and what it reads: these, not the whole state
+    asking, watching = state.asking, state.watching
     post(ABORT_PATH, functools.partial(abort_request, asking=asking))
     for method, stored_path in (("GET", ""), ("POST", "/cancel")):
         path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
@@ -241,7 +239,7 @@ def create_app(
         for name in names:
             get(name, functools.partial(relay_info, asking=asking, names=names))
     for path in LOADS_PATHS:  # SGLang's name, and SMG's
-        get(path, functools.partial(loads, state=state))
+        get(path, functools.partial(loads, watching=watching))
     for method in ("GET", "POST"):  # SGLang takes either
         for path, handler in (
             (FLUSH_PATH, flush_cache),
@@ -255,7 +253,7 @@ def create_app(
     get("/metrics", _metrics)
     get("/router/status", _status)
     post("/router/profile", _swap_profile)
-    get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, state=state))
+    get(LIVE_PROFILE_PATH, functools.partial(live_profile_endpoint, watching=watching))
     get(
         SAMPLES_PATH,
         functools.partial(online_samples_endpoint, rings=state.rings, settings=settings.online),
@@ -284,7 +282,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     key = settings.upstream.api_key
     headers = {} if key is None else {"Authorization": f"Bearer {key.get_secret_value()}"}
-    state.session = state.asking.session = aiohttp.ClientSession(
+    state.asking.session = session = aiohttp.ClientSession(
         connector=connector, auto_decompress=False, headers=headers
     )
     pool = state.relaying.pool = UpstreamPool(
@@ -296,10 +294,11 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
         if settings.backends.discovers():
             discovery = _discovery(state)
             await discover(state, discovery, at_start=True)  # a bad backends file stops here
-        await each_backend("health", state, check_health)  # before serving: one failing waits
+        polling, health = state.polling, settings.health
+        await each_backend("health", polling, check_health)  # before serving: one failing waits
         tasks = [
-            asyncio.create_task(every(settings.health.interval, "health", state, check_health)),
-            asyncio.create_task(every(settings.health.poll_interval, "poll", state, poll_metrics)),
+            asyncio.create_task(every(health.interval, "health", polling, check_health)),
+            asyncio.create_task(every(health.poll_interval, "poll", polling, poll_metrics)),
         ]
         if discovery is not None:
             tasks.append(asyncio.create_task(rediscover(state, discovery)))
@@ -322,7 +321,7 @@ async def _background(app: web.Application) -> AsyncIterator[None]:
     if state.fitter is not None:
         state.fitter.shutdown(wait=False, cancel_futures=True)  # a fit under way ends alone
     await state.admission.stop()
-    await state.session.close()
+    await session.close()
     pool.close()
     if state.tracing is not None:
         await state.tracing.close()

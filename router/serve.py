@@ -105,7 +105,7 @@ TURN = 0.0005  # seconds a thread runs on while another waits for the interprete
 
 
 def short_turns() -> None:
-    """The online fit runs in a thread beside the event loop (``online_task.fit_now``):
+    """The online fit runs in a thread beside the event loop (``tasks.online_fits.fit_now``):
     while it does, a loop that wakes waits at most ``TURN`` for the interpreter's lock,
     not the default 5 ms, every request of the worker behind it."""
     sys.setswitchinterval(TURN)

@@ -33,6 +33,7 @@ from specroute.router.admission.rate_limit import RateLimit
 from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.discovery import Resolve, resolve_ipv4
+from specroute.router.backends.polls import Polling
 from specroute.router.backends.relaying import Relaying
 from specroute.router.backends.response_owners import Owners
 from specroute.router.backends.roster import Roster
@@ -45,6 +46,7 @@ from specroute.router.observability.tracing import Tracing
 from specroute.router.online.peers import Peers
 from specroute.router.online.published import published, take
 from specroute.router.online.rings import Rings
+from specroute.router.operator.watching import Watching
 from specroute.router.policy_in_force import POSTED, PolicyInForce
 from specroute.router.settings import RouterSettings
 from specroute.router.workers.board import Board
@@ -71,9 +73,11 @@ class RouterState:
     peers: Peers | None = None  # the leader's, when online_peers are given
     rings: Rings | None = None  # the samples each worker recorded (online on), for peers
     resolve: Resolve = resolve_ipv4  # the names of backends and peers: the system's, or a test's
-    session: ClientSession | None = None  # health checks, polls, discovery, the peers
-    # what the operator endpoints ask the servers with (the same session, once open)
+    # what the router asks the servers with outside a request's path (its session, once
+    # open), and what the leader's checks and polls use
     asking: Asking = field(init=False)
+    polling: Polling = field(init=False)
+    watching: Watching = field(init=False)  # what the read-only endpoints and gauges see
     fitter: Executor | None = None  # the online fit's thread, where the router fits
     stopping: bool = False  # a signal came: /ready says 503, requests are still served
     draining: bool = False  # after the grace: new requests are refused
@@ -93,6 +97,31 @@ class RouterState:
         self.placement = placer(settings.routing)
         self.verdicts.watch(self.roster.backends)
         self.asking = Asking(self.roster, self.metrics.upstream_errors, settings.secrets)
+        health = settings.health
+        self.polling = Polling(
+            self.asking,
+            self.metrics,
+            self.health_checked,
+            health.timeout,
+            max(health.poll_interval, 1.0),
+            health.stale_after,
+        )
+        self.watching = Watching(
+            self.view,
+            self.roster,
+            self.board,
+            self.admission.quota,
+            self.in_force,
+            self.online,
+            health.stale_after,
+            settings.online,
+        )
+
+    @property
+    def session(self) -> ClientSession | None:
+        """The client session of health checks, polls, discovery and the peers: the
+        operator's (``asking``), open from the app's start."""
+        return self.asking.session
 
     def view(self) -> View:
         if self._news != self.board.news():  # published since: applied before deciding

@@ -31,7 +31,8 @@ class Server(NamedTuple):
         return backend_name(self.url, self.pool)
 
 
-LOADS_PATHS = ("/v1/loads", "/get_loads")
+LOADS_PATHS = ("/v1/loads", "/get_loads")  # SGLang's, and SMG's name for it
+SPECROUTE_VERSION = "specroute-"  # the prefix of a router's version in its loads answer
 Front = Literal["smg", "specroute"]  # a gateway in front of servers, as a backend
 READY_PATHS: dict[Front, str] = {"smg": "/readiness", "specroute": "/ready"}
 

@@ -1,6 +1,7 @@
-"""The router's gauges, read from its state at each scrape: nothing on the request path sets
-them, and they are the deployment's whichever worker answers (in flight and readings come
-from the shared board). A cool-down ends with no event to set a gauge at; read, it shows."""
+"""The router's gauges, read at each scrape from what the operator watches (``Watching``):
+nothing on the request path sets them, and they are the deployment's whichever worker
+answers (in flight and readings come from the shared board). A cool-down ends with no event
+to set a gauge at; read, it shows."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from prometheus_client.registry import Collector
 from specroute.crossing import first_top
 from specroute.policies.profile import up_to
 from specroute.router.online.gauges import online_gauges
-from specroute.router.state import RouterState
+from specroute.router.operator.watching import Watching
 
 
-class StateGauges(Collector):
-    def __init__(self, state: RouterState) -> None:
-        self.state = state
+class RouterGauges(Collector):
+    def __init__(self, watching: Watching) -> None:
+        self.watching = watching
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        state = self.state
-        view = state.view()
-        board = state.board
+        watching = self.watching
+        view = watching.view()
+        board = watching.board
         board.show_cpu(time.process_time())  # this worker's now, the others' of their last tick
         yield CounterMetricFamily(
             "specroute_router_cpu_seconds",
@@ -38,7 +39,7 @@ class StateGauges(Collector):
             "The live concurrency of the whole deployment as the policy counts it, now.",
             value=view.load(),
         )
-        quota = state.admission.quota
+        quota = watching.quota
         yield GaugeMetricFamily(
             "specroute_admitted_requests",
             "Requests admitted and not yet ended, through every worker (what "
@@ -50,9 +51,9 @@ class StateGauges(Collector):
             "Requests waiting for admission, through every worker.",
             value=quota.queued(),
         )
-        policy, profile = state.in_force.policy, state.in_force.profile
+        policy, profile = watching.in_force.policy, watching.in_force.profile
         crossover = policy.crossover()
-        live = state.online.live_bands
+        live = watching.online.live_bands
         routed = live[0] if len(live) == 1 and policy.name == "crossover" else None
         if routed is not None and crossover is not None:
             crossover = first_top(routed)  # what it routes by now: learned live (adopt)
@@ -83,13 +84,13 @@ class StateGauges(Collector):
             value=0 if note else 1,
         )
         yield from self._profile()
-        yield from online_gauges(state.online, profile)
+        yield from online_gauges(watching.online, profile)
         yield from self._backends()
 
     def _profile(self) -> Iterator[GaugeMetricFamily]:
         """What the profile in force was measured at, and when: for alerts on a live accept
         length far from it, and on a profile grown old."""
-        profile = self.state.in_force.profile
+        profile = self.watching.in_force.profile
         if profile is None:
             return
         if profile.accept_length is not None:
@@ -157,7 +158,7 @@ class StateGauges(Collector):
             "adaptive server's (--speculative-adaptive) moves with its batch, 0 drafting none.",
             labels=["backend"],
         )
-        for b in self.state.roster.backends:
+        for b in self.watching.backends:
             b.show_level()  # this worker's, now; the others' as they last showed it
             up, worst = b.healthy, b.board.worst_level(b.index)
             inflight.add_metric([b.pool, b.name], b.inflight)

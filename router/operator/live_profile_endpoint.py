@@ -12,14 +12,14 @@ from aiohttp import web
 
 from specroute.policies.view import POOLS
 from specroute.router.online.live_profile import LiveProfileRefused, Serving, live_profile
+from specroute.router.operator.watching import Watching
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 LIVE_PROFILE_PATH = "/router/profile/live"
 
 
-async def live_profile_endpoint(request: web.Request, state: RouterState) -> web.Response:
-    online, in_force = state.online, state.in_force
+async def live_profile_endpoint(request: web.Request, watching: Watching) -> web.Response:
+    online, in_force = watching.online, watching.in_force
     now = time.monotonic()
     fitted = online.fitted_at
     if fitted is not None and time.time() - in_force.loaded_at < now - fitted:
@@ -27,13 +27,13 @@ async def live_profile_endpoint(request: web.Request, state: RouterState) -> web
         return error_response(
             409,
             "The profile in force changed since the last fit: ask again after the next one "
-            f"(within {state.settings.online.interval:g} s).",
+            f"(within {watching.online_settings.interval:g} s).",
         )
     try:
         document = live_profile(
             online,
             in_force.profile,
-            serving(state),
+            serving(watching),
             now,
             datetime.now(UTC).isoformat(timespec="seconds"),
         )
@@ -42,11 +42,11 @@ async def live_profile_endpoint(request: web.Request, state: RouterState) -> web
     return web.json_response(document)
 
 
-def serving(state: RouterState) -> Serving:
+def serving(watching: Watching) -> Serving:
     """Each pool's backends and smallest reported batch, and the speculative servers'
     mean accept length over the windows younger than the online window (the span the
     live curves were measured over)."""
-    view = state.view()
+    view = watching.view()
     batches = {
         pool: [
             b.max_running_requests
@@ -58,5 +58,5 @@ def serving(state: RouterState) -> Serving:
     return Serving(
         {pool: tuple(b.name for b in view.backends if b.pool == pool) for pool in POOLS},
         {pool: min(batches[pool]) if batches[pool] else None for pool in POOLS},
-        view.accept_length(state.settings.online.window_seconds),
+        view.accept_length(watching.online_settings.window_seconds),
     )

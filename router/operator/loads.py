@@ -27,25 +27,25 @@ from aiohttp import web
 from specroute.policies.view import BackendView, ConcurrencySource
 from specroute.release import release
 from specroute.router.admission.auth import without_credentials
+from specroute.router.backends.backend import LOADS_PATHS, SPECROUTE_VERSION
 from specroute.router.operator.answers import LoadEntry, LoadsAggregate, LoadsAnswer, Speculative
+from specroute.router.operator.watching import Watching
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 from specroute.router.workers.board import Reading
 
-PATHS = ("/v1/loads", "/get_loads")
-VERSION = "specroute-"  # its version's prefix, by which a router polling this one knows it
+PATHS = LOADS_PATHS
 SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues", "all")  # SGLang's
 FORMATS = ("json", "prometheus")
 
 
-async def loads(request: web.Request, state: RouterState) -> web.Response:
+async def loads(request: web.Request, watching: Watching) -> web.Response:
     """Every backend's load, or one's (``dp_rank``), as JSON or Prometheus text."""
     asked = _asked(request.query)
     if isinstance(asked, web.Response):
         return asked
     form, sections, rank = asked
-    view, now = state.view(), time.monotonic()
-    backends, stale_after = state.roster.backends, state.settings.health.stale_after
+    view, now = watching.view(), time.monotonic()
+    backends, stale_after = watching.backends, watching.stale_after
     entries = [
         _entry(i, backends[i].url, b, backends[i].reading(stale_after, now), view.source, sections)
         for i, b in enumerate(view.backends)
@@ -60,12 +60,12 @@ async def loads(request: web.Request, state: RouterState) -> web.Response:
         entries = [entries[rank]]
     if form == "prometheus":
         return web.Response(text=_text(entries), content_type="text/plain", charset="utf-8")
-    queued = state.admission.quota.queued()
+    queued = watching.quota.queued()
     running = sum(e.num_running_reqs for e in entries)
     waiting = sum(e.num_waiting_reqs for e in entries) + queued
     answer = LoadsAnswer(
         timestamp=datetime.now(UTC).isoformat(),
-        version=f"{VERSION}{release()}",
+        version=f"{SPECROUTE_VERSION}{release()}",
         dp_rank_count=len(entries),
         loads=entries,
         aggregate=LoadsAggregate(

@@ -24,10 +24,9 @@ from specroute.loadgen.spawn import spawned
 from specroute.router.app import build_state
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.health import Breaker, BreakerState, Ejection, verdict
+from specroute.router.backends.polls import Polling, every
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.settings import RouterSettings
-from specroute.router.state import RouterState
-from specroute.router.tasks.monitor import every
 from tests.apps import listening, serving
 from tests.emulator.test_emulator_api import CHAT, client
 from tests.emulators import FAST, running_emulator
@@ -232,12 +231,12 @@ async def test_a_job_that_raises_is_logged_counted_and_run_again(
     state = build_state(RouterSettings(**TWO_BACKENDS, backend_api_key=key))
     ran: list[str] = []
 
-    async def job(state: RouterState, backend: Backend) -> None:
+    async def job(polling: Polling, backend: Backend) -> None:
         ran.append(backend.name)
         if len(ran) == 1:
             raise RuntimeError("a bug in the job")
 
-    loop = asyncio.create_task(every(0.01, "poll", state, job))
+    loop = asyncio.create_task(every(0.01, "poll", state.polling, job))
     for _ in range(200):
         if len(ran) >= 10:
             break
