@@ -446,6 +446,27 @@ def overhead_baseline(document: dict[str, Any]) -> str:
     return table(header, rows, "lrrrrrr")
 
 
+def overhead_calls(document: dict[str, Any]) -> str:
+    """A request's Python calls in one router worker, this code against the baseline's,
+    and the functions called most more and most less often a request."""
+    rows = []
+    for mode, row in document["modes"].items():
+        listed = [
+            ", ".join(f"`{name}` {n:+g}" for name, n in row[way][:5]) for way in ("more", "fewer")
+        ]
+        rows.append(
+            [
+                _MODE_NAMES.get(mode, mode),
+                f"{row['baseline']:.1f}",
+                f"{row['this']:.1f}",
+                f"{row['ratio']:.3f}",
+                *listed,
+            ]
+        )
+    header = ["answers", "before", "after", "after / before", "called more", "called less"]
+    return table(header, rows, "lrrrll")
+
+
 RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead": overhead,
     "overhead-wakes": overhead_wakes,
@@ -454,6 +475,7 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-shares": overhead_shares,
     "overhead-workers-shares": overhead_shares,
     "overhead-reference": overhead_reference,
+    "overhead-calls": overhead_calls,
     "overhead-lean": overhead_reference,
     "overhead-front": overhead_reference,
     "overhead-tail": overhead_reference,

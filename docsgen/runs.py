@@ -268,6 +268,21 @@ RUNS: dict[str, Run] = {
         "router's split (`pip install --target before --no-deps` of its wheel), the "
         "installed specroute the code after it",
     ),
+    "overhead-split-c1-focus": Run(
+        "specroute bench overhead --levels 16,512 --workers 1 --repeats 7 --modes "
+        "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
+        "--baseline before --router-cores 1 --out overhead-split-c1-focus.json",
+        "2026-12-06",
+        note="on a machine of 16 cores with an H100, another than the run above's; `before` "
+        "as there, the installed specroute the code after the split and the speculation "
+        "details asked of SGLang",
+    ),
+    "overhead-calls": Run(
+        "specroute bench calls --baseline before --out overhead-calls.json",
+        "2026-12-06",
+        note="`before` holds the code before the router's split, the installed specroute "
+        "the code after it",
+    ),
     "overhead-split-before-c1": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
         "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "

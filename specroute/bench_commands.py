@@ -42,6 +42,7 @@ def add_bench(sub: Subcommands) -> None:
         _add_compare,
         _add_capacity,
         _add_overhead,
+        _add_calls,
         _add_replicas,
         _add_affinity,
         _add_deployments,
@@ -243,6 +244,45 @@ def _add_overhead(commands: Subcommands) -> None:
     overhead.add_argument("--out", metavar="FILE.json", help="every window and the summary")
     overhead.add_argument("--plot", metavar="FILE.png", help="needs matplotlib")
     overhead.set_defaults(handler=_overhead)
+
+
+def _add_calls(commands: Subcommands) -> None:
+    calls = commands.add_parser(
+        "calls",
+        help="the Python calls a request costs the router, this code against another version",
+        description="specroute serve (one worker) under cProfile in front of the overhead "
+        "bench's stub backends, this code and the specroute in --baseline DIR in turn, "
+        "each run with N and 2N requests: a request's calls are the difference over N. "
+        "Where the CPU per request of bench overhead moves by several percent between "
+        "windows, the count is the same for the same code path.",
+    )
+    calls.add_argument(
+        "--baseline",
+        required=True,
+        metavar="DIR",
+        help="another specroute, installed there (pip install --target DIR --no-deps)",
+    )
+    calls.add_argument("--requests", type=positive(int), default=2000, metavar="N")
+    calls.add_argument("--concurrency", type=positive(int), default=64)
+    calls.add_argument(
+        "--modes",
+        type=lambda v: tuple(v.split(",")),
+        default=("stream", "whole"),
+        metavar="M1,M2",
+        help="stream, whole (chat completions streamed, or answered whole)",
+    )
+    calls.add_argument("--out", metavar="FILE.json")
+    calls.set_defaults(handler=_calls)
+
+
+def _calls(args: argparse.Namespace) -> int:
+    from specroute.bench.call_count import CallPlan, count_calls, render
+
+    plan = CallPlan(args.baseline, args.requests, args.concurrency, args.modes)
+    document = run_loop(count_calls(plan, _note))
+    print(render(document))
+    _save(document, args.out)
+    return 0
 
 
 def _add_overhead_targets(p: argparse.ArgumentParser) -> None:

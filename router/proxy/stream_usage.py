@@ -37,6 +37,8 @@ _SGLEXT = (
 _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _DETAILS = re.compile(rb'"spec_tokens_details"\s*:\s*\{')
+# what may be added, at usage + 2 x details (whether each was): one search a chunk
+_ADDED = (None, _USAGE, _DETAILS, re.compile(rb'"(?:usage|spec_tokens_details)"\s*:\s*\{'))
 _ACCEPT = re.compile(rb'"spec_accept_length"\s*:\s*(-?[0-9][0-9.eE+-]*)')
 _EVENTS = re.compile(rb"(?<=\n\n)|(?<=\r\n\r\n)")  # after each event's blank line
 _DATA = re.compile(rb"^(data:\s?)(.*?)(\r?\n\r?\n)$", re.S)
@@ -78,9 +80,8 @@ def asked_for(path: str, raw: bytes, body: dict[str, Any], details: bool = False
 def has_added(chunk: bytes, usage: bool, details: bool) -> bool:
     """Whether ``chunk`` may hold an event the relay must take out: the usage one where it
     was added, the speculation details where they were."""
-    return (usage and _USAGE.search(chunk) is not None) or (
-        details and _DETAILS.search(chunk) is not None
-    )
+    added = _ADDED[usage + 2 * details]
+    return added is not None and added.search(chunk) is not None
 
 
 def without_added(events: bytes, usage: bool, details: bool) -> bytes:
