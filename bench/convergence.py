@@ -168,7 +168,7 @@ def converge(
         raise ValueError("without a profile there are no context buckets: start off by a factor")
     begin = 0.0 if factor is None else known.crossover * factor
     starts = tuple(() if factor is None else scaled(t.bands, factor) for t in truths)
-    plan = _plan(model, known, traffic, seed, prompts)
+    plan = replay_plan(model, known, traffic, seed, prompts)
     settings = defaults()
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
     for share in (
@@ -292,19 +292,47 @@ def azure_at(
     for _ in range(PROBES):
         trial = window.scaled(rate / window.rate)
         trial = trial.window(0.0, min(trial.seconds, 300.0))
-        served = replay(_plan(model, known, trial, 0), AlwaysPolicy("base"))
+        served = replay(replay_plan(model, known, trial, 0), AlwaysPolicy("base"))
         busy = sum((r.end or trial.seconds) - r.start for r in served)
         found = busy / trial.seconds if trial.seconds > 0 else target
         rate *= math.sqrt(target / max(found, 1e-9))
     return window.scaled(rate / window.rate)
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """One crossover routed by throughout, no online calibration: what it gives on a traffic
+    (0: never speculating). Where the truth is the best of these, converging to it pays."""
+
+    traffic: str
+    crossover: float
+    tps: float
+    latency: float  # a request's mean time, seconds
+
+
+def fixed(
+    model: tuple[str, ...], traffic: RequestTrace | int, crossovers: Sequence[float]
+) -> list[Fixed]:
+    """Each crossover of ``crossovers`` routed by on ``traffic``, as ``converge`` runs it."""
+    plan = replay_plan(model, truth(model), traffic, 0)
+    name = "ramp" if isinstance(traffic, int) else "azure"
+    found = []
+    for at in crossovers:
+        policy = CrossoverPolicy(CrossoverParams(), at, ((None, at),) if at > 0 else ())
+        records = replay(plan, policy, f"fixed {at:g}")
+        seconds = plan.trace.seconds
+        found.append(Fixed(name, at, output_tps(records, seconds), mean_latency(records)))
+    return found
+
+
 def document(
     model: tuple[str, ...],
     runs: list[Converged],
     live: Sequence[tuple[Converged, float | None]] = (),
+    routed: Sequence[Fixed] = (),
 ) -> dict[str, Any]:
-    """The JSON of the runs, and of those run live with how far their servers lagged."""
+    """The JSON of the runs, of those run live with how far their servers lagged, and of the
+    fixed crossovers routed by (``routed``)."""
     settings = defaults()
     return {
         "model": list(model),
@@ -318,6 +346,7 @@ def document(
         },
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
         "live": [asdict(r) | {"lag": behind} for r, behind in live],
+        "fixed": [asdict(f) for f in routed],
     }
 
 
@@ -327,13 +356,15 @@ def render(document: dict[str, Any]) -> str:
     first edge routed by at the end, the stretches out after the first adoption (the
     longest), the requests explored, and exploring's cost in tok/s and in a request's mean
     time; under a row, the bands routed by at the end where the truth is bands, and each
-    context bucket's."""
-    lines = [
-        "start    traffic  truth [interval]  in for good at  requests by       at end  "
-        "out after adopting  explored (turns)  tok/s   time",
-    ]
-    live = [r | {"traffic": "live"} for r in document.get("live", [])]
-    for r in [*document["runs"], *live]:
+    context bucket's; then the fixed crossovers, if any."""
+    live = [r | {"traffic": f"{r['traffic']} live"} for r in document.get("live", [])]
+    rows = [*document["runs"], *live]
+    header = (
+        "start    traffic    truth [interval]  in for good at  requests by       at end  "
+        "out after adopting  explored (turns)  tok/s   time"
+    )
+    lines = [header] if rows else []
+    for r in rows:
         t, at, out = r["truth"], r["converged_at"], r["outside"]
         settled = "never" if at is None else f"{at:,.0f} s"
         by = "-" if r["requests_by"] is None else f"{r['requests_by']:,} of {r['requests']:,}"
@@ -341,7 +372,7 @@ def render(document: dict[str, Any]) -> str:
         strays = f"{len(out)}, longest {longest:.0f} s" if out else "none"
         up = " up" if [e["direction"] for e in t.get("edges", [])][:1] == ["up"] else ""
         lines.append(
-            f"{r['start']:<8} {r['traffic']:<8} {t['crossover']:5.1f}{up} "
+            f"{r['start']:<8} {r['traffic']:<10} {t['crossover']:5.1f}{up} "
             f"[{t['interval'][0]:g}, {t['interval'][1]:g}]  {settled:<15} {by:<17} "
             f"{r['routed_at_end']:6.1f}  {strays:<18}  {r['explored']:>5} ({r['turns']}){'':<7} "
             f"{_signed(r.get('cost'))}  {_signed(r.get('slower'))}"
@@ -364,7 +395,27 @@ def render(document: dict[str, Any]) -> str:
             )
         if banded and not r.get("contexts"):
             lines.append(f"    truth {_bands(given)}, at end {_bands(r.get('bands_at_end', []))}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_fixed(document.get("fixed", []))])
+
+
+def _fixed(rows: list[dict[str, Any]]) -> list[str]:
+    """The fixed crossovers, a line per traffic: each one's tok/s and mean time against
+    never speculating's (the crossover 0) on that traffic."""
+    lines: list[str] = []
+    for traffic in dict.fromkeys(r["traffic"] for r in rows):
+        mine = [r for r in rows if r["traffic"] == traffic]
+        never = next((r for r in mine if r["crossover"] == 0), None)
+        if not lines:
+            lines.append("fixed crossovers, no online calibration (tok/s, mean time; 0: never):")
+        shown = []
+        for r in mine:
+            against = ""
+            if never is not None and r is not never and never["tps"] > 0 and never["latency"] > 0:
+                tps = r["tps"] / never["tps"] - 1
+                against = f" ({_signed(tps)}, {_signed(r['latency'] / never['latency'] - 1)})"
+            shown.append(f"{r['crossover']:g}: {r['tps']:,.0f}, {r['latency']:.2f} s{against}")
+        lines.append(f"  {traffic}: " + "; ".join(shown))
+    return lines
 
 
 def _bands(bands: Any) -> str:
@@ -381,7 +432,7 @@ def _signed(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:+.1f}%"
 
 
-def _plan(
+def replay_plan(
     model: tuple[str, ...],
     known: Truth,
     traffic: RequestTrace | int,

@@ -1,7 +1,9 @@
 """``specroute bench convergence --live``: a run of the convergence bench as a user deploys
 it. The pair as ``specroute emulate`` processes sharing one GPU group's file at a time scale,
 a ``specroute serve`` router in front with ``--online adopt`` and the start's crossover, and
-the trace's requests sent through it by their arrival times (``live_contender``).
+the traffic sent through it: the Azure trace's requests by their arrival times
+(``live_contender``), or the ramp's clients, each phase's for its time scaled
+(``loadgen.trace_loop``), with the same prompts as the offline run.
 
 The router's own clocks are wall seconds, so every setting that is a time (the fit's
 interval, the window, the polls and health checks) is given times the time scale: the
@@ -17,27 +19,34 @@ import asyncio
 import json
 import time
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from specroute.bench.convergence import (
+    OUTPUT_LEN,
     STARTS,
     Converged,
     defaults,
     first_edge,
     mean_latency,
     output_tps,
+    replay_plan,
     scaled,
     settled,
     truth,
 )
-from specroute.bench.live_contender import STREAM_INTERVAL, replay_live
+from specroute.bench.live_contender import STREAM_INTERVAL, emulated, replay_live
 from specroute.crossing import Band
 from specroute.loadgen import lag
+from specroute.loadgen.client import PhaseBodies, served_model
+from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.spawn import NO_DRAIN, spawned
+from specroute.loadgen.trace import Trace
+from specroute.loadgen.trace_loop import play
 from specroute.policies.view import POOLS
 from specroute.router.settings import RouterSettings
 
@@ -45,13 +54,15 @@ from specroute.router.settings import RouterSettings
 async def converge_live(
     model: tuple[str, ...],
     start: str,
-    trace: RequestTrace,
+    traffic: RequestTrace | int,
     time_scale: float,
     folder: Path,
 ) -> tuple[Converged, float | None]:
-    """One run from ``start`` on ``trace`` live, and how far the servers lagged their time
-    (``loadgen.lag.overall``; None: unknown)."""
+    """One run from ``start`` on ``traffic`` live (a request trace, or the ramp this many
+    times over), and how far the servers lagged their time (``loadgen.lag.overall``; None:
+    unknown)."""
     known, factor, settings = truth(model), STARTS[start], defaults()
+    seconds = replay_plan(model, known, traffic, 0).trace.seconds
     begin = 0.0 if factor is None else known.crossover * factor
     given = () if factor is None else scaled(known.bands, factor)
     scale = ("--time-scale", f"{time_scale:g}", "--stream-interval", STREAM_INTERVAL)
@@ -81,9 +92,7 @@ async def converge_live(
             began = time.monotonic()
             watching = asyncio.create_task(_watch(session, router.url, every, polls))
             try:
-                records = await replay_live(
-                    session, router.url, f"convergence {start}", trace, time_scale, trace.seconds
-                )
+                records = await _sent(session, router.url, model, start, traffic, time_scale)
             finally:
                 watching.cancel()
                 await asyncio.gather(watching, return_exceptions=True)
@@ -96,10 +105,10 @@ async def converge_live(
     explored = (status.get("online") or {}).get("exploration") or {}
     return Converged(
         start,
-        "azure",
+        "ramp" if isinstance(traffic, int) else "azure",
         known,
         begin,
-        trace.seconds,
+        seconds,
         len(records),
         at,
         None if at is None else sum(1 for r in records if r.start < at),
@@ -107,12 +116,35 @@ async def converge_live(
         first_edge(end),
         sum(explored.get("explored", {}).values()),
         sum(explored.get("turns", {}).values()),
-        output_tps(records, trace.seconds),
+        output_tps(records, seconds),
         None,
         mean_latency(records),
         None,
         end,
     ), behind
+
+
+async def _sent(
+    session: aiohttp.ClientSession,
+    url: str,
+    model: tuple[str, ...],
+    start: str,
+    traffic: RequestTrace | int,
+    time_scale: float,
+) -> list[RequestRecord]:
+    """The traffic through the router at ``url``, its records' times in emulated seconds:
+    the trace's requests at their arrivals, or the ramp's phases, each for its time scaled,
+    with the offline run's prompts."""
+    name = f"convergence {start}"
+    if not isinstance(traffic, int):
+        return await replay_live(session, url, name, traffic, time_scale, traffic.seconds)
+    plan = replay_plan(model, truth(model), traffic, 0)
+    phases = tuple(replace(p, seconds=p.seconds * time_scale) for p in plan.trace.phases)
+    ramp = Trace(plan.trace.name, phases)
+    served = await served_model(session, url)
+    bodies = PhaseBodies(ramp, plan.dataset, served, True, OUTPUT_LEN)
+    began, records = await play(session, url, bodies, ramp, name)
+    return [emulated(r, began, time_scale) for r in records]
 
 
 def _routing(

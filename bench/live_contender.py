@@ -118,10 +118,10 @@ async def replay_live(
     for record in records:
         if record.end is None and record.error is None:
             record.error = "cancelled: not finished when the replay ended"
-    return [_emulated(r, start, time_scale) for r in records]
+    return [emulated(r, start, time_scale) for r in records]
 
 
-def _emulated(record: RequestRecord, start: float, time_scale: float) -> RequestRecord:
+def emulated(record: RequestRecord, start: float, time_scale: float) -> RequestRecord:
     """``record`` with its times in emulated seconds from ``start``."""
 
     def at(t: float) -> float:

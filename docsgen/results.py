@@ -251,5 +251,6 @@ BLOCKS: dict[str, Callable[..., str]] = {
         load(before), load(after)
     ),
     "overhead-baseline": lambda name: router_results.overhead_baseline(load(name)),
+    "overhead-calls": lambda name: router_results.overhead_calls(load(name)),
     **router_results.blocks(load),
 }

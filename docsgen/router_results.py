@@ -463,7 +463,7 @@ def overhead_calls(document: dict[str, Any]) -> str:
                 *listed,
             ]
         )
-    header = ["answers", "before", "after", "after / before", "called more", "called less"]
+    header = ["answers", "baseline", "this code", "this / baseline", "called more", "called less"]
     return table(header, rows, "lrrrll")
 
 
@@ -475,7 +475,6 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "overhead-shares": overhead_shares,
     "overhead-workers-shares": overhead_shares,
     "overhead-reference": overhead_reference,
-    "overhead-calls": overhead_calls,
     "overhead-lean": overhead_reference,
     "overhead-front": overhead_reference,
     "overhead-tail": overhead_reference,

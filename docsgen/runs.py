@@ -221,6 +221,25 @@ RUNS: dict[str, Run] = {
         "2026-12-06",
         note="every live run kept its time (lag at most 0.3%)",
     ),
+    "convergence-llama3.1-8b-h200-ramp-live": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --traffic ramp --ramps 2 --live 0.5 "
+        "--out convergence-llama3.1-8b-h200-ramp-live.json",
+        "2026-12-06",
+    ),
+    "convergence-llama3.1-8b-h200-ramp-live-4x-high": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --traffic ramp --starts '4x high' --ramps 2 --live 0.5 "
+        "--out convergence-llama3.1-8b-h200-ramp-live-4x-high.json",
+        "2026-12-06",
+        note="the same start, run alone, ten minutes before the run above",
+    ),
+    "convergence-llama3.1-8b-h200-fixed": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --starts '' --fixed 0,4,8,16,20,32,64,1e9 "
+        "--out convergence-llama3.1-8b-h200-fixed.json",
+        "2026-12-06",
+    ),
     "convergence-qwen3-30b-a3b-h200": Run(
         "specroute bench convergence --hardware qwen3-30b-a3b-h200 --accept-length 1.6 "
         "--max-running-requests 256 --out convergence-qwen3-30b-a3b-h200.json",
@@ -282,6 +301,12 @@ RUNS: dict[str, Run] = {
         "2026-12-06",
         note="`before` holds the code before the router's split, the installed specroute "
         "the code after it",
+    ),
+    "overhead-calls-since": Run(
+        "specroute bench calls --baseline split --out overhead-calls-since.json",
+        "2026-12-06",
+        note="`split` holds the code at the split's end, before the features that came "
+        "after it; the installed specroute the code of `overhead-calls`",
     ),
     "overhead-split-before-c1": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "

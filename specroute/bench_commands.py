@@ -882,7 +882,9 @@ def _add_convergence(commands: Subcommands) -> None:
     )
     add_model_flags(convergence)
     convergence.add_argument(
-        "--starts", default="none,4x high,4x low", help="of: none, 4x high, 4x low"
+        "--starts",
+        default="none,4x high,4x low",
+        help="of: none, 4x high, 4x low ('' with --fixed: the fixed crossovers alone)",
     )
     convergence.add_argument(
         "--traffic", default="ramp,azure", help="of: ramp, azure (comma-separated)"
@@ -905,21 +907,28 @@ def _add_convergence(commands: Subcommands) -> None:
         "--live",
         type=float,
         metavar="TIME_SCALE",
-        help="run each start on the Azure trace live too: the pair as emulator processes at "
+        help="run each start on each traffic live too: the pair as emulator processes at "
         "this time scale, a router in front, every time setting of the router scaled by it; "
         "a run whose servers lag their time says so and the command exits 1",
+    )
+    convergence.add_argument(
+        "--fixed",
+        default="",
+        metavar="C1,C2,...",
+        help="also route by each of these crossovers throughout, on each traffic, with no "
+        "online calibration (0: never speculate): which the traffic rewards",
     )
     convergence.add_argument("--out", metavar="FILE.json")
     convergence.set_defaults(handler=_convergence)
 
 
 def _convergence(args: argparse.Namespace) -> int:
-    from specroute.bench.convergence import STARTS, azure_at, converge, document, render
+    from specroute.bench.convergence import STARTS, azure_at, converge, document, fixed, render
     from specroute.loadgen import lag
     from specroute.loadgen.request_trace import azure_conversations
 
     model = tuple(given_model_flags(args))
-    starts = [s.strip() for s in args.starts.split(",")]
+    starts = [s.strip() for s in args.starts.split(",") if s.strip()]
     traffics = [t.strip() for t in args.traffic.split(",")]
     unknown = [s for s in starts if s not in STARTS] + [
         t for t in traffics if t not in ("ramp", "azure")
@@ -932,9 +941,12 @@ def _convergence(args: argparse.Namespace) -> int:
             "--prompts takes two or more lengths, on --traffic ramp, from starts off by a "
             "factor (without a profile there are no context buckets)"
         )
-    if args.live is not None and "azure" not in traffics:
-        raise ValueError("--live runs the Azure trace: give --traffic azure")
-    runs, live = [], []
+    if args.live is not None and prompts:
+        raise ValueError("--live runs one context: leave --prompts out")
+    routed = [float(c) for c in args.fixed.split(",") if c.strip()]
+    if any(c < 0 for c in routed) or not (starts or routed):
+        raise ValueError("--fixed takes crossovers of 0 or more; give it or --starts")
+    runs, live, held = [], [], []
     for traffic in traffics:
         given: RequestTrace | int = args.ramps
         if traffic == "azure":
@@ -942,9 +954,12 @@ def _convergence(args: argparse.Namespace) -> int:
             window = azure_conversations().window(float(start), float(seconds))
             given = azure_at(window, model)
         runs += [converge(model, s, given, args.seed, _note, prompts=prompts) for s in starts]
-        if not isinstance(given, int) and args.live is not None:
-            live = run_loop(_converge_live(model, starts, given, args.live))
-    found = document(model, runs, live)
+        if args.live is not None:
+            live += run_loop(_converge_live(model, starts, given, args.live))
+        if routed:
+            _note(f"{traffic}: fixed crossovers {', '.join(f'{c:g}' for c in routed)}")
+            held += fixed(model, given, routed)
+    found = document(model, runs, live, held)
     print(render(found))
     _save(found, args.out)
     late = [behind for _, behind in live if behind is not None and behind > lag.LIMIT]
@@ -954,16 +969,16 @@ def _convergence(args: argparse.Namespace) -> int:
 
 
 async def _converge_live(
-    model: tuple[str, ...], starts: list[str], trace: RequestTrace, time_scale: float
+    model: tuple[str, ...], starts: list[str], traffic: RequestTrace | int, time_scale: float
 ) -> list[tuple[Converged, float | None]]:
-    """Each start on ``trace`` live, one after the other, each in a folder of its own."""
+    """Each start on ``traffic`` live, one after the other, each in a folder of its own."""
     from specroute.bench.convergence_live import converge_live
 
     found = []
     for start in starts:
         _note(f"from {start}, live at time scale {time_scale:g}")
         with tempfile.TemporaryDirectory() as folder:
-            found.append(await converge_live(model, start, trace, time_scale, Path(folder)))
+            found.append(await converge_live(model, start, traffic, time_scale, Path(folder)))
     return found
 
 

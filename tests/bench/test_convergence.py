@@ -97,3 +97,26 @@ def test_the_command_says_how_each_start_went_and_keeps_its_json(
     assert document["defaults"]["online_explore_share"] == defaults().online.explore_share
     assert main(["bench", "convergence", *model, "--starts", "9x"]) != 0
     assert "not a start or a traffic: 9x" in capsys.readouterr().err
+
+
+def test_on_the_ramp_the_truth_costs_nothing_and_a_crossover_too_high_costs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--fixed``: each crossover routed by throughout, no online calibration. On one cycle
+    of the ramp, routing by the truth serves within 2% of never speculating (this pair's
+    drafter accepts 1.6 tokens a step: there is little to gain), where a crossover 4x high
+    costs several percent of tok/s and always speculating over a tenth."""
+    out = tmp_path / "fixed.json"
+    given = ("--starts", "", "--traffic", "ramp", "--ramps", "1", "--fixed", "0,20,80,1e9")
+    assert main(["bench", "convergence", *DENSE, *given, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    assert document["runs"] == [] and "in for good at" not in said
+    never, truth_, high, always = document["fixed"]
+    assert [r["crossover"] for r in (never, truth_, high, always)] == [0, 20, 80, 1e9]
+    assert truth_["tps"] == pytest.approx(never["tps"], rel=0.02)
+    assert high["tps"] < 0.97 * truth_["tps"] and always["tps"] < 0.9 * truth_["tps"]
+    assert high["latency"] > truth_["latency"] < always["latency"]
+    assert "fixed crossovers" in said and "ramp: 0: " in said
+    assert main(["bench", "convergence", *DENSE, "--fixed", "-1"]) != 0
+    assert main(["bench", "convergence", *DENSE, "--starts", ""]) != 0

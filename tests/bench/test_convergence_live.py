@@ -1,8 +1,9 @@
 """The convergence bench live (``specroute bench convergence --live``): the pair as emulator
 processes sharing one GPU group, a router in front with ``--online adopt`` and its time
-settings scaled, the Azure trace's requests sent through it. A short window: what the live
-router serves and learns agrees with the offline replay of the same requests (the proof's
-own runs are the committed bench JSON, run on a machine with the cores for it)."""
+settings scaled, the Azure trace's requests sent through it, or the ramp's clients. A short
+window: what the live router serves and learns agrees with the offline replay of the same
+requests (the proof's own runs are the committed bench JSON, run on a machine with the
+cores for it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specroute.bench.convergence import defaults
+from specroute.bench.convergence import converge, defaults
+from specroute.bench.convergence_live import converge_live
 from specroute.cli import main
 from specroute.loadgen import lag
 from tests.bench.test_convergence import DENSE
@@ -45,3 +47,19 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     # a window too short to be sure of a crossing: both route by the start throughout
     assert live["routed_at_end"] == offline["routed_at_end"] == live["started_at"]
     assert live["explored"] <= defaults().online.explore_share * live["requests"] + 4
+
+
+async def test_the_ramp_live_plays_its_clients_phase_by_phase(tmp_path: Path) -> None:
+    """One cycle of the ramp (8 emulated minutes) at a twentieth of real time: the clients
+    step up and down through the router and the records come back in emulated seconds.
+    A closed loop at this time scale loses a little to the client's and the router's own
+    time (each wall millisecond is twenty emulated ones), so its tok/s is held within 30%."""
+    live, behind = await converge_live(DENSE, "4x high", 1, 0.05, tmp_path)
+    if behind is not None and behind > lag.LIMIT:
+        pytest.skip(f"the emulators lagged their time scale by {behind:.0%}")
+    offline = converge(DENSE, "4x high", 1, priced=False)
+    assert (live.traffic, live.seconds) == ("ramp", offline.seconds) == ("ramp", 480.0)
+    assert live.requests >= 0.6 * offline.requests
+    assert live.tps == pytest.approx(offline.tps, rel=0.3)
+    # one cycle is too short to be sure of a crossing: both route by the start throughout
+    assert live.routed_at_end == offline.routed_at_end == live.started_at
