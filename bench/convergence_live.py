@@ -39,6 +39,7 @@ from specroute.bench.convergence import (
     truth,
 )
 from specroute.bench.live_contender import STREAM_INTERVAL, emulated, replay_live
+from specroute.bench.replay import ReplayPlan
 from specroute.crossing import Band
 from specroute.loadgen import lag
 from specroute.loadgen.client import PhaseBodies, served_model
@@ -62,7 +63,8 @@ async def converge_live(
     times over), and how far the servers lagged their time (``loadgen.lag.overall``; None:
     unknown)."""
     known, factor, settings = truth(model), STARTS[start], defaults()
-    seconds = replay_plan(model, known, traffic, 0).trace.seconds
+    plan = replay_plan(model, known, traffic, 0)
+    seconds = plan.trace.seconds
     begin = 0.0 if factor is None else known.crossover * factor
     given = () if factor is None else scaled(known.bands, factor)
     scale = ("--time-scale", f"{time_scale:g}", "--stream-interval", STREAM_INTERVAL)
@@ -92,7 +94,7 @@ async def converge_live(
             began = time.monotonic()
             watching = asyncio.create_task(_watch(session, router.url, every, polls))
             try:
-                records = await _sent(session, router.url, model, start, traffic, time_scale)
+                records = await _sent(session, router.url, plan, start, traffic, time_scale)
             finally:
                 watching.cancel()
                 await asyncio.gather(watching, return_exceptions=True)
@@ -127,18 +129,17 @@ async def converge_live(
 async def _sent(
     session: aiohttp.ClientSession,
     url: str,
-    model: tuple[str, ...],
+    plan: ReplayPlan,
     start: str,
     traffic: RequestTrace | int,
     time_scale: float,
 ) -> list[RequestRecord]:
     """The traffic through the router at ``url``, its records' times in emulated seconds:
-    the trace's requests at their arrivals, or the ramp's phases, each for its time scaled,
-    with the offline run's prompts."""
+    the trace's requests at their arrivals, or the ramp's phases (``plan``, the offline
+    run's), each for its time scaled, with the offline run's prompts."""
     name = f"convergence {start}"
     if not isinstance(traffic, int):
         return await replay_live(session, url, name, traffic, time_scale, traffic.seconds)
-    plan = replay_plan(model, truth(model), traffic, 0)
     phases = tuple(replace(p, seconds=p.seconds * time_scale) for p in plan.trace.phases)
     ramp = Trace(plan.trace.name, phases)
     served = await served_model(session, url)

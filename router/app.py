@@ -22,6 +22,7 @@ from specroute.policies.registry import build_policy
 from specroute.router.admission.auth import Keys, without_credentials
 from specroute.router.admission.limits import Admission
 from specroute.router.admission.rate_limit import RateLimit
+from specroute.router.backends.backend import LOADS_PATHS
 from specroute.router.backends.discovery import Discovery, Resolve, resolve_ipv4
 from specroute.router.backends.polls import check_health, each_backend, every, poll_metrics
 from specroute.router.backends.roster import Roster
@@ -58,7 +59,6 @@ from specroute.router.operator.engine_profile import STOP as PROFILE_STOP
 from specroute.router.operator.engine_profile import start_profile, stop_profile
 from specroute.router.operator.gauges import RouterGauges
 from specroute.router.operator.live_profile_endpoint import LIVE_PROFILE_PATH, live_profile_endpoint
-from specroute.router.operator.loads import PATHS as LOADS_PATHS
 from specroute.router.operator.loads import loads
 from specroute.router.operator.model_card import model_card
 from specroute.router.operator.openapi import document

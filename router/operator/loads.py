@@ -27,13 +27,12 @@ from aiohttp import web
 from specroute.policies.view import BackendView, ConcurrencySource
 from specroute.release import release
 from specroute.router.admission.auth import without_credentials
-from specroute.router.backends.backend import LOADS_PATHS, SPECROUTE_VERSION
+from specroute.router.backends.backend import SPECROUTE_VERSION
 from specroute.router.operator.answers import LoadEntry, LoadsAggregate, LoadsAnswer, Speculative
 from specroute.router.operator.watching import Watching
 from specroute.router.protocol.errors import error_response
 from specroute.router.workers.board import Reading
 
-PATHS = LOADS_PATHS
 SECTIONS = ("core", "memory", "spec", "lora", "disagg", "queues", "all")  # SGLang's
 FORMATS = ("json", "prometheus")
 
