@@ -200,7 +200,7 @@ def converge(
     end = routed[-1][1] if routed else starts
     return Converged(
         start,
-        "ramp" if isinstance(traffic, int) else "azure",
+        traffic_name(traffic),
         known,
         begin,
         plan.trace.seconds,
@@ -315,14 +315,18 @@ def fixed(
 ) -> list[Fixed]:
     """Each crossover of ``crossovers`` routed by on ``traffic``, as ``converge`` runs it."""
     plan = replay_plan(model, truth(model), traffic, 0)
-    name = "ramp" if isinstance(traffic, int) else "azure"
+    name, seconds = traffic_name(traffic), plan.trace.seconds
     found = []
     for at in crossovers:
         policy = CrossoverPolicy(CrossoverParams(), at, ((None, at),) if at > 0 else ())
         records = replay(plan, policy, f"fixed {at:g}")
-        seconds = plan.trace.seconds
         found.append(Fixed(name, at, output_tps(records, seconds), mean_latency(records)))
     return found
+
+
+def traffic_name(traffic: RequestTrace | int) -> str:
+    """``ramp`` for the ramp's cycles, ``azure`` for a request trace (the Azure window)."""
+    return "ramp" if isinstance(traffic, int) else "azure"
 
 
 def document(
@@ -405,8 +409,6 @@ def _fixed(rows: list[dict[str, Any]]) -> list[str]:
     for traffic in dict.fromkeys(r["traffic"] for r in rows):
         mine = [r for r in rows if r["traffic"] == traffic]
         never = next((r for r in mine if r["crossover"] == 0), None)
-        if not lines:
-            lines.append("fixed crossovers, no online calibration (tok/s, mean time; 0: never):")
         shown = []
         for r in mine:
             against = ""
@@ -415,7 +417,8 @@ def _fixed(rows: list[dict[str, Any]]) -> list[str]:
                 against = f" ({_signed(tps)}, {_signed(r['latency'] / never['latency'] - 1)})"
             shown.append(f"{r['crossover']:g}: {r['tps']:,.0f}, {r['latency']:.2f} s{against}")
         lines.append(f"  {traffic}: " + "; ".join(shown))
-    return lines
+    heading = "fixed crossovers, no online calibration (tok/s, mean time; 0: never):"
+    return [heading, *lines] if lines else []
 
 
 def _bands(bands: Any) -> str:

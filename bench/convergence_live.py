@@ -36,6 +36,7 @@ from specroute.bench.convergence import (
     replay_plan,
     scaled,
     settled,
+    traffic_name,
     truth,
 )
 from specroute.bench.live_contender import STREAM_INTERVAL, emulated, replay_live
@@ -107,7 +108,7 @@ async def converge_live(
     explored = (status.get("online") or {}).get("exploration") or {}
     return Converged(
         start,
-        "ramp" if isinstance(traffic, int) else "azure",
+        traffic_name(traffic),
         known,
         begin,
         seconds,
