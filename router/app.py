@@ -73,8 +73,9 @@ from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.request_id import Tagged
 from specroute.router.proxy.handler import PROXIED
 from specroute.router.proxy.listeners import listeners
+from specroute.router.proxy.proxying import PROXYING, Attempting, Choosing, Proxying
 from specroute.router.proxy.stored_responses import PATH as RESPONSES_PATH
-from specroute.router.proxy.stored_responses import stored
+from specroute.router.proxy.stored_responses import StoredResponses, stored
 from specroute.router.settings import RouterSettings
 from specroute.router.state import STATE, RouterState
 from specroute.router.tasks.monitor import (
@@ -163,7 +164,17 @@ def build_state(
         rings=rings,
         resolve=resolve,
     )
-    state.lifecycle = Lifecycle(listeners(state))
+    state.lifecycle = Lifecycle(
+        listeners(
+            state.decisions,
+            state.verdicts,
+            online,
+            settings.health.stale_after,
+            state.rids,
+            state.tracing is not None,
+            settings.observability.access_log,
+        )
+    )
     metrics.exposed.register(RouterGauges(state.watching))
     return state
 
@@ -182,6 +193,28 @@ def _peers(
     window, every = settings.online.window_seconds, settings.backends.watch_interval
     kept = settings.online.kept()
     return Peers(settings.online.peers, metrics, rings.epoch, window, kept, resolve, every)
+
+
+def _proxying(state: RouterState) -> Proxying:
+    """What the request path uses of ``state``, by step."""
+    settings = state.settings
+    choosing = Choosing(
+        state.view,
+        state.place,
+        state.in_force,
+        state.admission,
+        state.rate_limit,
+        lambda: state.draining,
+        settings.admission.queue_at_capacity,
+        state.placement.prefix_bytes,
+        state.rids,
+        StoredResponses(state.asking, state.owners),
+        state.lifecycle,
+    )
+    attempting = Attempting(
+        state.asking, state.relaying, state.online, state.metrics, state.background, state.lifecycle
+    )
+    return Proxying(choosing, attempting, state.tracing, settings.health.interval)
 
 
 def _server_limits(settings: RouterSettings) -> dict[str, Any]:
@@ -217,6 +250,7 @@ def create_app(
         handler_args=_server_limits(settings),  # so every runner serving the app has them
     )
     app[STATE] = state
+    app[PROXYING] = proxying = _proxying(state)
     if settings.observability.access_log:
         ACCESS_LOG.setLevel(logging.INFO)  # its lines, whatever the level of the others
     app.on_response_prepare.append(stamp)
@@ -226,13 +260,13 @@ def create_app(
     post = functools.partial(app.router.add_post, expect_handler=_expectation)
     route = functools.partial(app.router.add_route, expect_handler=_expectation)
     for path in PROXIED:
-        post(path, proxied(state))
+        post(path, proxied(proxying, settings.http.client_write_timeout))
     # the operator's asks of the servers, and what it reads: these, not the whole state
     asking, watching = state.asking, state.watching
     post(ABORT_PATH, functools.partial(abort_request, asking=asking))
     for method, stored_path in (("GET", ""), ("POST", "/cancel")):
         path = f"{RESPONSES_PATH}/{{response_id}}{stored_path}"
-        route(method, path, functools.partial(stored, state=state))
+        route(method, path, functools.partial(stored, responses=proxying.choosing.stored))
     get("/v1/models", _models)
     get("/v1/models/{model:.+}", functools.partial(model_card, asking=asking))
     for names in (SERVER_INFO, MODEL_INFO):

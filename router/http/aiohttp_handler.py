@@ -11,18 +11,20 @@ from aiohttp import web
 from specroute.router.observability.record import RECORD
 from specroute.router.protocol.reply import AiohttpProxied
 from specroute.router.proxy.handler import serve
-from specroute.router.state import RouterState
+from specroute.router.proxy.proxying import Proxying
 
 
-def proxied(state: RouterState) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The handler of the proxied paths on aiohttp's server."""
+def proxied(
+    proxying: Proxying, write_seconds: float
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of the proxied paths on aiohttp's server; an answer the client leaves
+    unread for ``write_seconds`` is cut."""
 
-    seconds = state.settings.http.client_write_timeout
-    unread = state.metrics.client_limits.labels(limit="write_timeout").inc
+    unread = proxying.attempting.metrics.client_limits.labels(limit="write_timeout").inc
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        asked = AiohttpProxied(request, seconds, unread)
-        refusal = await serve(asked, state, request[RECORD])
+        asked = AiohttpProxied(request, write_seconds, unread)
+        refusal = await serve(asked, proxying, request[RECORD])
         if refusal is not None:
             return refusal
         assert asked.answer.response is not None  # the relay began its answer

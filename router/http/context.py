@@ -1,5 +1,5 @@
 """What every connection of one router's own front shares (``router.http.connection``): the
-router's state and keys, the paths it serves, the limits aiohttp's server enforced, and
+request path and the keys, the paths it serves, the limits aiohttp's server enforced, and
 aiohttp's server itself for the requests it leaves to it."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from specroute.router.http.exchange import FrontRequest
 from specroute.router.http.gate import served
 from specroute.router.protocol.errors import error_response
 from specroute.router.proxy.handler import PROXIED
-from specroute.router.state import RouterState
+from specroute.router.proxy.proxying import Proxying
+from specroute.router.settings import RouterSettings
 
 LIMITS = ("pipelined_requests", "pipelined_bytes", "write_timeout")
 
@@ -31,10 +32,16 @@ class Connection(Protocol):
 class Front:
     """What every connection of one router's own front shares."""
 
-    def __init__(self, state: RouterState, aiohttp: Callable[[], asyncio.Protocol]) -> None:
-        settings = state.settings
-        self.state, self.aiohttp = state, aiohttp
+    def __init__(
+        self,
+        settings: RouterSettings,
+        proxying: Proxying,
+        aiohttp: Callable[[], asyncio.Protocol],
+    ) -> None:
+        self.proxying, self.aiohttp = proxying, aiohttp
         self.keys = Keys(settings.admission.api_keys, settings.admin_key)
+        self.body_seconds = settings.http.body_timeout
+        self.request_id_headers = settings.observability.request_id_headers
         self.connections: set[Connection] = set()
         self.owned_paths = frozenset(path.encode() for path in PROXIED)
         self.owned_lines = tuple(b"POST %s HTTP/1.1\r" % path for path in self.owned_paths)
@@ -47,11 +54,11 @@ class Front:
         self.write_seconds = settings.http.client_write_timeout
         self.max_ahead = settings.http.max_pipelined_requests
         self.max_ahead_bytes = settings.http.max_pipelined_bytes
-        limits = state.metrics.client_limits
+        limits = proxying.attempting.metrics.client_limits
         self._limits = {limit: limits.labels(limit=limit) for limit in LIMITS}
 
     async def served(self, request: FrontRequest) -> None:
-        await served(request, self.state, self.keys)
+        await served(request, self.proxying, self.keys, self.body_seconds, self.request_id_headers)
 
     def limited(self, limit: str) -> None:
         """A connection held to one of ``LIMITS``."""

@@ -17,23 +17,29 @@ from specroute.router.http.exchange import BodyRefused, FrontRequest
 from specroute.router.http.runner import parse_refusal
 from specroute.router.observability.record import ended, opened
 from specroute.router.proxy.handler import serve
-from specroute.router.state import RouterState
+from specroute.router.proxy.proxying import Proxying
 
 LOG = logging.getLogger("specroute.router.http")
 
 
-async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
-    """The request answered, or its task cancelled when its client goes away."""
-    settings = state.settings
-    record = opened(request, settings.observability.request_id_headers)
+async def served(
+    request: FrontRequest,
+    proxying: Proxying,
+    keys: Keys,
+    body_seconds: float,
+    request_id_headers: list[str],
+) -> None:
+    """The request answered, or its task cancelled when its client goes away: the gate of
+    aiohttp's middleware (``router.http.middleware``), with the same four."""
+    record = opened(request, request_id_headers)
     reply, status = request.answer, None
     reply.request_id = (record.header, record.request_id)
     try:
         refusal = before_body(request.readable, keys, request)
         if refusal is None:
-            refusal = await _whole_body(request, settings.http.body_timeout)
+            refusal = await _whole_body(request, body_seconds)
         if refusal is None:
-            refusal = await serve(request, state, record)
+            refusal = await serve(request, proxying, record)
         if refusal is not None:
             if not request.intact or refusal.keep_alive is False:
                 reply.keep_alive = False  # its body is not read: the connection ends
@@ -51,7 +57,7 @@ async def served(request: FrontRequest, state: RouterState, keys: Keys) -> None:
             reply.cut()
     finally:
         try:
-            state.lifecycle.ended(record, request, status)
+            proxying.choosing.lifecycle.ended(record, request, status)
         finally:
             ended(record)
 

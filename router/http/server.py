@@ -17,8 +17,8 @@ from aiohttp import web
 
 from specroute.router.http.connection import FrontConnection
 from specroute.router.http.context import Front
+from specroute.router.proxy.proxying import PROXYING
 from specroute.router.settings import RouterSettings
-from specroute.router.state import STATE
 
 
 class FrontSite(web.TCPSite):
@@ -26,17 +26,23 @@ class FrontSite(web.TCPSite):
     runner's server's, closed by the runner as its own."""
 
     def __init__(
-        self, runner: web.AppRunner, host: str, port: int, reuse_port: bool, drain: float
+        self,
+        runner: web.AppRunner,
+        settings: RouterSettings,
+        host: str,
+        port: int,
+        reuse_port: bool,
+        drain: float,
     ) -> None:
         super().__init__(runner, host, port, reuse_port=reuse_port)
         self._front: Front | None = None
-        self._drain = drain
+        self._settings, self._drain = settings, drain
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registered with the runner, as TCPSite's start does
         runner, server = self._runner, self._runner.server
         assert isinstance(runner, web.AppRunner) and server is not None
-        front = self._front = Front(runner.app[STATE], server)
+        front = self._front = Front(self._settings, runner.app[PROXYING], server)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: FrontConnection(front),
@@ -72,5 +78,5 @@ def site(
     """The router's site: its own front's, or aiohttp's server's alone. ``runner`` is made
     with ``handler_cancellation`` and a ``shutdown_timeout`` of ``DRAIN``."""
     if settings.http.front == "own":
-        return FrontSite(runner, host, port, reuse_port, DRAIN)
+        return FrontSite(runner, settings, host, port, reuse_port, DRAIN)
     return web.TCPSite(runner, host, port, reuse_port=reuse_port)

@@ -16,15 +16,15 @@ from specroute.router.observability.record import RequestRecord
 from specroute.router.protocol.asked import Proxied
 from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.outcome import Outcome
+from specroute.router.proxy.proxying import Attempting
 from specroute.router.proxy.relay import ClientGone, relay
 from specroute.router.proxy.stream_usage import asked_for
 from specroute.router.proxy.upstream_call import Failure, open_upstream
-from specroute.router.state import RouterState
 
 
 async def attempt(
     request: Proxied,
-    state: RouterState,
+    attempting: Attempting,
     record: RequestRecord,
     backend: Backend,
     raw: bytes,
@@ -34,20 +34,20 @@ async def attempt(
     """Open the upstream and relay its answer (None), or the refusal of a failure that
     cannot be retried; a retryable ``Failure`` propagates. However it ends, the attempt
     lands and every request's listeners hear it."""
-    backends, online = state.roster.backends, state.online
+    backends, online = attempting.asking.backends, attempting.online
     joined = online.joined(backends, backend)  # before it joins
     stream = body.get("stream") is True
     flight = Flight(
-        state.metrics, backend, stream, context, online.lived(backends, backend), joined
+        attempting.metrics, backend, stream, context, online.lived(backends, backend), joined
     )
-    if state.online.records:  # every stream a sample (``stream_usage``)
+    if online.records:  # every stream a sample (``stream_usage``)
         offered = backend.offers_spec_details
         if (asked := asked_for(request.path, raw, body, offered)) is not None:
             raw, flight.usage_added, flight.details_added = asked
         flight.reads_details = offered and stream
     record.flew(flight)
     try:
-        relaying = state.relaying
+        relaying = attempting.relaying
         upstream, first = await open_upstream(request, relaying, record, flight, raw)
         try:
             await relay(request.reply(), relaying, flight, upstream, first)
@@ -60,21 +60,21 @@ async def attempt(
         flight.outcome = failure.outcome
         return _refusal(failure)
     except ClientGone:
-        _client_left(state, record, flight, body)
+        _client_left(attempting, record, flight, body)
         return None
     except asyncio.CancelledError:
-        _client_left(state, record, flight, body)  # the client left while the backend worked
+        _client_left(attempting, record, flight, body)  # the client left while the backend worked
         raise
     except Exception:
         flight.outcome = Outcome.INTERNAL  # counted, then aiohttp answers 500 and logs it
         raise
     finally:
         flight.land()
-        state.lifecycle.landed(record, flight)
+        attempting.lifecycle.landed(record, flight)
 
 
 def _client_left(
-    state: RouterState, record: RequestRecord, flight: Flight, body: dict[str, Any]
+    attempting: Attempting, record: RequestRecord, flight: Flight, body: dict[str, Any]
 ) -> None:
     """The client went away: before its answer was whole, the request is cancelled (and
     aborted at the backend); after, it was answered, whatever the backend's end of it."""
@@ -82,7 +82,7 @@ def _client_left(
         flight.outcome = flight.verdict = Outcome.ANSWERED
         return
     flight.outcome = Outcome.CANCELLED
-    _abort_upstream(state, record, flight.backend, body)
+    _abort_upstream(attempting, record, flight.backend, body)
 
 
 def _refusal(failure: Failure) -> web.Response:
@@ -95,13 +95,14 @@ def _refusal(failure: Failure) -> web.Response:
 
 
 def _abort_upstream(
-    state: RouterState, record: RequestRecord, backend: Backend, body: dict[str, Any]
+    attempting: Attempting, record: RequestRecord, backend: Backend, body: dict[str, Any]
 ) -> None:
     """Closing the connection makes the engine abort; on SGLang a known ``rid`` is also
     aborted by name (a traced request's abort a child of its span)."""
     rid = body.get("rid")
-    if isinstance(rid, str) and rid and state.session is not None and backend.aborts_by_rid:
-        session = state.session
+    asking = attempting.asking
+    if isinstance(rid, str) and rid and asking.session is not None and backend.aborts_by_rid:
+        session = asking.session
         traced = {} if record.span is None else record.span.upstream_headers()
 
         async def abort() -> None:
@@ -110,8 +111,8 @@ def _abort_upstream(
                 async with session.post(url, json=sent, headers=traced) as r:
                     await r.read()
             except (aiohttp.ClientError, TimeoutError):
-                state.metrics.upstream_errors.labels(backend=backend.name, kind="abort").inc()
+                asking.failed(backend, "abort")
 
         task = asyncio.get_running_loop().create_task(abort())
-        state.background.add(task)
-        task.add_done_callback(state.background.discard)
+        attempting.background.add(task)
+        task.add_done_callback(attempting.background.discard)

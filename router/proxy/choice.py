@@ -21,24 +21,24 @@ from specroute.router.observability.record import RequestRecord
 from specroute.router.protocol.asked import Proxied
 from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.request_id import with_rid
+from specroute.router.proxy.proxying import Choosing
 from specroute.router.proxy.request import request_info
 from specroute.router.proxy.stored_responses import PATH as RESPONSES_PATH
 from specroute.router.proxy.stored_responses import owner
-from specroute.router.state import RouterState
 
 STORED = "stored"  # a decision's reason: the server that holds what the request goes on from
 
 
 async def choose(
-    request: Proxied, state: RouterState, record: RequestRecord
+    request: Proxied, choosing: Choosing, record: RequestRecord
 ) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
     """The body as it came and as read, the policy's decision, recorded, and the request's
     estimated context (KV tokens) for the backend's count; or a refusal. A decision holds
     one of admission's slots, which the caller gives back."""
-    if state.draining:
+    if choosing.draining():
         return error_response(503, "The router is shutting down.", "service_unavailable")
     span = record.span
-    limited = None if state.rate_limit is None else state.rate_limit.refusal(request)
+    limited = None if choosing.rate_limit is None else choosing.rate_limit.refusal(request)
     if limited is not None:
         if span is not None:
             span.refused(Refusal.RATE_LIMITED)
@@ -58,27 +58,27 @@ async def choose(
         return error_response(400, "The request body must be a JSON object.")
     stored: Backend | None = None
     if request.path == RESPONSES_PATH and "previous_response_id" in body:
-        found = await _stored(state, body["previous_response_id"])
+        found = await _stored(choosing, body["previous_response_id"])
         if isinstance(found, web.Response):
             return found
         stored = found
-    info = request_info(request.path, body, state.placement.prefix_bytes)
-    decide = functools.partial(_decide, state, info, record, stored)
-    admitted = await state.admission.admit(decide)
+    info = request_info(request.path, body, choosing.prefix_bytes)
+    decide = functools.partial(_decide, choosing, info, record, stored)
+    admitted = await choosing.admission.admit(decide)
     if isinstance(admitted, Refusal):
         if span is not None:
             span.refused(admitted)
         return refused(admitted)
     if request.path == "/generate" and "rid" not in body:
-        rid, sent = record.request_id, state.rids
+        rid, sent = record.request_id, choosing.rids
         if rid not in sent:  # SGLang refuses a rid already in flight: one client's id twice
             raw, body = with_rid(raw, rid), {**body, "rid": rid}
             sent.add(rid)
             record.rid_sent = True
-    return raw, body, admitted, info.context(state.in_force.tokens_per_byte)
+    return raw, body, admitted, info.context(choosing.in_force.tokens_per_byte)
 
 
-async def _stored(state: RouterState, previous: Any) -> Backend | web.Response | None:
+async def _stored(choosing: Choosing, previous: Any) -> Backend | web.Response | None:
     """The server that holds the stored response a Responses API request goes on from
     (``previous_response_id``), which alone can serve it; None for none named."""
     if previous is None:
@@ -87,31 +87,34 @@ async def _stored(state: RouterState, previous: Any) -> Backend | web.Response |
         return error_response(
             400, "previous_response_id must be a response's id.", param="previous_response_id"
         )
-    return await owner(state, previous, "previous_response_id")
+    return await owner(choosing.stored, previous, "previous_response_id")
 
 
 def _decide(
-    state: RouterState, info: RequestInfo, record: RequestRecord, stored: Backend | None = None
+    choosing: Choosing,
+    info: RequestInfo,
+    record: RequestRecord,
+    stored: Backend | None = None,
 ) -> Decision | None:
     """The policy's decision at the load now, recorded; None, not recorded, when the request
     must wait for room at the pool chosen (``queue_at_capacity``). It may be made in another
     request's task, as that one leaves: ``record`` is this request's. A request that goes
     on from a stored response goes to its server (``STORED``)."""
-    view = state.view()
+    view = choosing.view()
     if stored is not None:
         decision = Decision(stored.pool, stored.name, STORED)
     else:
-        decision = state.place(state.in_force.policy.choose(info, view), info, view)
-    if state.settings.admission.queue_at_capacity and at_capacity(view, decision):
+        decision = choosing.place(choosing.in_force.policy.choose(info, view), info, view)
+    if choosing.queue_at_capacity and at_capacity(view, decision):
         return None
-    decided(state, record, decision, view.load())
+    decided(choosing, record, decision, view.load())
     return decision
 
 
-def decided(state: RouterState, record: RequestRecord, decision: Decision, load: int) -> None:
+def decided(choosing: Choosing, record: RequestRecord, decision: Decision, load: int) -> None:
     """The decision in the request's record, told to every request's listeners."""
-    record.decided(decision, load, state.in_force.policy.name)
-    state.lifecycle.decided(record)
+    record.decided(decision, load, choosing.in_force.policy.name)
+    choosing.lifecycle.decided(record)
 
 
 def _parsed(raw: bytes) -> Any:
@@ -124,11 +127,11 @@ def _parsed(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-def retry_decision(state: RouterState, failed: Pool, tried: set[str]) -> Decision:
+def retry_decision(choosing: Choosing, failed: Pool, tried: set[str]) -> Decision:
     """Once, on the other pool (or another backend of the same pool if the other has none)."""
     if len(tried) > 1:
         return Decision(failed, None, "retry")
-    view = state.view()
+    view = choosing.view()
     other: Pool = POOLS[1] if failed == POOLS[0] else POOLS[0]
     for pool in (other, failed):
         candidates = [b for b in view.healthy(pool) if b.name not in tried]

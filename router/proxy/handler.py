@@ -24,24 +24,24 @@ from specroute.router.protocol.errors import error_response
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.proxy.attempt import attempt
 from specroute.router.proxy.choice import STORED, choose, decided, retry_decision
+from specroute.router.proxy.proxying import Proxying
 from specroute.router.proxy.upstream_call import Failure
-from specroute.router.state import RouterState
 
 PROXIED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
 
 
-async def serve(request: Proxied, state: RouterState, record: RequestRecord) -> web.Response | None:
+async def serve(request: Proxied, proxying: Proxying, record: RequestRecord) -> web.Response | None:
     """A proxied request served: a refusal not yet sent, or None, answered through its
     reply; ``record``: what the router knows of it, which the front opened. Each coroutine
     between the server and the relay is stepped through again at every resumption (every
     chunk of a stream), so the request is served in as few as it can be: one more only
     when it is traced."""
-    if (tracing := state.tracing) is None:
-        return await _proxy(request, state, record)
+    if (tracing := proxying.tracing) is None:
+        return await _proxy(request, proxying, record)
     span = record.span = tracing.start(request)
     status: int | None = None
     try:
-        refusal = await _proxy(request, state, record)
+        refusal = await _proxy(request, proxying, record)
         status = request.reply().status if refusal is None else refusal.status
         return refusal
     finally:
@@ -49,34 +49,35 @@ async def serve(request: Proxied, state: RouterState, record: RequestRecord) -> 
 
 
 async def _proxy(
-    request: Proxied, state: RouterState, record: RequestRecord
+    request: Proxied, proxying: Proxying, record: RequestRecord
 ) -> web.Response | None:
-    chosen = await choose(request, state, record)
+    choosing, attempting = proxying.choosing, proxying.attempting
+    chosen = await choose(request, choosing, record)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
     raw, body, decision, context = chosen
     tried: set[str] = set()
     try:
         while decision.backend is not None:
-            backend = state.roster.backend(decision.backend)
+            backend = attempting.asking.roster.backend(decision.backend)
             tried.add(backend.name)
             try:
-                return await attempt(request, state, record, backend, raw, body, context)
+                return await attempt(request, attempting, record, backend, raw, body, context)
             except Failure as failure:  # nothing reached the client: once more, elsewhere
                 if decision.reason == STORED:  # no other server holds what it goes on from
                     return _gave_up(failure)
-                decision = retry_decision(state, decision.pool, tried)
+                decision = retry_decision(choosing, decision.pool, tried)
                 if decision.backend is None:
                     return _gave_up(failure)
-                decided(state, record, decision, state.view().load())
+                decided(choosing, record, decision, choosing.view().load())
         return error_response(
             503,
             "No healthy backend can serve this request.",
             "service_unavailable",
-            retry_after=state.settings.health.interval,
+            retry_after=proxying.retry_after,
         )
     finally:
-        state.admission.release()
+        choosing.admission.release()
 
 
 def _gave_up(failure: Failure) -> web.Response:

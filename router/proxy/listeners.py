@@ -12,25 +12,35 @@ from specroute.online.estimator import Online
 from specroute.router.backends.flight import Flight
 from specroute.router.backends.verdicts import Verdicts
 from specroute.router.observability.access_log import AccessLog
+from specroute.router.observability.decision_log import DecisionLog
 from specroute.router.observability.lifecycle import Listener
 from specroute.router.observability.record import RequestRecord
 from specroute.router.observability.spans import Spans
 from specroute.router.online.served import sample_of
 from specroute.router.protocol.asked import Asked
-from specroute.router.state import RouterState
 
 
-def listeners(state: RouterState) -> list[Listener]:
-    """What hears every request of ``state``'s router, in the order each event reaches them."""
+def listeners(
+    decisions: DecisionLog,
+    verdicts: Verdicts,
+    online: Online,
+    stale_after: float,
+    rids: set[str],
+    traced: bool,
+    access_log: bool,
+) -> list[Listener]:
+    """What hears every request of one router, in the order each event reaches them: its
+    decision log, its breakers' verdicts, its online samples (a server's readings older than
+    ``stale_after`` unknown), the rids it sent, and the span and the access line where on."""
     found: list[Listener] = [
-        state.decisions,
-        Breakers(state.verdicts),
-        OnlineSamples(state.online, state.settings.health.stale_after),
-        RidsSent(state.rids),
+        decisions,
+        Breakers(verdicts),
+        OnlineSamples(online, stale_after),
+        RidsSent(rids),
     ]
-    if state.tracing is not None:
+    if traced:
         found.append(Spans())
-    if state.settings.observability.access_log:
+    if access_log:
         found.append(AccessLog())
     return found
 

@@ -16,41 +16,53 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
 
 from specroute.router.admission.auth import without_credentials
+from specroute.router.backends.asking import Asking
 from specroute.router.backends.backend import Backend
+from specroute.router.backends.response_owners import Owners
 from specroute.router.operator.fan_out import ask_every
 from specroute.router.protocol.content_coding import read_decoded
 from specroute.router.protocol.errors import error_response
-from specroute.router.state import RouterState
 
 PATH = "/v1/responses"
 _ASK_SECONDS = 10.0
 _log = logging.getLogger("specroute.router")
 
 
-async def owner(state: RouterState, response_id: str, param: str) -> Backend | web.Response:
+@dataclass(frozen=True, slots=True)
+class StoredResponses:
+    """What finding a stored response's server takes: the servers asked (``asking``) and
+    the ones found before (``owners``, this worker's)."""
+
+    asking: Asking
+    owners: Owners
+
+
+async def owner(responses: StoredResponses, response_id: str, param: str) -> Backend | web.Response:
     """The server that holds ``response_id``, or the answer that says why none can be
     named (``param``: the field that named it, for the error)."""
-    backends = {b.name: b for b in state.roster.backends}
-    if (name := state.owners.get(response_id)) is not None and name in backends:
+    asking = responses.asking
+    backends = {b.name: b for b in asking.backends}
+    if (name := responses.owners.get(response_id)) is not None and name in backends:
         return backends[name]
     path = f"{PATH}/{quote(response_id, safe='')}"
-    answers = await ask_every(state.asking, path, _ASK_SECONDS, method="GET")
+    answers = await ask_every(asking, path, _ASK_SECONDS, method="GET")
     if isinstance(answers, web.Response):
         return answers  # no backend to ask
     for answer in answers:
         if answer["status"] == 200 and answer["backend"] in backends:
-            state.owners.put(response_id, answer["backend"])
+            responses.owners.put(response_id, answer["backend"])
             return backends[answer["backend"]]
     failed = [a for a in answers if a["status"] not in (400, 404)]
     if failed:
         for a in failed:
-            state.metrics.upstream_errors.labels(backend=a["backend"], kind="responses").inc()
+            asking.upstream_errors.labels(backend=a["backend"], kind="responses").inc()
             _log.warning(
                 "%s: looking for a stored response failed (%s): %s",
                 a["backend"],
@@ -85,23 +97,22 @@ def _message(said: str) -> str:
     return message if isinstance(message, str) else said
 
 
-async def stored(request: web.Request, state: RouterState) -> web.Response:
+async def stored(request: web.Request, responses: StoredResponses) -> web.Response:
     """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: asked of the
     server that holds the response, its answer passed on as it came."""
     response_id = request.match_info["response_id"]
-    found = await owner(state, response_id, "response_id")
+    found = await owner(responses, response_id, "response_id")
     if isinstance(found, web.Response):
         return found
-    assert state.session is not None
     path = request.path.removeprefix(PATH + "/" + response_id)
     url = f"{found.url}{PATH}/{quote(response_id, safe='')}{path}"
     limit = aiohttp.ClientTimeout(total=_ASK_SECONDS)
     try:
-        async with state.session.request(request.method, url, timeout=limit) as r:
+        async with responses.asking.client().request(request.method, url, timeout=limit) as r:
             body = await read_decoded(r)
             status, kind = r.status, r.content_type
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        state.metrics.upstream_errors.labels(backend=found.name, kind="responses").inc()
+        responses.asking.failed(found, "responses")
         return error_response(
             502,
             f"{without_credentials(found.url)} could not be asked: {type(exc).__name__}",
