@@ -34,7 +34,7 @@ async def attempt(
     """Open the upstream and relay its answer (None), or the refusal of a failure that
     cannot be retried; a retryable ``Failure`` propagates. However it ends, the attempt
     lands and every request's listeners hear it."""
-    backends, online = attempting.asking.backends, attempting.online
+    backends, online = attempting.asking.roster.backends, attempting.online
     joined = online.joined(backends, backend)  # before it joins
     stream = body.get("stream") is True
     flight = Flight(
