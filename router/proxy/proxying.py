@@ -59,6 +59,8 @@ class Attempting:
 
 @dataclass(frozen=True, slots=True)
 class Proxying:
+    """The request path's context: both steps', the spans and the wait a refusal names."""
+
     choosing: Choosing
     attempting: Attempting
     tracing: Tracing | None  # OpenTelemetry, when on
