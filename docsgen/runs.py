@@ -296,6 +296,31 @@ RUNS: dict[str, Run] = {
         "as there, the installed specroute the code after the split and the speculation "
         "details asked of SGLang",
     ),
+    "overhead-split-c1-stream16": Run(
+        "specroute bench overhead --levels 16 --workers 1 --repeats 6 --modes stream --warmup 1 "
+        "--seconds 10 --chunks 16 --gap-ms 20 --gateways none --baseline before --router-cores 1 "
+        "--out overhead-split-c1-stream16.json",
+        "2026-12-06",
+        note="on a machine of 16 cores with an H100; `before` as above, the installed "
+        "specroute today's code; the two runs below on the same machine one after the other",
+    ),
+    "overhead-split-c1-whole512": Run(
+        "specroute bench overhead --levels 512 --workers 1 --repeats 6 --modes whole --warmup 1 "
+        "--seconds 3 --chunks 16 --gap-ms 20 --gateways none --baseline before --router-cores 1 "
+        "--out overhead-split-c1-whole512.json",
+        "2026-12-06",
+        note="on the machine of the run above, just after it; `before` as above, the "
+        "installed specroute today's code",
+    ),
+    "overhead-split-end-c1-stream16": Run(
+        "specroute bench overhead --levels 16 --workers 1 --repeats 6 --modes stream --warmup 1 "
+        "--seconds 10 --chunks 16 --gap-ms 20 --gateways none --baseline before --router-cores 1 "
+        "--out overhead-split-end-c1-stream16.json",
+        "2026-12-06",
+        note="on the machine of the two runs above, just after them; `before` as above, the "
+        "installed specroute the code at the split's end, before the features that came "
+        "after it",
+    ),
     "overhead-calls": Run(
         "specroute bench calls --baseline before --out overhead-calls.json",
         "2026-12-06",
