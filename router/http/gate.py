@@ -29,8 +29,9 @@ async def served(
     body_seconds: float,
     request_id_headers: list[str],
 ) -> None:
-    """The request answered, or its task cancelled when its client goes away: the gate of
-    aiohttp's middleware (``router.http.middleware``), with the same four."""
+    """The request answered, or its task cancelled when its client goes away; checked as
+    aiohttp's middleware checks one (``router.http.middleware``), with the same keys, time
+    for the body and request-id headers."""
     record = opened(request, request_id_headers)
     reply, status = request.answer, None
     reply.request_id = (record.header, record.request_id)
