@@ -1,5 +1,6 @@
 """The background task that fits the live curves, off the request path; before each fit,
-the leader takes its peer replicas' new samples (``router.online.peers``)."""
+the leader takes its peer replicas' new samples (``router.online.peers``). It is given what
+it uses of the router's state (``Fitted``; the state is one), not the state's class."""
 
 from __future__ import annotations
 
@@ -8,23 +9,53 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Protocol
 
 import aiohttp
 
 from specroute.crossing import Band
+from specroute.online.estimator import Online
 from specroute.online.exploration import policy_bands
 from specroute.online.samples import Sample
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, up_to
-from specroute.router.state import RouterState
+from specroute.policies.view import View
+from specroute.router.backends.roster import Roster
+from specroute.router.metrics import RouterMetrics
+from specroute.router.online.peers import Peers
+from specroute.router.policy_in_force import PolicyInForce
+from specroute.router.settings import RouterSettings
 
 _log = logging.getLogger("specroute.router")
 
 PEER_TIMEOUT = 2.0  # seconds a peer's answer may take at most (less with a shorter interval)
 
 
-async def keep_fitting(state: RouterState) -> None:
+class Fitted(Protocol):
+    """What the fits use of the router's state: the estimator, the policy in force and the
+    view they fit for, the peers, the fitter thread, the counters, and the publishing of a
+    fit to the other workers."""
+
+    @property
+    def settings(self) -> RouterSettings: ...
+    @property
+    def metrics(self) -> RouterMetrics: ...
+    @property
+    def roster(self) -> Roster: ...
+    @property
+    def online(self) -> Online: ...
+    @property
+    def in_force(self) -> PolicyInForce: ...
+    @property
+    def peers(self) -> Peers | None: ...
+    @property
+    def fitter(self) -> Executor | None: ...
+    def view(self) -> View: ...
+    def publish_online(self, fitted: bool = True) -> None: ...
+
+
+async def keep_fitting(state: Fitted) -> None:
     """Every ``online_interval`` seconds, until cancelled; a failed fit is logged and
     counted (``specroute_background_errors_total{task="online"}``), routing goes back to the
     profile's crossover in every worker (a live one no fit stands behind is not routed by),
@@ -65,7 +96,7 @@ def fitter() -> ThreadPoolExecutor:
     return pool
 
 
-async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
+async def fit_now(state: Fitted, taken: Sequence[Sample] = ()) -> None:
     """One fit, with the profile and the topology in force, ``taken``, the peers' samples
     since the last, and the speculative pool's accept length now (its healthy servers'
     readings within the online window, as the live profile records it), published for the
@@ -91,7 +122,7 @@ async def fit_now(state: RouterState, taken: Sequence[Sample] = ()) -> None:
     state.publish_online()
 
 
-def drafting_now(state: RouterState) -> tuple[float | None, float | None]:
+def drafting_now(state: Fitted) -> tuple[float | None, float | None]:
     """The speculative pool's accept length now, and the one draft depth its servers run
     at (None: unknown); neither when they run at different depths, where the pool's accept
     length mixes depths that accept differently (adaptive servers), and no sample is

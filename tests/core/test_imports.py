@@ -65,7 +65,8 @@ def test_the_package_keeps_its_import_contracts(tree: Path) -> None:
         ("emulator/engine.py", "specroute.policies.view", "the emulator stands alone"),
         ("policies/view.py", "specroute.router.proxy.request", "command line > benchmarks"),
         ("router/state.py", "specroute.router.proxy.handler", "the router's parts"),
-        ("router/proxy/choice.py", "specroute.router.state", "the request path sees its contexts"),
+        ("router/proxy/choice.py", "specroute.router.state", "the request path and the tasks"),
+        ("router/tasks/monitor.py", "specroute.router.state", "the request path and the tasks"),
         ("router/protocol/errors.py", "specroute.router.metrics", "the router's parts"),
     ],
 )
