@@ -15,10 +15,7 @@ from typing import Protocol
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.discovery import Discovery
 from specroute.router.backends.polls import Polling, check_health, guarded
-from specroute.router.backends.roster import Roster
-from specroute.router.metrics import RouterMetrics
-from specroute.router.policy_in_force import PolicyInForce
-from specroute.router.settings import RouterSettings
+from specroute.router.tasks.held import Held
 from specroute.router.workers.board import Board
 
 _log = logging.getLogger("specroute.router")
@@ -31,20 +28,12 @@ FOLLOW_INTERVAL = 0.25  # seconds: how often a worker starting looks for the fir
 QUIET_FOLLOW_INTERVAL = 1.0
 
 
-class Monitored(Protocol):
+class Monitored(Held, Protocol):
     """What the loops use of the router's state: the servers and the board, the policy in
     force, the polls, the counters, and the state's steps that take several of them."""
 
     @property
-    def settings(self) -> RouterSettings: ...
-    @property
-    def metrics(self) -> RouterMetrics: ...
-    @property
-    def roster(self) -> Roster: ...
-    @property
     def board(self) -> Board: ...
-    @property
-    def in_force(self) -> PolicyInForce: ...
     @property
     def polling(self) -> Polling: ...
     def follow(self) -> None: ...

@@ -21,32 +21,21 @@ from specroute.online.samples import Sample
 from specroute.policies.policy import Policy
 from specroute.policies.profile import Profile, up_to
 from specroute.policies.view import View
-from specroute.router.backends.roster import Roster
-from specroute.router.metrics import RouterMetrics
 from specroute.router.online.peers import Peers
-from specroute.router.policy_in_force import PolicyInForce
-from specroute.router.settings import RouterSettings
+from specroute.router.tasks.held import Held
 
 _log = logging.getLogger("specroute.router")
 
 PEER_TIMEOUT = 2.0  # seconds a peer's answer may take at most (less with a shorter interval)
 
 
-class Fitted(Protocol):
+class Fitted(Held, Protocol):
     """What the fits use of the router's state: the estimator, the policy in force and the
     view they fit for, the peers, the fitter thread, the counters, and the publishing of a
     fit to the other workers."""
 
     @property
-    def settings(self) -> RouterSettings: ...
-    @property
-    def metrics(self) -> RouterMetrics: ...
-    @property
-    def roster(self) -> Roster: ...
-    @property
     def online(self) -> Online: ...
-    @property
-    def in_force(self) -> PolicyInForce: ...
     @property
     def peers(self) -> Peers | None: ...
     @property
