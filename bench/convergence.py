@@ -115,10 +115,16 @@ class Converged:
         return self.latency / self.latency_unexplored - 1
 
 
-def defaults() -> RouterSettings:
-    """The router's settings as a user gets them: what every run routes and learns by."""
+def defaults(at_prefill: bool = False) -> RouterSettings:
+    """The router's settings as a user gets them: what every run routes and learns by
+    (``at_prefill``: with ``online_at_prefill`` on)."""
     return RouterSettings.model_validate(
-        {"spec": ["http://spec:1"], "base": ["http://base:2"], "online": "adopt"}
+        {
+            "spec": ["http://spec:1"],
+            "base": ["http://base:2"],
+            "online": "adopt",
+            "online_at_prefill": at_prefill,
+        }
     )
 
 
@@ -155,13 +161,15 @@ def converge(
     progress: Callable[[str], None] = lambda _: None,
     priced: bool = True,
     prompts: tuple[int, ...] = (),
+    at_prefill: bool = False,
 ) -> Converged:
     """One run from ``start`` (a name of ``STARTS``) on ``traffic``: the ramp this many
     times over (60 s a phase), or a request trace (the Azure window, as it comes: scale it
     with ``azure_at``); and, ``priced``, the same run without exploration, for its cost.
     ``prompts``: prompt lengths (two or more, a ramp only) to run as context buckets: each
     ramp step's minute split among them, routed by ``context-crossover`` from a ``v2``
-    profile whose buckets each start off by the factor, each adopted on its own."""
+    profile whose buckets each start off by the factor, each adopted on its own.
+    ``at_prefill``: the router's ``online_at_prefill`` on."""
     truths = tuple(truth(model, n) for n in prompts) if prompts else (truth(model),)
     known, factor = truths[0], STARTS[start]
     if prompts and factor is None:
@@ -169,7 +177,7 @@ def converge(
     begin = 0.0 if factor is None else known.crossover * factor
     starts = tuple(() if factor is None else scaled(t.bands, factor) for t in truths)
     plan = replay_plan(model, known, traffic, seed, prompts)
-    settings = defaults()
+    settings = defaults(at_prefill)
     runs: dict[float, tuple[list[RequestRecord], Learning, Exploration | None]] = {}
     for share in (
         (settings.online.explore_share, 0.0) if priced else (settings.online.explore_share,)
@@ -182,6 +190,7 @@ def converge(
             sureness(settings.online),
             per_level=settings.online.window_samples,
             accept_tolerance=settings.online.accept_tolerance,
+            at_prefill=settings.online.at_prefill,
         )
         explores = Exploration(online, share, settings.online.explore_span) if share > 0 else None
         profile = _buckets(prompts, starts) if prompts else None
@@ -334,10 +343,11 @@ def document(
     runs: list[Converged],
     live: Sequence[tuple[Converged, float | None]] = (),
     routed: Sequence[Fixed] = (),
+    at_prefill: bool = False,
 ) -> dict[str, Any]:
     """The JSON of the runs, of those run live with how far their servers lagged, and of the
-    fixed crossovers routed by (``routed``)."""
-    settings = defaults()
+    fixed crossovers routed by (``routed``); ``at_prefill``: the runs' ``online_at_prefill``."""
+    settings = defaults(at_prefill)
     return {
         "model": list(model),
         "defaults": {
@@ -347,6 +357,7 @@ def document(
             "online_window_seconds": settings.online.window_seconds,
             "online_explore_share": settings.online.explore_share,
             "online_explore_span": settings.online.explore_span,
+            "online_at_prefill": settings.online.at_prefill,
         },
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
         "live": [asdict(r) | {"lag": behind} for r, behind in live],

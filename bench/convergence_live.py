@@ -59,11 +59,12 @@ async def converge_live(
     traffic: RequestTrace | int,
     time_scale: float,
     folder: Path,
+    at_prefill: bool = False,
 ) -> tuple[Converged, float | None]:
     """One run from ``start`` on ``traffic`` live (a request trace, or the ramp this many
     times over), and how far the servers lagged their time (``loadgen.lag.overall``; None:
-    unknown)."""
-    known, factor, settings = truth(model), STARTS[start], defaults()
+    unknown); ``at_prefill``: the router's ``online_at_prefill`` on."""
+    known, factor, settings = truth(model), STARTS[start], defaults(at_prefill)
     plan = replay_plan(model, known, traffic, 0)
     seconds = plan.trace.seconds
     begin = 0.0 if factor is None else known.crossover * factor
@@ -162,7 +163,9 @@ def _routing(
         "health_interval": settings.health.interval * time_scale,
     }
     config = folder / "router.toml"
-    config.write_text('online = "adopt"\n' + "".join(f"{k} = {v!r}\n" for k, v in timed.items()))
+    at_prefill = "online_at_prefill = true\n" if settings.online.at_prefill else ""
+    lines = "".join(f"{k} = {v!r}\n" for k, v in timed.items())
+    config.write_text('online = "adopt"\n' + at_prefill + lines)
     routing = ["--config", str(config)]
     if crossover is not None:
         routing += ["--policy-param", f"crossover={crossover!r}"]

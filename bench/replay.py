@@ -90,6 +90,7 @@ class RoutedServer(VirtualServer):
         self.lived_for = 0.0  # its in-flight count integrated over time up to ``changed``
         self.changed = 0.0  # when the count last changed
         self.kv_tokens = 0  # the estimated context of those in flight, as the router's
+        self.prompts = 0  # the estimated prompt tokens sent here so far, as the router's
         self.tokens = self.verifies = 0  # at finish, as SGLang counts them
         self.polled = (0, 0)
         self.running: int | None = None
@@ -106,6 +107,9 @@ class RoutedServer(VirtualServer):
 
     def others_lived(self, now: float) -> float:
         return 0.0
+
+    def prompted(self) -> float:
+        return float(self.prompts)
 
     def add(self, now: float, n: int) -> None:
         self.lived_for, self.changed = self.lived(now), now
@@ -151,8 +155,9 @@ class _Replay:
         self.records: list[RequestRecord] = []
         # by rid: its record, client, KV tokens and the load it joined
         self.owners: dict[str, tuple[RequestRecord, int | None, int, int]] = {}
-        # by rid, from its first token: when it came and the load lived by then
-        self.decoding: dict[str, tuple[float, tuple[float, float]]] = {}
+        # by rid, from its first token: when it came, and the load lived and the prompts
+        # sent by then
+        self.decoding: dict[str, tuple[float, tuple[float, float, float]]] = {}
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
@@ -236,12 +241,13 @@ class _Replay:
             measured=True,
         )
         self.records.append(record)
-        context = info.context(self.tokens_per_byte)
+        prompt, context = info.tokens(self.tokens_per_byte)
         joined = 0 if learning is None else learning.online.joined(self.servers, server)
         self.owners[seq.rid] = (record, client, context, joined)
         self.time.submit(server, seq)
         server.add(self.now, 1)
         server.kv_tokens += context
+        server.prompts += prompt
 
     def deliver(self, server: RoutedServer, step: Step) -> None:
         for emission in step.emitted:
@@ -265,14 +271,16 @@ class _Replay:
         del self.owners[seq.rid]
         record.end, record.output_tokens = self.now, len(seq.output_ids)
         record.prompt_tokens = seq.prompt_tokens
-        load, beside = self.load(server, seq.rid, joined)
+        load, beside, prefill = self.load(server, seq.rid, joined, len(seq.output_ids))
         server.add(self.now, -1)
         server.kv_tokens -= context
         server.tokens += len(seq.output_ids)
         server.verifies += seq.verify_ct
         if self.learning is not None and (tpot := record.tpot()) is not None:
             accept = server.accept_length if server.pool == "spec" else None
-            sample = Sample(self.now, server.pool, load, tpot, context, accept, beside)
+            sample = Sample(
+                self.now, server.pool, load, tpot, context, accept, beside, None, prefill
+            )
             self.learning.online.record(sample)  # as the router does at a request's end
         if client is None:
             return
@@ -283,23 +291,33 @@ class _Replay:
         else:
             self.idle[client] = True
 
-    def lived(self, server: RoutedServer) -> tuple[float, float]:
+    def lived(self, server: RoutedServer) -> tuple[float, float, float]:
         """The load the online samples count at ``server`` integrated over time up to now:
-        its pool's part and the other pool's beside it (``Online.lived``)."""
+        its pool's part and the other pool's beside it, and the prompts sent to its GPUs
+        (``Online.lived``)."""
         if self.learning is None:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         gauge = self.learning.online.lived(self.servers, server)
-        return (0.0, 0.0) if gauge is None else gauge(self.now)
+        return (0.0, 0.0, 0.0) if gauge is None else gauge(self.now)
 
-    def load(self, server: RoutedServer, rid: str, joined: int) -> tuple[float, float]:
-        """The mean load a request decoded under, itself included (``joined`` when it
-        had no time decoding), and the other pool's part of it."""
+    def load(
+        self, server: RoutedServer, rid: str, joined: int, tokens: int
+    ) -> tuple[float, float, float | None]:
+        """The mean load a request of ``tokens`` output tokens decoded under, itself
+        included (``joined`` when it had no time decoding), the other pool's part of it, and
+        the prompt tokens sent to its GPUs meanwhile per output token after its first (None:
+        unknown)."""
         start = self.decoding.pop(rid, None)
         if start is None or self.now <= start[0]:
-            return float(joined), 0.0
-        (own, other), (own_first, other_first) = self.lived(server), start[1]
+            return float(joined), 0.0, None
+        (own, other, prompts), (own_first, other_first, prompts_first) = (
+            self.lived(server),
+            start[1],
+        )
         span = self.now - start[0]
-        return (own + other - own_first - other_first) / span, (other - other_first) / span
+        prefill = (prompts - prompts_first) / (tokens - 1) if tokens > 1 else None
+        load = (own + other - own_first - other_first) / span
+        return load, (other - other_first) / span, prefill
 
 
 def traced_body(request: TracedRequest, rng: random.Random) -> dict[str, Any]:

@@ -240,6 +240,18 @@ RUNS: dict[str, Run] = {
         "--out convergence-llama3.1-8b-h200-fixed.json",
         "2026-12-06",
     ),
+    "convergence-llama3.1-8b-h200-at-prefill": Run(
+        "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --online-at-prefill "
+        "--out convergence-llama3.1-8b-h200-at-prefill.json",
+        "2026-12-06",
+    ),
+    "convergence-qwen3-30b-a3b-h200-at-prefill": Run(
+        "specroute bench convergence --hardware qwen3-30b-a3b-h200 --accept-length 1.6 "
+        "--max-running-requests 256 --online-at-prefill "
+        "--out convergence-qwen3-30b-a3b-h200-at-prefill.json",
+        "2026-12-06",
+    ),
     "convergence-qwen3-30b-a3b-h200": Run(
         "specroute bench convergence --hardware qwen3-30b-a3b-h200 --accept-length 1.6 "
         "--max-running-requests 256 --out convergence-qwen3-30b-a3b-h200.json",

@@ -166,8 +166,9 @@ class Sureness:
 
 
 # the load a request lived through up to a moment: its own pool's part and the other
-# pool's beside it on the same GPUs, each integrated over time
-Lived = Callable[[float], tuple[float, float]]
+# pool's beside it on the same GPUs, each integrated over time, and the prompt tokens sent to
+# those GPUs so far
+Lived = Callable[[float], tuple[float, float, float]]
 
 
 class SharedSamples(Protocol):
@@ -200,6 +201,8 @@ class ServerLoad(Protocol):
 
     def others_lived(self, now: float) -> float: ...
 
+    def prompted(self) -> float: ...
+
 
 @dataclass(frozen=True)
 class FitJob:
@@ -223,6 +226,7 @@ class FitJob:
     # speculates nowhere, no profile's prior)
     banded: tuple[bool | None, ...] = ()
     depth: float | None = None  # the draft depth ``accept_length`` was read at (None: unknown)
+    at_prefill: bool = False  # each sample read at its level's prefill (``fit``)
 
     def run(self) -> Made:
         """The fits, per context bucket of the profile (one when it has none), and how
@@ -249,7 +253,18 @@ class FitJob:
         stays = self.stay if len(self.stay) == len(parts) else (frozenset(),) * len(parts)
         kinds = self.banded if len(self.banded) == len(parts) else (False,) * len(parts)
         fits = tuple(
-            fit(part, levels, c, known, least, per, shape=shape, stay=stay, banded=kind)
+            fit(
+                part,
+                levels,
+                c,
+                known,
+                least,
+                per,
+                shape=shape,
+                stay=stay,
+                banded=kind,
+                at_prefill=self.at_prefill,
+            )
             for (c, part, known, shape), stay, kind in zip(parts, stays, kinds, strict=True)
         )
         return Made(fits, len(self.window) - len(drafted), len(drafted) - len(counted))
@@ -274,6 +289,7 @@ class Online:
         leads: bool = True,
         source: ConcurrencySource = ConcurrencySource.ROUTER,
         accept_tolerance: float = ACCEPT_TOLERANCE,
+        at_prefill: bool = False,
     ) -> None:
         """``per_level``: the last samples of each pool and level that count (all: None);
         ``rings``: where each worker records its own samples, for the leader with several,
@@ -281,7 +297,9 @@ class Online:
         whether this worker fits (alone, or the leader of several); ``source``: how the
         policy counts load, and so the samples (every source but ``router`` counts the
         other routers' requests too); ``accept_tolerance``: how far, relative, a speculative
-        sample's accept length may be from the pool's at a fit and still count (0: any)."""
+        sample's accept length may be from the pool's at a fit and still count (0: any);
+        ``at_prefill``: the fit reads each sample at its level's prefill, and a dense margin
+        that turns more than once as its one fall (``online.fit``)."""
         self.mode, self.samples, self.sureness = mode, samples, sureness
         self.per_level, self.rings = per_level, rings
         self.alone = rings is None or rings.workers == 1  # its samples are its Samples' at once
@@ -299,6 +317,7 @@ class Online:
         self._fitted_on: tuple[object, ...] | None = None  # what the last fit was made from
         self.counted = 0  # in a worker that does not fit: the samples of the leader's fit
         self.accept_tolerance = accept_tolerance
+        self.at_prefill = at_prefill
         self.accept_length: float | None = None  # the speculative pool's at the last fit
         self.left_out = 0  # the samples the last fit left out, taught by another drafter
         self.beside = 0  # and those it left out, taken beside the other pool's on its GPUs
@@ -332,8 +351,9 @@ class Online:
 
     def lived(self, backends: Sequence[ServerLoad], backend: ServerLoad) -> Lived | None:
         """The load a request at ``backend`` counts, integrated over time up to a moment,
-        as its own pool's part and the other pool's beside it on the same GPUs (0 apart);
-        None: not recording."""
+        as its own pool's part and the other pool's beside it on the same GPUs (0 apart),
+        and the prompt tokens this router sent to those GPUs so far (the other routers'
+        are not known); None: not recording."""
         if not self.records:
             return None
         if not self.shared:
@@ -345,8 +365,13 @@ class Online:
             return lambda now: (
                 sum([b.lived(now) + b.others_lived(now) for b in own]),
                 sum([b.lived(now) + b.others_lived(now) for b in other]),
+                sum([b.prompted() for b in group]),
             )
-        return lambda now: (sum([b.lived(now) for b in own]), sum([b.lived(now) for b in other]))
+        return lambda now: (
+            sum([b.lived(now) for b in own]),
+            sum([b.lived(now) for b in other]),
+            sum([b.prompted() for b in group]),
+        )
 
     def record(self, sample: Sample) -> None:
         """One served request's sample (``router.online.served`` makes it from a request;
@@ -379,6 +404,8 @@ class Online:
                 "tolerance": self.accept_tolerance,
                 "samples_left_out": self.left_out,
             },
+            # whether the fit reads each sample at its level's prefill (online_at_prefill)
+            "at_prefill": self.at_prefill,
             # the samples the last fit left out, taken beside the other pool's requests on
             # the same GPUs (shared topology): not what a level of either pool alone means
             "shared_gpus": {
@@ -391,6 +418,10 @@ class Online:
                 {
                     "context": f.context,
                     "samples": f.samples,
+                    # the seconds a token decoded waits per prompt token prefilled beside it,
+                    # as the fit finds it (each sample read at its level's prefill along it
+                    # with at_prefill, as measured without)
+                    "prefill_slope": f.prefill_slope,
                     "crossover": None if f.crossing is None else asdict(f.crossing),
                     # the live bands routed by in this context (None: the profile's)
                     "adopted_bands": None if bands is None else [list(b) for b in bands],
@@ -461,7 +492,13 @@ class Online:
         window = self.samples.window(now)
         # the window only gains at its end and loses at its start: its ends and length say it
         ends = (window[0], window[-1]) if window else ()
-        settings = (self.mode, self.sureness, self.per_level, self.accept_tolerance)
+        settings = (
+            self.mode,
+            self.sureness,
+            self.per_level,
+            self.accept_tolerance,
+            self.at_prefill,
+        )
         drafter = (accept_length, depth)
         made_from = (len(window), *ends, *drafter, profile, shared, banded, *settings)
         if self._fitted_on is not None and _same((*made_from, self.live_bands), self._fitted_on):
@@ -480,6 +517,7 @@ class Online:
             tuple(frozenset(f.live) for f in self.fits),
             banded,
             depth,
+            self.at_prefill,
         )
 
     def settle(self, job: FitJob, made: Made) -> None:
@@ -565,8 +603,12 @@ def _one(bands: tuple[Band, ...]) -> bool:
 def _apart(backend: ServerLoad, counts_others: bool) -> Lived:
     """``Online.lived`` for a server on GPUs of its own: its load alone, none beside it."""
     if counts_others:
-        return lambda now: (backend.lived(now) + backend.others_lived(now), 0.0)
-    return lambda now: (backend.lived(now), 0.0)
+        return lambda now: (
+            backend.lived(now) + backend.others_lived(now),
+            0.0,
+            backend.prompted(),
+        )
+    return lambda now: (backend.lived(now), 0.0, backend.prompted())
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:

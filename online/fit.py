@@ -16,6 +16,21 @@ medians and once per replicate; its interval is the percentile interval of the r
 crossings, each end out to the level past it (``crossing.percentile_interval``,
 ``crossing.snapped``): the profile's rule, so that the two intervals can be compared.
 
+Each sample carries the prompt tokens sent to its GPUs while it decoded, per output token
+after its first (``Sample.prefill``): a request's decode waits for the prompts its GPUs
+prefill meanwhile. The stated model is that each such token adds the same time to a token
+decoded beside it, whichever pool it is: TPOT is a level's and pool's own plus ``slope``
+times the prefill. The slope is fitted by least squares within each pool's level (pooled
+over them, never below 0) and shown (``LiveFit.prefill_slope``). With ``at_prefill``
+(``--online-at-prefill``), before the medians each sample moves along it to the mean prefill
+of its level's samples of both pools, so that the two pools are compared at the same
+prefill, that of the traffic at that level (a move of at most a factor of two either way; a
+sample with no prefill known stays as measured): which requests a routing leaves to a pool
+depends on the prompts that came while they decoded (a plain request is left out as taken
+beside the other pool when a request went to the speculative server during its decode,
+which happens at arrivals, so that on bursty traffic the plain samples that count decoded
+through fewer prompts). Without it the samples are read as measured.
+
 A pool seldom seen at a level (the plain server at low load, under a crossover policy) takes
 the profile's curve there, when the profile has one, as a known value without spread: it is
 the speculative server's curve that drifts with acceptance, and it is seen where it
@@ -35,8 +50,10 @@ from itertools import pairwise
 from specroute.crossing import (
     ONE_SIDED,
     Band,
+    Crossing,
     at_or_beyond,
     between,
+    beyond,
     crossing,
     crossings,
     log_margin,
@@ -146,6 +163,9 @@ class LiveFit:
     samples: int
     min_samples: int = 1
     live: tuple[tuple[Pool, float], ...] = ()  # the pools' levels it counted live
+    # seconds a token decoded waits per prompt token prefilled beside it, as fitted (0:
+    # no prefill known, or none that slows the decode)
+    prefill_slope: float = 0.0
 
 
 def nearest(levels: Sequence[float], load: float) -> int:
@@ -170,6 +190,7 @@ def fit(
     shape: Shape | None = None,
     stay: Live = frozenset(),
     banded: bool | None = False,
+    at_prefill: bool = False,
 ) -> LiveFit:
     """The live curves of ``samples`` (oldest first) at ``levels`` and their crossing, each
     pool's level from its last ``per_level`` samples (all: None), each read at its level
@@ -181,12 +202,17 @@ def fit(
     that turns up is taken as bands; otherwise as one crossover, its first fall (a dense
     model's margin falls once, and a turn up in it is noise the fit must not route by); None:
     it speculates nowhere (no profile), so the class is the margin's: bands where it turns
-    up first from a level where surely it loses."""
+    up first from a level where surely it loses. ``at_prefill``: read each sample at its
+    level's prefill, and a dense margin that turns more than once as its one fall
+    (``one_fall``), for bursty traffic."""
     seen: dict[Pool, list[list[Sample]]] = {pool: [[] for _ in levels] for pool in POOLS}
     for s in samples:
         seen[s.pool][nearest(levels, s.load)].append(s)
     if per_level is not None:
         seen = {pool: [row[-per_level:] for row in rows] for pool, rows in seen.items()}
+    slope = prefill_slope(seen)
+    if slope > 0 and at_prefill:
+        seen = _at_prefill(seen, slope)
     along = _own_shape(seen) if shape is None else shape
     by = {
         pool: [_at_level(row, pool, level, along) for row, level in zip(rows, levels, strict=True)]
@@ -209,11 +235,63 @@ def fit(
             reps.append(replicates if len(values) >= least else None)
         curves[pool], draws[pool] = tuple(rows), reps
     counted = sum(level.samples for rows in curves.values() for level in rows)
-    found = _crossing(levels, curves, draws, known, min_samples, banded)
+    found = _crossing(levels, curves, draws, known, min_samples, banded, at_prefill)
     counted_live = tuple(
         (pool, level) for pool in POOLS for level, r in zip(levels, draws[pool], strict=True) if r
     )
-    return LiveFit(context, curves, found, counted, min_samples, counted_live)
+    return LiveFit(context, curves, found, counted, min_samples, counted_live, slope)
+
+
+# the fewest samples with their prefill known, over the pools' levels with two or more, that
+# a slope is fitted from
+SLOPE_SAMPLES = 16
+# the most a sample's TPOT is moved to its level's prefill: a factor either way
+MOST_MOVED = 2.0
+
+
+def prefill_slope(seen: dict[Pool, list[list[Sample]]]) -> float:
+    """Seconds of TPOT per prompt token prefilled per output token: least squares of TPOT
+    on prefill within each pool's level, pooled over them (so that the level and the pool,
+    which set TPOT by themselves, do not pass for prefill), at least 0; 0 with fewer than
+    ``SLOPE_SAMPLES`` samples with their prefill known, or none that varies."""
+    covariance = variance = 0.0
+    used = 0
+    for rows in seen.values():
+        for row in rows:
+            known = [(s.prefill, s.tpot) for s in row if s.prefill is not None]
+            if len(known) < 2:
+                continue
+            used += len(known)
+            x_mean = math.fsum(x for x, _ in known) / len(known)
+            y_mean = math.fsum(y for _, y in known) / len(known)
+            covariance += math.fsum((x - x_mean) * (y - y_mean) for x, y in known)
+            variance += math.fsum((x - x_mean) ** 2 for x, _ in known)
+    if used < SLOPE_SAMPLES or variance <= 0:
+        return 0.0
+    return max(0.0, covariance / variance)
+
+
+def _at_prefill(
+    seen: dict[Pool, list[list[Sample]]], slope: float
+) -> dict[Pool, list[list[Sample]]]:
+    """Each sample's TPOT moved along ``slope`` to the mean prefill of its level's samples
+    of both pools (a sample with none known stays)."""
+    rows = list(zip(*seen.values(), strict=True))  # per level, each pool's row
+    means: list[float | None] = []
+    for level in rows:
+        known = [s.prefill for row in level for s in row if s.prefill is not None]
+        means.append(math.fsum(known) / len(known) if known else None)
+
+    def moved(s: Sample, mean: float | None) -> Sample:
+        if mean is None or s.prefill is None:
+            return s
+        tpot = s.tpot - slope * (s.prefill - mean)
+        return s._replace(tpot=min(max(tpot, s.tpot / MOST_MOVED), s.tpot * MOST_MOVED))
+
+    return {
+        pool: [[moved(s, mean) for s in row] for row, mean in zip(pool_rows, means, strict=True)]
+        for pool, pool_rows in seen.items()
+    }
 
 
 def _own_shape(seen: dict[Pool, list[list[Sample]]]) -> Shape:
@@ -262,11 +340,12 @@ def _crossing(
     known: Known | None,
     min_samples: int,
     banded: bool | None = False,
+    falls_once: bool = False,
 ) -> LiveCrossing | None:
     """The crossing at the levels where both pools are live (``banded``: every turn of the
-    margin, bands); where none is, at those where
-    both have a value, live or known (the profile's), an estimate that is never sure (no
-    level around it has both pools live): a crossing is never fitted past the evidence."""
+    margin, bands; ``falls_once``: one crossover, ``one_fall``); where none is, at those
+    where both have a value, live or known (the profile's), an estimate that is never sure
+    (no level around it has both pools live): a crossing is never fitted past the evidence."""
     used: list[int] = []
     points: dict[Pool, list[float]] = {pool: [] for pool in POOLS}
     columns: dict[Pool, list[list[float]]] = {pool: [] for pool in POOLS}
@@ -293,7 +372,6 @@ def _crossing(
         log_margin([c[r] for c in columns["spec"]], [c[r] for c in columns["base"]])
         for r in range(REPLICATES)
     ]
-    replicates = [at_or_beyond(at, m) for m in margins]
 
     def near_of(indices: Sequence[int]) -> int:  # a pool on the profile's value counts none
         return min(
@@ -305,7 +383,6 @@ def _crossing(
             default=0,
         )
 
-    near = near_of(_around(at, found.at if found.at is not None else found.limit))
     turns = crossings(at, margin)
     # bands where the routing in force has them; where it speculates nowhere (no profile:
     # no class known), where the margin turns up first from a level where surely it loses
@@ -322,12 +399,43 @@ def _crossing(
         return LiveCrossing(
             found.at, None, None, None, None, tuple(at), min(ends), agree, edges, margin[0] > 0
         )
+    if falls_once:  # one crossover: where the margin turns twice, the fall most samples say
+        weights = [near_of([j]) for j in range(len(at))]
+        found = one_fall(at, margin, weights)
+        replicates = [beyond(one_fall(at, m, weights)) for m in margins]
+    else:
+        replicates = [at_or_beyond(at, m) for m in margins]
+    near = near_of(_around(at, found.at if found.at is not None else found.limit))
     if found.at is None:
         side = math.inf if found.bound == "above" else -math.inf
         agree = sum(1 for r in replicates if r == side) / len(replicates)
         return LiveCrossing(None, None, None, found.bound, found.limit, tuple(at), near, agree)
     low, high = snapped(at, *percentile_interval(replicates))
     return LiveCrossing(found.at, low, high, None, None, tuple(at), near)
+
+
+def one_fall(levels: Sequence[float], margin: Sequence[float], weights: Sequence[int]) -> Crossing:
+    """A dense model's one crossover from a margin that may turn more than once (noise, or
+    a level's samples taken apart from the other pool's, at another moment of the traffic):
+    of every split of the levels into paying below and losing above, the one that the least
+    evidence contradicts, each level weighing ``weights`` (its fewest live samples of either
+    pool), the lower split on a tie (less speculation); the crossing between the split's two
+    levels as ``crossing`` finds it, or a bound when every level is on one side. A margin
+    that turns once is ``crossing``'s: a fall as it is, a rise (speculation paying only
+    above some load, not a dense model's) speculation nowhere."""
+    if len(crossings(levels, margin)) <= 1 or not any(weights):  # one fall, a rise, or
+        return crossing(levels, margin)  # no live evidence to weigh: as the finder has it
+    best, split = -1, 0
+    for k in range(len(levels) + 1):
+        agree = sum(w for w, m in zip(weights[:k], margin[:k], strict=True) if m > 0)
+        agree += sum(w for w, m in zip(weights[k:], margin[k:], strict=True) if m <= 0)
+        if agree > best:
+            best, split = agree, k
+    if split == 0:
+        return Crossing(None, "below", float(levels[0]))
+    if split == len(levels):
+        return Crossing(None, "above", float(levels[-1]))
+    return crossing(levels[split - 1 : split + 1], margin[split - 1 : split + 1])
 
 
 def _loses(margins: Sequence[Sequence[float]]) -> bool:

@@ -33,6 +33,10 @@ class Sample(NamedTuple):
     # the draft depth its server ran at at its end (SGLang's spec_num_steps): None when
     # unknown, and on the plain pool
     depth: float | None = None
+    # the prompt tokens sent to its GPUs while it decoded (both pools' on shared GPUs, its
+    # server's on its own; this router's requests), per output token after its first: the
+    # prefill its decode waited for (None: unknown)
+    prefill: float | None = None
 
 
 # the most of the other pool's requests, mean over a sample's decode, beside which it is

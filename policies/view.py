@@ -155,6 +155,13 @@ UNSAID_MAX_TOKENS = 256  # a request that sets no limit: a typical answer, not t
 MAX_CONTEXT = 1 << 31
 
 
+class Tokens(NamedTuple):
+    """A request's tokens, estimated without a tokenizer (``RequestInfo.tokens``)."""
+
+    prompt: int  # its prompt's
+    context: int  # its mean KV tokens while it decodes
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """What a policy may know of a request without reading the network."""
@@ -171,5 +178,12 @@ class RequestInfo:
         prompt, plus half of its output limit (the KV grows from the prompt to the prompt
         and the whole output, so half is the mean over its decode)."""
         limit = UNSAID_MAX_TOKENS if self.max_tokens is None else max(0, self.max_tokens)
-        context = round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens + limit // 2
-        return min(context, MAX_CONTEXT)
+        return min(self.prompt(tokens_per_byte) + limit // 2, MAX_CONTEXT)
+
+    def prompt(self, tokens_per_byte: float) -> int:
+        """The prompt's tokens, estimated without a tokenizer: its text's bytes at
+        ``tokens_per_byte``, and its token ids."""
+        return min(round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens, MAX_CONTEXT)
+
+    def tokens(self, tokens_per_byte: float) -> Tokens:
+        return Tokens(self.prompt(tokens_per_byte), self.context(tokens_per_byte))

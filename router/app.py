@@ -142,6 +142,7 @@ def build_state(
         leads=board.leader,
         source=settings.routing.concurrency_source,
         accept_tolerance=settings.online.accept_tolerance,
+        at_prefill=settings.online.at_prefill,
     )
     online.shared = shares_gpus(policy)  # as each fit finds it; exploration counts load so
     state = RouterState(

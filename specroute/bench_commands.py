@@ -918,6 +918,11 @@ def _add_convergence(commands: Subcommands) -> None:
         help="also route by each of these crossovers throughout, on each traffic, with no "
         "online calibration (0: never speculate): which the traffic rewards",
     )
+    convergence.add_argument(
+        "--online-at-prefill",
+        action="store_true",
+        help="the router's online_at_prefill on: each sample read at its level's prefill",
+    )
     convergence.add_argument("--out", metavar="FILE.json")
     convergence.set_defaults(handler=_convergence)
 
@@ -953,13 +958,17 @@ def _convergence(args: argparse.Namespace) -> int:
             start, _, seconds = args.window.partition("+")
             window = azure_conversations().window(float(start), float(seconds))
             given = azure_at(window, model)
-        runs += [converge(model, s, given, args.seed, _note, prompts=prompts) for s in starts]
+        at_prefill = args.online_at_prefill
+        runs += [
+            converge(model, s, given, args.seed, _note, prompts=prompts, at_prefill=at_prefill)
+            for s in starts
+        ]
         if args.live is not None:
-            live += run_loop(_converge_live(model, starts, given, args.live))
+            live += run_loop(_converge_live(model, starts, given, args.live, at_prefill))
         if routed:
             _note(f"{traffic}: fixed crossovers {', '.join(f'{c:g}' for c in routed)}")
             held += fixed(model, given, routed)
-    found = document(model, runs, live, held)
+    found = document(model, runs, live, held, args.online_at_prefill)
     print(render(found))
     _save(found, args.out)
     late = [behind for _, behind in live if behind is not None and behind > lag.LIMIT]
@@ -969,7 +978,11 @@ def _convergence(args: argparse.Namespace) -> int:
 
 
 async def _converge_live(
-    model: tuple[str, ...], starts: list[str], traffic: RequestTrace | int, time_scale: float
+    model: tuple[str, ...],
+    starts: list[str],
+    traffic: RequestTrace | int,
+    time_scale: float,
+    at_prefill: bool = False,
 ) -> list[tuple[Converged, float | None]]:
     """Each start on ``traffic`` live, one after the other, each in a folder of its own."""
     from specroute.bench.convergence_live import converge_live
@@ -978,7 +991,9 @@ async def _converge_live(
     for start in starts:
         _note(f"from {start}, live at time scale {time_scale:g}")
         with tempfile.TemporaryDirectory() as folder:
-            found.append(await converge_live(model, start, traffic, time_scale, Path(folder)))
+            found.append(
+                await converge_live(model, start, traffic, time_scale, Path(folder), at_prefill)
+            )
     return found
 
 

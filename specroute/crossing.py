@@ -128,7 +128,11 @@ ONE_SIDED = CONFIDENCE + (1 - CONFIDENCE) / 2  # of replicates, past one end of 
 
 def at_or_beyond(levels: Sequence[float], margin: Sequence[float]) -> float:
     """The crossing of ``margin``, or -inf / +inf when it lies below / above the levels."""
-    found = crossing(levels, margin)
+    return beyond(crossing(levels, margin))
+
+
+def beyond(found: Crossing) -> float:
+    """A crossing as a number: -inf / +inf when it lies below / above the levels."""
     if found.at is not None:
         return found.at
     return math.inf if found.bound == "above" else -math.inf

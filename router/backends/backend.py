@@ -99,10 +99,16 @@ class Backend:
         """Those integrated over time up to ``now``, as ``lived``'s own requests."""
         return self.board.others_lived(self.index, now)
 
-    def dispatched(self, n: int, kv_tokens: int) -> None:
+    def prompted(self) -> float:
+        """The prompt tokens (estimated) sent here so far through every worker (only
+        differences mean anything)."""
+        return self.board.prompted(self.index)
+
+    def dispatched(self, n: int, kv_tokens: int, prompt_tokens: int = 0) -> None:
         """``n`` more (or, negative, fewer) of this worker's requests in flight here, of
-        ``kv_tokens`` estimated context between them."""
-        self.board.add_inflight(self.index, n, kv_tokens)
+        ``kv_tokens`` estimated context between them; ``prompt_tokens``: the estimated
+        prompts of those sent (none for those that left)."""
+        self.board.add_inflight(self.index, n, kv_tokens, prompt_tokens)
 
     @property
     def healthy(self) -> bool:

@@ -37,14 +37,17 @@ class Flight:
         context: int,
         lived: Lived | None = None,
         joined: int = 0,
+        prompt: int = 0,
     ) -> None:
-        """``lived``: the load its samples count, integrated over time up to a moment
-        (``Online.lived``); read at its first byte, so that the load it decoded under is
-        known at its end. ``joined``: the load it joined, itself included
-        (``Online.joined``)."""
+        """``context``, ``prompt``: its estimated KV tokens while decoding and its prompt's
+        tokens. ``lived``: the load its samples count, integrated over time up to a moment,
+        and the prompts sent beside it (``Online.lived``); read at its first byte, so that
+        the load it decoded under is known at its end. ``joined``: the load it joined,
+        itself included (``Online.joined``)."""
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
         self.lived, self.joined = lived, joined
-        self.lived_first: tuple[float, float] | None = None  # ``lived`` at its first byte
+        # ``lived`` at its first byte
+        self.lived_first: tuple[float, float, float] | None = None
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
@@ -69,7 +72,7 @@ class Flight:
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
         self.quiet_since = self.started
-        backend.dispatched(1, context)
+        backend.dispatched(1, context, prompt)
 
     def first_byte(self) -> None:
         m = self.metrics

@@ -295,6 +295,14 @@ def _measurement(
             "other pool's requests (mean over their decode) were left out: the servers' steps "
             "take turns, so such a sample is not what a level of its pool alone means",
         },
+        "prefill": {
+            "at_prefill": online.at_prefill,
+            "slope": [f.prefill_slope for f in fits],
+            "rule": "slope: the seconds a prompt token sent to a sample's GPUs while it "
+            "decoded adds to each of its tokens, fitted within each pool's level; with "
+            "at_prefill, each sample's TPOT was read along it at its level's mean prefill, "
+            "and a margin that turns more than once as the one fall most samples put it at",
+        },
         "fitted_seconds_ago": None if fitted is None else round(now - fitted, 3),
         "bootstrap_replicates": REPLICATES,
         "sureness": {

@@ -15,7 +15,9 @@ a number above 0, or the row is dropped. So is its load beside (the other pool's
 GPUs): absent or null, unknown, and such a sample is not taken for one alone on its GPUs;
 given, a number of at least 0. So is its draft depth (its server's at its end, SGLang's
 ``spec_num_steps``): absent or null, unknown, and compared with the pool's accept length
-whatever depth it was read at; given, a number of at least 0.
+whatever depth it was read at; given, a number of at least 0. So is its prefill (the prompt
+tokens sent to its GPUs while it decoded, per output token): absent or null, unknown, and
+the sample is read as measured.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class SampleRow(BaseModel):
     depth: float | None = Field(
         None, description="Its server's draft depth at its end; null or absent: unknown."
     )
+    prefill: float | None = Field(
+        None,
+        description="The prompt tokens sent to its GPUs while it decoded, per output token; "
+        "null or absent: unknown.",
+    )
 
 
 class SamplesAnswer(BaseModel):
@@ -79,6 +86,7 @@ def answer(epoch: str, cursor: str, samples: Sequence[Sample], now: float) -> di
             "accept_length": s.accept_length,
             "beside": s.beside if math.isfinite(s.beside) else None,
             "depth": s.depth,
+            "prefill": s.prefill,
         }
         for s in samples
     ]
@@ -116,12 +124,14 @@ def _sample(row: object, received: float, max_age: float) -> Sample | None:
         accept = _optional(row, "accept_length", above_zero=True)
         beside = _optional(row, "beside")
         depth = _optional(row, "depth")
+        prefill = _optional(row, "prefill")
     except _Unread:
         return None
     if beside is None:
         beside = math.inf  # unknown: never taken for alone on its GPUs
     pool = POOLS[POOLS.index(pool)]
-    return Sample(received - age, pool, float(load), float(tpot), context, accept, beside, depth)
+    at = received - age
+    return Sample(at, pool, float(load), float(tpot), context, accept, beside, depth, prefill)
 
 
 class _Unread(ValueError):

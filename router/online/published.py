@@ -103,4 +103,5 @@ def _live_fit(raw: dict[str, Any]) -> LiveFit:
         raw["samples"],
         raw["min_samples"],
         tuple((POOLS[POOLS.index(pool)], float(level)) for pool, level in raw.get("live", ())),
+        float(raw.get("prefill_slope", 0.0)),
     )

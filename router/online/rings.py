@@ -31,8 +31,8 @@ from specroute.online.samples import Sample
 from specroute.policies.view import POOLS
 
 # monotonic time, pool, mean load, TPOT, context, accept length (NaN: unknown), load beside,
-# draft depth (NaN: unknown)
-_SLOT = struct.Struct("=8d")
+# draft depth (NaN: unknown), prefill beside (NaN: unknown)
+_SLOT = struct.Struct("=9d")
 _CODES = {pool: float(i) for i, pool in enumerate(POOLS)}
 
 
@@ -62,11 +62,14 @@ class Rings:
         """One sample in this worker's ring (the request path: one slot, then the count)."""
         w, n = self.worker, self._written[self.worker]
         offset = self._head + (w * self._slots + n % self._slots) * _SLOT.size
-        at, pool, load, tpot, context, accept, beside, depth = sample
+        at, pool, load, tpot, context, accept, beside, depth, prefill = sample
         stored = math.nan if accept is None else accept  # a double: NaN for unknown
         deep = math.nan if depth is None else depth
+        prompts = math.nan if prefill is None else prefill
         code = _CODES[pool]
-        _SLOT.pack_into(self._memory, offset, at, code, load, tpot, context, stored, beside, deep)
+        _SLOT.pack_into(
+            self._memory, offset, at, code, load, tpot, context, stored, beside, deep, prompts
+        )
         self._written[w] = n + 1  # after the slot: a reader that counts it finds it whole
 
     def written(self, worker: int) -> int:
@@ -120,9 +123,19 @@ class Rings:
         first = max(start, after - cap)  # (the writer of sample ``after`` is at ``after - slots``)
         return [
             Sample(
-                at, POOLS[int(pool)], load, tpot, int(context), _known(accept), beside, _known(deep)
+                at,
+                POOLS[int(pool)],
+                load,
+                tpot,
+                int(context),
+                _known(accept),
+                beside,
+                _known(deep),
+                _known(prefill),
             )
-            for at, pool, load, tpot, context, accept, beside, deep in rows[first - start :]
+            for at, pool, load, tpot, context, accept, beside, deep, prefill in rows[
+                first - start :
+            ]
         ], end
 
 

@@ -1,6 +1,6 @@
 """A served request's online sample: at the mean load it decoded under, with the other
-pool's part of it, its time per output token and its accept length (its own, else its
-server's at its end)."""
+pool's part of it, the prompts its GPUs were sent meanwhile, its time per output token and
+its accept length (its own, else its server's at its end)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,17 @@ def sample_of(
         return None
     now = time.monotonic()
     tpot = (now - flight.first_at) / (tokens - 1)
-    load, beside = float(flight.joined), 0.0
+    load, beside, prefill = float(flight.joined), 0.0, None
     if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
-        (own, other), (own_first, other_first) = flight.lived(now), flight.lived_first
+        (own, other, prompts), (own_first, other_first, prompts_first) = (
+            flight.lived(now),
+            flight.lived_first,
+        )
         load = (own + other - own_first - other_first) / (now - flight.first_at)
         beside = (other - other_first) / (now - flight.first_at)
-    pool = flight.backend.pool
+        prefill = (prompts - prompts_first) / (tokens - 1)
+    pool, context = flight.backend.pool, flight.context
     if pool != "spec":
-        return Sample(now, pool, load, tpot, flight.context, None, beside)
+        return Sample(now, pool, load, tpot, context, None, beside, None, prefill)
     accepted = flight.accept_length if flight.accept_length is not None else accept_length
-    return Sample(now, pool, load, tpot, flight.context, accepted, beside, depth)
+    return Sample(now, pool, load, tpot, context, accepted, beside, depth, prefill)

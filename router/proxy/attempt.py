@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from specroute.policies.view import Tokens
 from specroute.router.backends.backend import Backend
 from specroute.router.backends.flight import Flight
 from specroute.router.observability.record import RequestRecord
@@ -29,7 +30,7 @@ async def attempt(
     backend: Backend,
     raw: bytes,
     body: dict[str, Any],
-    context: int,
+    tokens: Tokens,
 ) -> web.Response | None:
     """Open the upstream and relay its answer (None), or the refusal of a failure that
     cannot be retried; a retryable ``Failure`` propagates. However it ends, the attempt
@@ -37,8 +38,9 @@ async def attempt(
     backends, online = attempting.asking.roster.backends, attempting.online
     joined = online.joined(backends, backend)  # before it joins
     stream = body.get("stream") is True
+    lived = online.lived(backends, backend)
     flight = Flight(
-        attempting.metrics, backend, stream, context, online.lived(backends, backend), joined
+        attempting.metrics, backend, stream, tokens.context, lived, joined, tokens.prompt
     )
     if online.records:  # every stream a sample (``stream_usage``)
         offered = backend.offers_spec_details

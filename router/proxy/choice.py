@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from specroute.policies.decision import Decision
-from specroute.policies.view import POOLS, Pool, RequestInfo
+from specroute.policies.view import POOLS, Pool, RequestInfo, Tokens
 from specroute.router.admission.limits import Refusal, at_capacity, refused
 from specroute.router.backends.backend import Backend
 from specroute.router.observability.record import RequestRecord
@@ -31,10 +31,10 @@ STORED = "stored"  # a decision's reason: the server that holds what the request
 
 async def choose(
     request: Proxied, choosing: Choosing, record: RequestRecord
-) -> tuple[bytes, dict[str, Any], Decision, int] | web.Response:
+) -> tuple[bytes, dict[str, Any], Decision, Tokens] | web.Response:
     """The body as it came and as read, the policy's decision, recorded, and the request's
-    estimated context (KV tokens) for the backend's count; or a refusal. A decision holds
-    one of admission's slots, which the caller gives back."""
+    estimated tokens (its prompt's, its context's) for the backend's counts; or a refusal. A
+    decision holds one of admission's slots, which the caller gives back."""
     if choosing.draining():
         return error_response(503, "The router is shutting down.", "service_unavailable")
     span = record.span
@@ -75,7 +75,7 @@ async def choose(
             raw, body = with_rid(raw, rid), {**body, "rid": rid}
             sent.add(rid)
             record.rid_sent = True
-    return raw, body, admitted, info.context(choosing.in_force.tokens_per_byte)
+    return raw, body, admitted, info.tokens(choosing.in_force.tokens_per_byte)
 
 
 async def _stored(choosing: Choosing, previous: Any) -> Backend | web.Response | None:

@@ -55,14 +55,14 @@ async def _proxy(
     chosen = await choose(request, choosing, record)
     if isinstance(chosen, web.Response):
         return chosen  # refused: shutting down, or a body the router cannot read
-    raw, body, decision, context = chosen
+    raw, body, decision, tokens = chosen
     tried: set[str] = set()
     try:
         while decision.backend is not None:
             backend = attempting.asking.roster.backend(decision.backend)
             tried.add(backend.name)
             try:
-                return await attempt(request, attempting, record, backend, raw, body, context)
+                return await attempt(request, attempting, record, backend, raw, body, tokens)
             except Failure as failure:  # nothing reached the client: once more, elsewhere
                 if decision.reason == STORED:  # no other server holds what it goes on from
                     return _gave_up(failure)

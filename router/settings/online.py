@@ -63,6 +63,16 @@ class OnlineSettings(BaseModel):
         "(0: none left out; the default is wider than a polling window's noise at low load)",
         json_schema_extra={"flat": "online_accept_tolerance"},
     )
+    at_prefill: bool = Field(
+        False,
+        description="compare the pools at the same prefill: each sample's TPOT read at its "
+        "level's mean prefill (the prompt tokens sent to its GPUs while it decoded) along the "
+        "slope the fit finds, and a margin that turns more than once read as the one fall "
+        "most samples put it at; for bursty traffic, where the plain samples that count "
+        "decoded through fewer prompts (off: the proofs ran without it; the online guide "
+        "gives both)",
+        json_schema_extra={"flat": "online_at_prefill"},
+    )
     explore_share: float = Field(
         0.02,
         ge=0,

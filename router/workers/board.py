@@ -10,7 +10,9 @@ and each backend's health and reported load. So the workers keep those here:
   time up to its last change, and the change's time: a backend's load lived through, so
   that the mean load a request decoded under is two readings' difference over its time
   (online calibration's samples); a reader that meets another worker's slot mid-change is
-  off by that change's last interval, no more.
+  off by that change's last interval, no more. And the prompt tokens (estimated) it sent
+  there so far, which only grows (a worker that dies leaves its part): the prefill a
+  request decoded beside is two readings' difference too.
 - the other routers' requests at each backend (several replicas in front of the same
   servers: the backend's reported running and queued less this router's own in flight at
   the reading, at least 0), held from one reading of the leader's to the next while it is
@@ -50,7 +52,9 @@ _OWN_INTS = 1  # per worker: profiles it was posted
 _GLOBAL_INTS = 2  # times the leader published the set of backends, and an online fit
 _OWN_FLOATS = 1  # per worker: its CPU seconds, as it last showed them
 _GLOBAL_FLOATS = 1  # the live crossover the leader adopted
-_LIVED_FLOATS = 2  # per worker and backend: its count integrated over time, and when it changed
+# per worker and backend: its count integrated over time, when it changed, and the prompt
+# tokens it sent there so far (estimated)
+_LIVED_FLOATS = 3
 _OTHERS_FLOATS = 4  # per backend: the others' requests integrated, held now, since, until
 _FLOATS = 12  # per backend: running, queued, capacity, the router's in flight, accept length,
 # its time, the engine, the reading's time, the KV cache's tokens in use and its size, the
@@ -142,11 +146,23 @@ class Board:
     def own_inflight(self, backend: int) -> int:
         return self._inflight[self._row + backend]
 
-    def add_inflight(self, backend: int, n: int, kv_tokens: int) -> None:
+    def add_inflight(self, backend: int, n: int, kv_tokens: int, prompt_tokens: int = 0) -> None:
         cell = self._row + backend
         self._live_through(cell, time.monotonic())
         self._inflight[cell] += n
         self._kv[cell] += kv_tokens
+        self._lived[_LIVED_FLOATS * cell + 2] += prompt_tokens
+
+    def prompted(self, backend: int) -> float:
+        """The prompt tokens (estimated) every worker sent to ``backend`` so far, from an
+        origin of its own: only differences mean anything."""
+        lived = self._lived
+        if self.workers == 1:  # read at every stream's first byte and end
+            return lived[_LIVED_FLOATS * backend + 2]
+        return math.fsum(
+            lived[_LIVED_FLOATS * cell + 2]
+            for cell in range(backend, self.workers * self.backends, self.backends)
+        )
 
     def lived(self, backend: int, now: float) -> float:
         """The requests in flight at ``backend`` through every worker, integrated over time
@@ -154,16 +170,15 @@ class Board:
         anything)."""
         total, lived = 0.0, self._lived
         for cell in range(backend, self.workers * self.backends, self.backends):
-            since = lived[2 * cell + 1]
-            total += lived[2 * cell] + self._inflight[cell] * max(0.0, now - since)
+            at = _LIVED_FLOATS * cell
+            total += lived[at] + self._inflight[cell] * max(0.0, now - lived[at + 1])
         return total
 
     def _live_through(self, cell: int, now: float) -> None:
         """A slot's integral brought up to ``now``, before its count changes."""
-        lived = self._lived
-        since = lived[2 * cell + 1]
-        lived[2 * cell] += self._inflight[cell] * max(0.0, now - since)
-        lived[2 * cell + 1] = now
+        lived, at = self._lived, _LIVED_FLOATS * cell
+        lived[at] += self._inflight[cell] * max(0.0, now - lived[at + 1])
+        lived[at + 1] = now
 
     def kv_tokens(self, backend: int) -> int:
         """The estimated context of the requests in flight at ``backend``, every worker's."""

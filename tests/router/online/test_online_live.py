@@ -82,6 +82,45 @@ async def test_streams_become_samples_of_the_load_they_decoded_under(
         assert "specroute_online_adopted 0.0" in metrics
 
 
+async def test_a_sample_counts_the_prompts_its_gpus_were_sent_while_it_decoded(
+    backends: tuple[str, str],
+) -> None:
+    """A stream's sample carries the prompt tokens the router sent to its GPU group (both
+    servers: shared, the default) between its first byte and its end, per output token
+    after its first: the prefill its decode waited for. One sent before its first byte is
+    not among them. The status page says whether the fit reads samples at their prefill."""
+    spec, base = backends
+    prompt = "word " * 800  # 4,000 bytes: 1,000 tokens at the default 0.25 a byte
+    flags = {"crossover": 2.5, "online_at_prefill": True}
+    async with running_router(spec=[spec], base=[base], **flags) as (url, state):
+        await client(url).chat.completions.create(  # before the stream: not beside it
+            model="m", messages=[{"role": "user", "content": prompt}], max_tokens=4
+        )
+        stream = await client(url).chat.completions.create(
+            model="m",
+            messages=CHAT,
+            max_tokens=160,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = aiter(stream)
+        await anext(chunks)
+        await client(url).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": prompt}], max_tokens=4
+        )
+        tokens = [c.usage.completion_tokens async for c in chunks if c.usage is not None]
+        samples = state.online.samples.window(time.monotonic())
+        await fit_now(state)
+        async with aiohttp.ClientSession() as s, s.get(f"{url}/router/status") as r:
+            online = (await r.json())["online"]
+    assert online["at_prefill"] is True and online["fits"][0]["prefill_slope"] == 0.0  # one
+    assert len(samples) == 1  # whole answers make none
+    (sample,) = samples
+    assert sample.prefill is not None and tokens[-1] > 100
+    sent = sample.prefill * (tokens[-1] - 1)
+    assert 950 <= sent <= 1100, sent  # the one sent during its decode, not the one before it
+
+
 async def test_online_off_records_nothing(backends: tuple[str, str]) -> None:
     spec, base = backends
     async with running_router(spec=[spec], base=[base], crossover=8, online="off") as (url, state):

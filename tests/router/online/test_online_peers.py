@@ -327,7 +327,9 @@ async def test_the_samples_endpoint_needs_the_key_and_gives_only_newer_samples(
         "accept_length",
         "beside",
         "depth",
+        "prefill",
     }
+    assert row["prefill"] is not None and row["prefill"] >= 0  # known: the router sent them
     assert row["age"] >= 0
 
 
