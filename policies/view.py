@@ -177,13 +177,11 @@ class RequestInfo:
         """The request's mean KV tokens while it decodes, estimated without a tokenizer: its
         prompt, plus half of its output limit (the KV grows from the prompt to the prompt
         and the whole output, so half is the mean over its decode)."""
-        limit = UNSAID_MAX_TOKENS if self.max_tokens is None else max(0, self.max_tokens)
-        return min(self.prompt(tokens_per_byte) + limit // 2, MAX_CONTEXT)
-
-    def prompt(self, tokens_per_byte: float) -> int:
-        """The prompt's tokens, estimated without a tokenizer: its text's bytes at
-        ``tokens_per_byte``, and its token ids."""
-        return min(round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens, MAX_CONTEXT)
+        return self.tokens(tokens_per_byte).context
 
     def tokens(self, tokens_per_byte: float) -> Tokens:
-        return Tokens(self.prompt(tokens_per_byte), self.context(tokens_per_byte))
+        """Its prompt's tokens (its text's bytes at ``tokens_per_byte``, and its token ids)
+        and its context (``context``)."""
+        prompt = min(round(self.prompt_bytes * tokens_per_byte) + self.prompt_tokens, MAX_CONTEXT)
+        limit = UNSAID_MAX_TOKENS if self.max_tokens is None else max(0, self.max_tokens)
+        return Tokens(prompt, min(prompt + limit // 2, MAX_CONTEXT))

@@ -77,7 +77,7 @@ class Flight:
     def first_byte(self) -> None:
         m = self.metrics
         self.first_at = time.monotonic()
-        if self.lived is not None:
+        if self.lived is not None and self.stream:  # a whole answer makes no sample
             self.lived_first = self.lived(self.first_at)
         m.child(m.ttft, self.backend.pool).observe(self.first_at - self.started)
 

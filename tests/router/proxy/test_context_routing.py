@@ -170,6 +170,7 @@ def test_the_estimate_reads_each_api_shape(
     assert (info.prompt_bytes, info.prompt_tokens, info.max_tokens) == (text, ids, max_tokens)
     half = (UNSAID_MAX_TOKENS if max_tokens is None else max_tokens) // 2
     assert info.context(0.25) == round(text * 0.25) + ids + half
+    assert info.tokens(0.25) == (round(text * 0.25) + ids, info.context(0.25))  # its prompt
 
 
 def test_the_estimate_is_never_negative_nor_past_any_model() -> None:
@@ -178,6 +179,8 @@ def test_the_estimate_is_never_negative_nor_past_any_model() -> None:
     assert RequestInfo(CHAT, max_tokens=0, prompt_bytes=4000).context(0.25) == 1000
     huge = request_info(CHAT, {"messages": [], "max_tokens": 10**300})  # JSON allows it
     assert huge.context(0.25) == MAX_CONTEXT  # the board's 64-bit sums cannot overflow
+    long = RequestInfo(CHAT, prompt_bytes=1 << 40, prompt_tokens=1 << 40)
+    assert long.tokens(0.25) == (MAX_CONTEXT, MAX_CONTEXT)
 
 
 # 2. The KV tokens in flight, on the board every worker shares
