@@ -54,6 +54,10 @@ STARTS: dict[str, float | None] = {"none": None, "4x high": 4.0, "4x low": 0.25}
 RAMP = (0.25, 0.5, 1, 2, 4, 2, 1, 0.5)  # clients per phase, times the truth
 AZURE_LOAD = 1.5  # the Azure trace's mean load, times the truth
 PROBES = 5  # the replays that find the Azure trace's rate
+# virtual seconds: the longest the bands routed by may stay outside the truth's intervals
+# once a live crossing was first adopted (a fit not sure falls back to the start's; one a
+# level short is adopted) before they are back inside, for a run to hold (``Converged.held``)
+REVERTED_WITHIN = 600.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,17 @@ class Converged:
     contexts: tuple[tuple[float, Truth, tuple[Band, ...]], ...] = ()
 
     @property
+    def held(self) -> bool:
+        """Whether it came to route by the truth for good, and every stretch out after the
+        first adoption was back within ``REVERTED_WITHIN``."""
+        return self.converged_at is not None and self.longest_out <= REVERTED_WITHIN
+
+    @property
+    def longest_out(self) -> float:
+        """The longest stretch out after the first adoption, in virtual seconds (0: none)."""
+        return max((end - begun for begun, end, _ in self.outside), default=0.0)
+
+    @property
     def cost(self) -> float | None:
         """Exploring's cost, the share of tok/s the same run without it had more (on the
         ramp's closed loop; on a trace's open loop every request comes and tok/s is the
@@ -115,16 +130,40 @@ class Converged:
         return self.latency / self.latency_unexplored - 1
 
 
-def defaults(at_prefill: bool = False) -> RouterSettings:
+@dataclass(frozen=True)
+class Draw:
+    """A start on a traffic replayed with the prompts' words drawn from ``seed`` (and with
+    them each request's draws in the emulator): when it came in for good, where it ended,
+    its longest stretch out and whether it held (``Converged.held``)."""
+
+    start: str
+    traffic: str
+    seed: int
+    converged_at: float | None
+    routed_at_end: float
+    longest_out: float
+    held: bool
+
+
+def drawn(run: Converged, seed: int) -> Draw:
+    """``run``, replayed from ``seed``, as a draw."""
+    return Draw(
+        run.start,
+        run.traffic,
+        seed,
+        run.converged_at,
+        run.routed_at_end,
+        run.longest_out,
+        run.held,
+    )
+
+
+def defaults(at_prefill: bool | None = None) -> RouterSettings:
     """The router's settings as a user gets them: what every run routes and learns by
-    (``at_prefill``: with ``online_at_prefill`` on)."""
+    (``at_prefill``: ``online_at_prefill`` set; None: the router's default)."""
+    given = {} if at_prefill is None else {"online_at_prefill": at_prefill}
     return RouterSettings.model_validate(
-        {
-            "spec": ["http://spec:1"],
-            "base": ["http://base:2"],
-            "online": "adopt",
-            "online_at_prefill": at_prefill,
-        }
+        {"spec": ["http://spec:1"], "base": ["http://base:2"], "online": "adopt", **given}
     )
 
 
@@ -161,7 +200,7 @@ def converge(
     progress: Callable[[str], None] = lambda _: None,
     priced: bool = True,
     prompts: tuple[int, ...] = (),
-    at_prefill: bool = False,
+    at_prefill: bool | None = None,
 ) -> Converged:
     """One run from ``start`` (a name of ``STARTS``) on ``traffic``: the ramp this many
     times over (60 s a phase), or a request trace (the Azure window, as it comes: scale it
@@ -169,7 +208,7 @@ def converge(
     ``prompts``: prompt lengths (two or more, a ramp only) to run as context buckets: each
     ramp step's minute split among them, routed by ``context-crossover`` from a ``v2``
     profile whose buckets each start off by the factor, each adopted on its own.
-    ``at_prefill``: the router's ``online_at_prefill`` on."""
+    ``at_prefill``: the router's ``online_at_prefill`` (None: its default)."""
     truths = tuple(truth(model, n) for n in prompts) if prompts else (truth(model),)
     known, factor = truths[0], STARTS[start]
     if prompts and factor is None:
@@ -343,10 +382,12 @@ def document(
     runs: list[Converged],
     live: Sequence[tuple[Converged, float | None]] = (),
     routed: Sequence[Fixed] = (),
-    at_prefill: bool = False,
+    at_prefill: bool | None = None,
+    draws: Sequence[Draw] = (),
 ) -> dict[str, Any]:
-    """The JSON of the runs, of those run live with how far their servers lagged, and of the
-    fixed crossovers routed by (``routed``); ``at_prefill``: the runs' ``online_at_prefill``."""
+    """The JSON of the runs, of those run live with how far their servers lagged, of the
+    fixed crossovers routed by (``routed``) and of the runs replayed from other seeds
+    (``draws``); ``at_prefill``: the runs' ``online_at_prefill`` (None: the router's default)."""
     settings = defaults(at_prefill)
     return {
         "model": list(model),
@@ -362,6 +403,8 @@ def document(
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
         "live": [asdict(r) | {"lag": behind} for r, behind in live],
         "fixed": [asdict(f) for f in routed],
+        "reverted_within": REVERTED_WITHIN,
+        "draws": [asdict(d) for d in draws],
     }
 
 
@@ -371,7 +414,8 @@ def render(document: dict[str, Any]) -> str:
     first edge routed by at the end, the stretches out after the first adoption (the
     longest), the requests explored, and exploring's cost in tok/s and in a request's mean
     time; under a row, the bands routed by at the end where the truth is bands, and each
-    context bucket's; then the fixed crossovers, if any."""
+    context bucket's; then the fixed crossovers, if any, and how often each start held over
+    its draws."""
     live = [r | {"traffic": f"{r['traffic']} live"} for r in document.get("live", [])]
     rows = [*document["runs"], *live]
     header = (
@@ -410,7 +454,39 @@ def render(document: dict[str, Any]) -> str:
             )
         if banded and not r.get("contexts"):
             lines.append(f"    truth {_bands(given)}, at end {_bands(r.get('bands_at_end', []))}")
-    return "\n".join([*lines, *_fixed(document.get("fixed", []))])
+    within = document.get("reverted_within", REVERTED_WITHIN)
+    over_draws = _draws(document.get("draws", []), within)
+    return "\n".join([*lines, *_fixed(document.get("fixed", [])), *over_draws])
+
+
+def _draws(rows: list[dict[str, Any]], within: float) -> list[str]:
+    """A line per start and traffic: how many of its draws held, the longest stretch out of
+    those that did, and how the others went (never in, or their longest stretch out), the
+    seeds that went alike together."""
+    lines: list[str] = []
+    for start, traffic in dict.fromkeys((r["start"], r["traffic"]) for r in rows):
+        mine = [r for r in rows if (r["start"], r["traffic"]) == (start, traffic)]
+        held = [r for r in mine if r["held"]]
+        missed: dict[str, list[str]] = {}  # each way a draw missed: the seeds that did
+        for r in mine:
+            if not r["held"]:
+                way = (
+                    f"never in, ends at {r['routed_at_end']:.1f}"
+                    if r["converged_at"] is None
+                    else f"{r['longest_out']:.0f} s out"
+                )
+                missed.setdefault(way, []).append(str(r["seed"]))
+        said = [
+            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: {way}"
+            for way, seeds in missed.items()
+        ]
+        longest = max(held, key=lambda r: r["longest_out"], default=None)
+        if longest is not None and longest["longest_out"] > 0:
+            said.insert(0, f"longest out {longest['longest_out']:.0f} s, seed {longest['seed']}")
+        shown = f" ({'; '.join(said)})" if said else ""
+        lines.append(f"  from {start}, {traffic}: held {len(held)} of {len(mine)}{shown}")
+    heading = f"draws (held: in for good, every stretch out back within {within:g} s):"
+    return [heading, *lines] if lines else []
 
 
 def _fixed(rows: list[dict[str, Any]]) -> list[str]:

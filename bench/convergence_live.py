@@ -59,11 +59,11 @@ async def converge_live(
     traffic: RequestTrace | int,
     time_scale: float,
     folder: Path,
-    at_prefill: bool = False,
+    at_prefill: bool | None = None,
 ) -> tuple[Converged, float | None]:
     """One run from ``start`` on ``traffic`` live (a request trace, or the ramp this many
     times over), and how far the servers lagged their time (``loadgen.lag.overall``; None:
-    unknown); ``at_prefill``: the router's ``online_at_prefill`` on."""
+    unknown); ``at_prefill``: the router's ``online_at_prefill`` (None: its default)."""
     known, factor, settings = truth(model), STARTS[start], defaults(at_prefill)
     plan = replay_plan(model, known, traffic, 0)
     seconds = plan.trace.seconds
@@ -163,7 +163,7 @@ def _routing(
         "health_interval": settings.health.interval * time_scale,
     }
     config = folder / "router.toml"
-    at_prefill = "online_at_prefill = true\n" if settings.online.at_prefill else ""
+    at_prefill = f"online_at_prefill = {str(settings.online.at_prefill).lower()}\n"
     lines = "".join(f"{k} = {v!r}\n" for k, v in timed.items())
     config.write_text('online = "adopt"\n' + at_prefill + lines)
     routing = ["--config", str(config)]

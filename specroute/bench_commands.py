@@ -920,15 +920,33 @@ def _add_convergence(commands: Subcommands) -> None:
     )
     convergence.add_argument(
         "--online-at-prefill",
-        action="store_true",
-        help="the router's online_at_prefill on: each sample read at its level's prefill",
+        action=argparse.BooleanOptionalAction,
+        help="the router's online_at_prefill (on by default, as the router's): each sample "
+        "read at its level's prefill; --no-online-at-prefill reads each as measured",
+    )
+    convergence.add_argument(
+        "--draws",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="replay each start on each traffic N times, the clients' prompts drawn from "
+        "seeds --seed to --seed + N - 1 (the emulator's model stays --seed's; offline only): "
+        "how often each start came in for good and held there",
     )
     convergence.add_argument("--out", metavar="FILE.json")
     convergence.set_defaults(handler=_convergence)
 
 
 def _convergence(args: argparse.Namespace) -> int:
-    from specroute.bench.convergence import STARTS, azure_at, converge, document, fixed, render
+    from specroute.bench.convergence import (
+        STARTS,
+        azure_at,
+        converge,
+        document,
+        drawn,
+        fixed,
+        render,
+    )
     from specroute.loadgen import lag
     from specroute.loadgen.request_trace import azure_conversations
 
@@ -951,7 +969,7 @@ def _convergence(args: argparse.Namespace) -> int:
     routed = [float(c) for c in args.fixed.split(",") if c.strip()]
     if any(c < 0 for c in routed) or not (starts or routed):
         raise ValueError("--fixed takes crossovers of 0 or more; give it or --starts")
-    runs, live, held = [], [], []
+    runs, live, held, draws = [], [], [], []
     for traffic in traffics:
         given: RequestTrace | int = args.ramps
         if traffic == "azure":
@@ -963,12 +981,18 @@ def _convergence(args: argparse.Namespace) -> int:
             converge(model, s, given, args.seed, _note, prompts=prompts, at_prefill=at_prefill)
             for s in starts
         ]
+        for run in runs[-len(starts) :] if args.draws > 1 else []:
+            draws.append(drawn(run, args.seed))
+            for seed in range(args.seed + 1, args.seed + args.draws):
+                _note(f"{run.start}, {traffic}: draw {seed - args.seed + 1} of {args.draws}")
+                again = converge(model, run.start, given, seed, _note, False, prompts, at_prefill)
+                draws.append(drawn(again, seed))
         if args.live is not None:
             live += run_loop(_converge_live(model, starts, given, args.live, at_prefill))
         if routed:
             _note(f"{traffic}: fixed crossovers {', '.join(f'{c:g}' for c in routed)}")
             held += fixed(model, given, routed)
-    found = document(model, runs, live, held, args.online_at_prefill)
+    found = document(model, runs, live, held, args.online_at_prefill, draws)
     print(render(found))
     _save(found, args.out)
     late = [behind for _, behind in live if behind is not None and behind > lag.LIMIT]
@@ -982,7 +1006,7 @@ async def _converge_live(
     starts: list[str],
     traffic: RequestTrace | int,
     time_scale: float,
-    at_prefill: bool = False,
+    at_prefill: bool | None = None,
 ) -> list[tuple[Converged, float | None]]:
     """Each start on ``traffic`` live, one after the other, each in a folder of its own."""
     from specroute.bench.convergence_live import converge_live

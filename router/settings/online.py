@@ -64,13 +64,13 @@ class OnlineSettings(BaseModel):
         json_schema_extra={"flat": "online_accept_tolerance"},
     )
     at_prefill: bool = Field(
-        False,
+        True,
         description="compare the pools at the same prefill: each sample's TPOT read at its "
         "level's mean prefill (the prompt tokens sent to its GPUs while it decoded) along the "
-        "slope the fit finds, and a margin that turns more than once read as the one fall "
-        "most samples put it at; for bursty traffic, where the plain samples that count "
-        "decoded through fewer prompts (off: the proofs ran without it; the online guide "
-        "gives both)",
+        "slope the fit finds, and a dense margin that turns more than once read as the one "
+        "fall most samples put it at; on bursty traffic the plain samples that count decoded "
+        "through fewer prompts (off: each sample read as measured; the online guide gives "
+        "both, over many draws of the same traffic)",
         json_schema_extra={"flat": "online_at_prefill"},
     )
     explore_share: float = Field(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specroute.bench.convergence import Converged, converge, defaults
+from specroute.bench.convergence import REVERTED_WITHIN, Converged, converge, defaults
 from specroute.cli import main
 
 DENSE = (
@@ -29,10 +29,6 @@ DENSE = (
     "256",
 )
 RAMPS = 4  # cycles of 8 minutes
-# virtual seconds: the longest the crossover routed by may stay outside the truth's interval
-# once a live one was first adopted (a fit not sure falls back to the start's; one a level
-# short is adopted) before it is back inside
-REVERTED_WITHIN = 300.0
 
 
 @cache
@@ -53,6 +49,7 @@ def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> No
     assert (low, high) == (16, 32)
     assert found.converged_at is not None and low <= found.routed_at_end <= high
     assert all(end - begun <= REVERTED_WITHIN for begun, end, _ in found.outside)
+    assert found.held
     assert found.explored <= defaults().online.explore_share * found.requests
     assert found.turns >= 1
 
@@ -86,17 +83,31 @@ def test_the_command_says_how_each_start_went_and_keeps_its_json(
     out = tmp_path / "convergence.json"
     model = ("--hardware", "kimi-k2.5-8x-pcie-fitted", "--max-running-requests", "256")
     given = ("--starts", "4x high", "--traffic", "ramp", "--ramps", "1", "--out", str(out))
-    code = main(["bench", "convergence", *model, *given])
+    code = main(["bench", "convergence", *model, *given, "--draws", "2"])
     said = capsys.readouterr().out
     document = json.loads(out.read_text())
     assert code == 0 and "4x high" in said and "in for good at" in said
     (row,) = document["runs"]
+    first, second = document["draws"]
+    assert (first["seed"], second["seed"]) == (0, 1)
+    assert (first["converged_at"], first["routed_at_end"]) == (
+        row["converged_at"],
+        row["routed_at_end"],
+    )
+    for draw in (first, second):
+        within = draw["longest_out"] <= document["reverted_within"]
+        assert draw["held"] == (draw["converged_at"] is not None and within)
+    held = first["held"] + second["held"]
+    assert f"from 4x high, ramp: held {held} of 2" in said
     assert row["start"] == "4x high" and row["traffic"] == "ramp"
     assert row["started_at"] == pytest.approx(4 * row["truth"]["crossover"])
     assert row["cost"] is not None and row["tps_unexplored"] > 0
     assert document["defaults"]["online_explore_share"] == defaults().online.explore_share
     assert main(["bench", "convergence", *model, "--starts", "9x"]) != 0
     assert "not a start or a traffic: 9x" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "convergence", *model, "--draws", "0"])
+    assert "--draws: must be positive" in capsys.readouterr().err
 
 
 def test_on_the_ramp_the_truth_costs_nothing_and_a_crossover_too_high_costs(
