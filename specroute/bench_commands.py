@@ -929,9 +929,9 @@ def _add_convergence(commands: Subcommands) -> None:
         type=positive(int),
         default=1,
         metavar="N",
-        help="replay each start on each traffic N times, the clients' prompts drawn from "
-        "seeds --seed to --seed + N - 1 (the emulator's model stays --seed's; offline only): "
-        "how often each start came in for good and held there",
+        help="replay each start on each traffic N times, the prompts' words drawn from seeds "
+        "--seed to --seed + N - 1 (the emulator's model stays --seed's; offline only): how "
+        "often each start came in for good and held there",
     )
     convergence.add_argument("--out", metavar="FILE.json")
     convergence.set_defaults(handler=_convergence)

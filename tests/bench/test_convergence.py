@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specroute.bench.convergence import REVERTED_WITHIN, Converged, converge, defaults
+from specroute.bench.convergence import Converged, converge, defaults
 from specroute.cli import main
 
 DENSE = (
@@ -48,8 +48,7 @@ def test_from_a_wrong_start_adopt_comes_to_the_truth_and_stays(start: str) -> No
     )
     assert (low, high) == (16, 32)
     assert found.converged_at is not None and low <= found.routed_at_end <= high
-    assert all(end - begun <= REVERTED_WITHIN for begun, end, _ in found.outside)
-    assert found.held
+    assert found.held  # every stretch out after adopting back within the stated time
     assert found.explored <= defaults().online.explore_share * found.requests
     assert found.turns >= 1
 
