@@ -42,7 +42,7 @@ from specroute.loadgen.request_trace import RequestTrace, TracedRequest
 from specroute.loadgen.trace import Trace
 from specroute.loadgen.trace_loop import IDLE_POLL, TRACE_ENDED
 from specroute.online.exploration import policy_bands
-from specroute.online.samples import Sample
+from specroute.online.samples import Reading, Sample, decoded_under
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy, pick
 from specroute.policies.static import AlwaysPolicy
@@ -157,7 +157,7 @@ class _Replay:
         self.owners: dict[str, tuple[RequestRecord, int | None, int, int]] = {}
         # by rid, from its first token: when it came, and the load lived and the prompts
         # sent by then
-        self.decoding: dict[str, tuple[float, tuple[float, float, float]]] = {}
+        self.decoding: dict[str, tuple[float, Reading]] = {}
         # the profile's ratio, as the router takes it (a policy that routes by context has it)
         self.tokens_per_byte: float = getattr(policy, "tokens_per_byte", TOKENS_PER_BYTE)
         self.idle = [True] * plan.trace.peak
@@ -291,7 +291,7 @@ class _Replay:
         else:
             self.idle[client] = True
 
-    def lived(self, server: RoutedServer) -> tuple[float, float, float]:
+    def lived(self, server: RoutedServer) -> Reading:
         """The load the online samples count at ``server`` integrated over time up to now:
         its pool's part and the other pool's beside it, and the prompts sent to its GPUs
         (``Online.lived``)."""
@@ -310,14 +310,7 @@ class _Replay:
         start = self.decoding.pop(rid, None)
         if start is None or self.now <= start[0]:
             return float(joined), 0.0, None
-        (own, other, prompts), (own_first, other_first, prompts_first) = (
-            self.lived(server),
-            start[1],
-        )
-        span = self.now - start[0]
-        prefill = (prompts - prompts_first) / (tokens - 1) if tokens > 1 else None
-        load = (own + other - own_first - other_first) / span
-        return load, (other - other_first) / span, prefill
+        return decoded_under(start[1], self.lived(server), self.now - start[0], tokens)
 
 
 def traced_body(request: TracedRequest, rng: random.Random) -> dict[str, Any]:

@@ -75,6 +75,7 @@ from specroute.online.fit import (
 )
 from specroute.online.samples import (
     BESIDE_LIMIT,
+    Reading,
     Sample,
     Samples,
     beside_other,
@@ -165,10 +166,8 @@ class Sureness:
         return threshold is not None and low <= threshold <= high
 
 
-# the load a request lived through up to a moment: its own pool's part and the other
-# pool's beside it on the same GPUs, each integrated over time, and the prompt tokens sent to
-# those GPUs so far
-Lived = Callable[[float], tuple[float, float, float]]
+# the load a request lived through up to a moment (``samples.Reading``)
+Lived = Callable[[float], Reading]
 
 
 class SharedSamples(Protocol):

@@ -39,6 +39,25 @@ class Sample(NamedTuple):
     prefill: float | None = None
 
 
+# two readings of the load a request lived through (``Online.lived``): its own pool's part
+# and the other pool's on its GPUs, each integrated over time, and the prompt tokens sent
+# to those GPUs so far
+Reading = tuple[float, float, float]
+
+
+def decoded_under(
+    first: Reading, last: Reading, seconds: float, tokens: int
+) -> tuple[float, float, float | None]:
+    """What a request of ``tokens`` output tokens decoded under between ``first`` (its first
+    token's reading) and ``last`` (its end's), ``seconds`` apart: the mean load, itself
+    included; the other pool's part of it; and the prompt tokens sent to its GPUs meanwhile
+    per output token after its first (None: fewer than two tokens)."""
+    (own, other, prompts), (own_first, other_first, prompts_first) = last, first
+    load = (own + other - own_first - other_first) / seconds
+    prefill = (prompts - prompts_first) / (tokens - 1) if tokens > 1 else None
+    return load, (other - other_first) / seconds, prefill
+
+
 # the most of the other pool's requests, mean over a sample's decode, beside which it is
 # still taken for one of its pool alone on shared GPUs: one beside it a twentieth of the time
 BESIDE_LIMIT = 0.05

@@ -6,6 +6,7 @@ import re
 import time
 
 from specroute.online.estimator import Lived
+from specroute.online.samples import Reading
 from specroute.router.backends.backend import Backend
 from specroute.router.metrics import RouterMetrics
 from specroute.router.protocol.outcome import Outcome
@@ -47,7 +48,7 @@ class Flight:
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
         self.lived, self.joined = lived, joined
         # ``lived`` at its first byte
-        self.lived_first: tuple[float, float, float] | None = None
+        self.lived_first: Reading | None = None
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request

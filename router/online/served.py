@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from specroute.online.samples import Sample
+from specroute.online.samples import Sample, decoded_under
 from specroute.router.backends.flight import Flight, usage
 from specroute.router.protocol.outcome import Outcome
 
@@ -32,13 +32,10 @@ def sample_of(
     tpot = (now - flight.first_at) / (tokens - 1)
     load, beside, prefill = float(flight.joined), 0.0, None
     if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
-        (own, other, prompts), (own_first, other_first, prompts_first) = (
-            flight.lived(now),
-            flight.lived_first,
+        seconds = now - flight.first_at
+        load, beside, prefill = decoded_under(
+            flight.lived_first, flight.lived(now), seconds, tokens
         )
-        load = (own + other - own_first - other_first) / (now - flight.first_at)
-        beside = (other - other_first) / (now - flight.first_at)
-        prefill = (prompts - prompts_first) / (tokens - 1)
     pool, context = flight.backend.pool, flight.context
     if pool != "spec":
         return Sample(now, pool, load, tpot, context, None, beside, None, prefill)
