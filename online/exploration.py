@@ -32,6 +32,13 @@ Bounded and stated:
   most ``share`` of them from the start, however many workers share it out; the credit
   kept is at most ``KEPT`` turns at the top of the span, earned where no turn could start
   (a load outside the span), spent when the load comes within it;
+- backed off where turns teach nothing: on shared GPUs a sample taken beside the other
+  pool's requests is left out (``online.samples.beside_other``), so a turn during which
+  the pool it left never once held none of the group's requests (traffic whose requests
+  outlive a turn, or a turn cut short by a burst) may have bought no sample at all. Each
+  such turn, whole or cut short, doubles the credit the next one needs (up to ``BACKOFF``
+  times), and the credit it waited for beyond its own is spent, not kept; a turn that
+  drained the pool it left resets it;
 - never to an ejected server, nor to one whose reported running requests have reached its
   ``max_running_requests``, nor at a level past ``crossover * span`` (a turn ends there):
   it never overloads a server to learn;
@@ -85,6 +92,7 @@ TURN = 4
 CENTRE = 0.35
 KEPT = 4  # the most credit kept: this many turns at the top of the span
 CEILING = 512.0  # the top of the span of a crossover of 0, for the credit it keeps
+BACKOFF = 16  # the most times its own credit a turn waits for after turns that never drained
 
 
 @dataclass
@@ -94,6 +102,7 @@ class Turn:
     to: Pool
     left: int
     level: float
+    drained: bool  # the pool it left held none of the group's requests at one of its decisions
 
 
 class Exploration:
@@ -110,6 +119,7 @@ class Exploration:
         self._levels: tuple[float, ...] = ()
         self._short: dict[Pool, tuple[bool, ...]] = {}  # per level: fewer live samples than count
         self._estimate: list[Edge] = []  # the last fit's edges (a bound's level), every context
+        self.backoff = 1  # a turn waits for this many times its credit (``BACKOFF``)
 
     def after(
         self, decision: Decision, view: View, routed: float | tuple[Band, ...] | None
@@ -143,24 +153,33 @@ class Exploration:
                 return decision
             need = math.ceil(TURN * level)
             preferred = self._preferred(other, level, edge)
-            if owed < need or (owed < longest and not preferred):
+            if owed < need * self.backoff or (owed < longest and not preferred):
                 return decision
-            turn = self._open[key] = Turn(other, need, level)
+            self._spent += need * (self.backoff - 1)  # waited for past its own: not kept
+            # partitioned GPUs: nothing beside a sample, nothing to drain
+            turn = self._open[key] = Turn(other, need, level, drained=not self.online.shared)
             self.turns[other] += 1
         if decision.pool == turn.to:
             return decision  # the policy's own choice: nothing to turn
         target, level = self._seat(view, turn.to, decision.backend, key)
         if target is None or self._near(level, edges) is None or _full(target, view):
-            del self._open[key]  # the load left the span, or the server cannot take more
+            self._end(key)  # the load left the span, or the server cannot take more
             return decision
         if owed < 1:
             return decision  # another group's turn spent the credit: this one waits
         self._spent += 1
         self.explored[turn.to] += 1
         turn.left -= 1
+        turn.drained = turn.drained or _drained(view, key, decision.pool)
         if turn.left <= 0:
-            del self._open[key]
+            self._end(key)
         return Decision(turn.to, target.name, EXPLORE)
+
+    def _end(self, key: str) -> None:
+        """Ends ``key``'s turn, whole or cut short: the next waits for twice the credit
+        unless the pool it left drained."""
+        turn = self._open.pop(key)
+        self.backoff = 1 if turn.drained else min(2 * self.backoff, BACKOFF)
 
     def _edges(self, view: View, routed: float | tuple[Band, ...] | None) -> list[Edge]:
         """Where to explore: the last fit's estimate; else the live bands routed by; else
@@ -276,6 +295,7 @@ class Exploration:
             "span": self.span,
             "explored": dict(self.explored),
             "turns": dict(self.turns),
+            "backoff": self.backoff,
             "open_turns": [asdict(t) | {"group": k} for k, t in self._open.items()],
         }
 
@@ -308,6 +328,12 @@ def _of(bands: tuple[Band, ...]) -> list[Edge]:
         return [(0.0, "down")]
     edges = [(start, "up") for start, _ in bands if start is not None]
     return edges + [(end, "down") for _, end in bands if end is not None]
+
+
+def _drained(view: View, group: str, pool: Pool) -> bool:
+    """Whether ``pool``'s servers on GPU group ``group`` hold no request now."""
+    held = (b.load(view.source) for b in view.backends if b.group == group and b.pool == pool)
+    return not any(held)
 
 
 def _full(target: BackendView, view: View) -> bool:

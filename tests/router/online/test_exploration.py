@@ -170,6 +170,55 @@ def test_on_shared_gpus_a_turn_is_its_group_s() -> None:
     assert found.after(ABOVE, groups, 8) == Decision("spec", "spec-a", EXPLORE)
 
 
+def test_a_turn_that_never_drained_the_pool_it_left_backs_off_the_next() -> None:
+    """Shared GPUs, a crossover of 8, at half a request of credit a decision: a turn at a
+    level of 10 sends 40 requests to spec. While the plain server holds 9 of the group's
+    requests all along, every sample the turn buys decodes beside them and is left out, so
+    the next turn waits for twice the credit (80: the 100th decision after, not the 20th),
+    spends what it waited for past its own, and the one after that four times (160); so
+    does a turn cut short by a burst before the plain server drained. A turn during which
+    the plain server once held none resets it; on partitioned GPUs, where nothing is
+    beside a sample, turns never back off."""
+
+    def group(spec: int, base: int) -> View:
+        return View(
+            (
+                BackendView("spec-a", "spec", True, spec, group="g"),
+                BackendView("base-a", "base", True, base, group="g"),
+            )
+        )
+
+    held, drained = group(0, 9), group(9, 0)
+    above = Decision("base", "base-a", "above_crossover")
+    found = Exploration(online(shared=True), 0.5, 2.0)
+    for _ in range(100):  # credit 50: one turn's, 40
+        found.after(FAILOVER, held, 8)
+
+    def turn(during: View) -> int:
+        """The decisions left to the policy before the next turn starts, and that turn."""
+        waited = 0
+        while found.after(above, during, 8).reason != EXPLORE:
+            waited += 1
+        for _ in range(39):
+            assert found.after(above, during, 8).reason == EXPLORE
+        return waited
+
+    assert turn(held) == 0 and found.backoff == 2  # 30 owed after it
+    assert turn(held) == 99 and found.backoff == 4  # 30 + 0.5 * 100 = 80; 40 past its own spent
+    assert found.describe()["backoff"] == 4
+    assert turn(drained) == 280 and found.backoff == 1  # 19.5 + 0.5 * 281 >= 160; 120 spent
+    assert turn(drained) == 40  # 19.5 + 0.5 * 41 >= 40: its own credit again
+    assert found.explored["spec"] == 160
+    cut = credited(Exploration(online(shared=True), 1.0, 2.0), 100)
+    assert cut.after(above, held, 8).reason == EXPLORE
+    assert cut.after(above, group(0, 16), 8) == above  # a burst: 17, past 16, cut short
+    assert cut.backoff == 2 and cut.turns["spec"] == 1
+    partitioned = credited(Exploration(online(shared=False), 0.5, 2.0), 200)
+    for _ in range(52):
+        assert partitioned.after(ABOVE, view(9, 3), 8).reason == EXPLORE
+    assert partitioned.backoff == 1
+
+
 def test_the_share_is_of_every_decision_and_never_exceeded() -> None:
     """At 2%: never more than one request in 50 from the start, counted over every
     decision, those it cannot turn included (there it waits, and its credit does not pile
