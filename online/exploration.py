@@ -170,7 +170,7 @@ class Exploration:
         self._spent += 1
         self.explored[turn.to] += 1
         turn.left -= 1
-        turn.drained = turn.drained or _drained(view, key, decision.pool)
+        turn.drained = turn.drained or not view.group_load(key, decision.pool)
         if turn.left <= 0:
             self._end(key)
         return Decision(turn.to, target.name, EXPLORE)
@@ -328,12 +328,6 @@ def _of(bands: tuple[Band, ...]) -> list[Edge]:
         return [(0.0, "down")]
     edges = [(start, "up") for start, _ in bands if start is not None]
     return edges + [(end, "down") for _, end in bands if end is not None]
-
-
-def _drained(view: View, group: str, pool: Pool) -> bool:
-    """Whether ``pool``'s servers on GPU group ``group`` hold no request now."""
-    held = (b.load(view.source) for b in view.backends if b.group == group and b.pool == pool)
-    return not any(held)
 
 
 def _full(target: BackendView, view: View) -> bool:

@@ -113,11 +113,17 @@ class View:
             return candidates[0] if candidates else None
         return min(candidates, key=lambda b: (b.load(self.source), b.inflight, b.name))
 
-    def group_load(self, group: str) -> int:
-        """Live concurrency on one GPU group: both pools' servers there, healthy or not
-        (an ejected server's requests still run on those GPUs)."""
+    def group_load(self, group: str, pool: Pool | None = None) -> int:
+        """Live concurrency on one GPU group: both pools' servers there (or ``pool``'s),
+        healthy or not (an ejected server's requests still run on those GPUs)."""
         source = self.source
-        return sum([b.load(source) for b in self.backends if b.group == group])
+        return sum(
+            [
+                b.load(source)
+                for b in self.backends
+                if b.group == group and (pool is None or b.pool == pool)
+            ]
+        )
 
     def group_context(self, group: str) -> tuple[int, int]:
         """The router's estimated KV tokens in flight on one GPU group, and its requests
