@@ -35,10 +35,13 @@ Bounded and stated:
 - backed off where turns teach nothing: on shared GPUs a sample taken beside the other
   pool's requests is left out (``online.samples.beside_other``), so a turn during which
   the pool it left never once held none of the group's requests (traffic whose requests
-  outlive a turn, or a turn cut short by a burst) may have bought no sample at all. Each
-  such turn, whole or cut short, doubles the credit the next one needs (up to ``BACKOFF``
-  times), and the credit it waited for beyond its own is spent, not kept; a turn that
-  drained the pool it left resets it;
+  outlive a turn, or a turn cut short by a burst past the span) may have bought no sample
+  at all. Each such turn, whole or cut short, doubles the credit its GPU group's next one
+  needs (up to ``BACKOFF`` times), and the credit it waited for beyond its own is spent,
+  not kept; a turn that drained the pool it left resets it. A turn cut short because the
+  load fell below the span (a ramp stepping down) ended before it could show either, and
+  leaves the backoff as it is. Each group backs off on its own: the traffic on another
+  group may drain;
 - never to an ejected server, nor to one whose reported running requests have reached its
   ``max_running_requests``, nor at a level past ``crossover * span`` (a turn ends there):
   it never overloads a server to learn;
@@ -119,7 +122,9 @@ class Exploration:
         self._levels: tuple[float, ...] = ()
         self._short: dict[Pool, tuple[bool, ...]] = {}  # per level: fewer live samples than count
         self._estimate: list[Edge] = []  # the last fit's edges (a bound's level), every context
-        self.backoff = 1  # a turn waits for this many times its credit (``BACKOFF``)
+        # per GPU group (shared), the times its own credit its next turn waits for (``BACKOFF``):
+        # 1 where absent
+        self.backoff: dict[str, int] = {}
 
     def after(
         self, decision: Decision, view: View, routed: float | tuple[Band, ...] | None
@@ -153,9 +158,10 @@ class Exploration:
                 return decision
             need = math.ceil(TURN * level)
             preferred = self._preferred(other, level, edge)
-            if owed < need * self.backoff or (owed < longest and not preferred):
+            backoff = self.backoff.get(key, 1)
+            if owed < need * backoff or (owed < longest and not preferred):
                 return decision
-            self._spent += need * (self.backoff - 1)  # waited for past its own: not kept
+            self._spent += need * (backoff - 1)  # waited for past its own: not kept
             # partitioned GPUs: nothing beside a sample, nothing to drain
             turn = self._open[key] = Turn(other, need, level, drained=not self.online.shared)
             self.turns[other] += 1
@@ -163,7 +169,10 @@ class Exploration:
             return decision  # the policy's own choice: nothing to turn
         target, level = self._seat(view, turn.to, decision.backend, key)
         if target is None or self._near(level, edges) is None or _full(target, view):
-            self._end(key)  # the load left the span, or the server cannot take more
+            # the load left the span (fell below it, or rose past it), or the server cannot
+            # take more
+            low = min(at for at, _ in edges) / self.span
+            self._end(key, target is not None and not _full(target, view) and level < low)
             return decision
         if owed < 1:
             return decision  # another group's turn spent the credit: this one waits
@@ -175,11 +184,15 @@ class Exploration:
             self._end(key)
         return Decision(turn.to, target.name, EXPLORE)
 
-    def _end(self, key: str) -> None:
-        """Ends ``key``'s turn, whole or cut short: the next waits for twice the credit
-        unless the pool it left drained."""
+    def _end(self, key: str, fell: bool = False) -> None:
+        """Ends ``key``'s turn, whole or cut short: the group's next waits for twice the
+        credit unless the pool it left drained, or the load ``fell`` below the span first
+        (no evidence either way: the backoff stays as it is)."""
         turn = self._open.pop(key)
-        self.backoff = 1 if turn.drained else min(2 * self.backoff, BACKOFF)
+        if turn.drained:
+            self.backoff.pop(key, None)
+        elif not fell:
+            self.backoff[key] = min(2 * self.backoff.get(key, 1), BACKOFF)
 
     def _edges(self, view: View, routed: float | tuple[Band, ...] | None) -> list[Edge]:
         """Where to explore: the last fit's estimate; else the live bands routed by; else
@@ -295,7 +308,7 @@ class Exploration:
             "span": self.span,
             "explored": dict(self.explored),
             "turns": dict(self.turns),
-            "backoff": self.backoff,
+            "backoff": dict(self.backoff),  # the groups backed off (absent: 1)
             "open_turns": [asdict(t) | {"group": k} for k, t in self._open.items()],
         }
 

@@ -203,20 +203,67 @@ def test_a_turn_that_never_drained_the_pool_it_left_backs_off_the_next() -> None
             assert found.after(above, during, 8).reason == EXPLORE
         return waited
 
-    assert turn(held) == 0 and found.backoff == 2  # 30 owed after it
-    assert turn(held) == 99 and found.backoff == 4  # 30 + 0.5 * 100 = 80; 40 past its own spent
-    assert found.describe()["backoff"] == 4
-    assert turn(drained) == 280 and found.backoff == 1  # 19.5 + 0.5 * 281 >= 160; 120 spent
+    assert turn(held) == 0 and found.backoff == {"g": 2}  # 30 owed after it
+    # 30 + 0.5 * 100 = 80; 40 past its own spent
+    assert turn(held) == 99 and found.backoff == {"g": 4}
+    assert found.describe()["backoff"] == {"g": 4}
+    assert turn(drained) == 280 and found.backoff == {}  # 19.5 + 0.5 * 281 >= 160; 120 spent
     assert turn(drained) == 40  # 19.5 + 0.5 * 41 >= 40: its own credit again
     assert found.explored["spec"] == 160
     cut = credited(Exploration(online(shared=True), 1.0, 2.0), 100)
     assert cut.after(above, held, 8).reason == EXPLORE
     assert cut.after(above, group(0, 16), 8) == above  # a burst: 17, past 16, cut short
-    assert cut.backoff == 2 and cut.turns["spec"] == 1
+    assert cut.backoff == {"g": 2} and cut.turns["spec"] == 1
     partitioned = credited(Exploration(online(shared=False), 0.5, 2.0), 200)
     for _ in range(52):
         assert partitioned.after(ABOVE, view(9, 3), 8).reason == EXPLORE
-    assert partitioned.backoff == 1
+    assert partitioned.backoff == {}
+
+
+def test_each_gpu_group_backs_off_on_its_own() -> None:
+    """Two GPU groups at a level of 10, a crossover of 8, half a request of credit a
+    decision: a turn on group a that never drains its plain server backs a off, and a turn
+    on group b then waits only for its own credit (40), not twice it."""
+    groups = View(
+        tuple(
+            BackendView(f"{pool}-{g}", pool, True, 0 if pool == "spec" else 9, group=g)
+            for g in "ab"
+            for pool in POOLS
+        )
+    )
+    found = credited(Exploration(online(shared=True), 0.5, 2.0), 100)  # credit 50
+    for _ in range(40):
+        assert found.after(ABOVE, groups, 8) == Decision("spec", "spec-a", EXPLORE)
+    assert found.backoff == {"a": 2}  # 30 owed
+    in_b = Decision("base", "base-b", "above_crossover")
+    waited = 0
+    while found.after(in_b, groups, 8).reason != EXPLORE:
+        waited += 1
+    assert waited == 19  # 30 + 0.5 * 20 = 40: b's own credit, where a's next needs 80
+    assert found.backoff == {"a": 2}
+
+
+def test_a_turn_cut_short_by_a_fall_below_its_span_leaves_the_backoff_as_it_is() -> None:
+    """Shared GPUs, a crossover of 8, a span of 2 (4 to 16): a turn at 10 cut short as the
+    load falls to 3, the plain server still holding 2, showed neither that the plain pool
+    drains nor that it does not: the backoff stays at 1, and after a turn cut short by a
+    burst past 16 (doubled, 2) at 2. A fall cuts a turn as before."""
+
+    def group(spec: int, base: int) -> View:
+        return View(
+            (
+                BackendView("spec-a", "spec", True, spec, group="g"),
+                BackendView("base-a", "base", True, base, group="g"),
+            )
+        )
+
+    found = credited(Exploration(online(shared=True), 1.0, 2.0), 400)
+    above = Decision("base", "base-a", "above_crossover")
+    for burst, backoff in ((False, {}), (True, {"g": 2}), (False, {"g": 2})):
+        assert found.after(above, group(0, 9), 8).reason == EXPLORE
+        assert found.after(above, group(0, 16 if burst else 2), 8) == above  # 17 or 3: cut
+        assert found.backoff == backoff and not found.describe()["open_turns"]
+    assert found.turns["spec"] == 3 and found.explored["spec"] == 3
 
 
 def test_the_share_is_of_every_decision_and_never_exceeded() -> None:
