@@ -221,7 +221,8 @@ RUNS: dict[str, Run] = {
         "--out convergence-llama3.1-8b-h200-live.json",
         "2026-12-07",
         note="on the 16-core machine, beside the run below; every live run kept its time "
-        "(lag at most 1.1%)",
+        "(lag at most 1.1%); made before a turn cut short by a fall below its span left the "
+        "backoff as it is (not made again since; offline, this trace's runs are the same)",
     ),
     "convergence-llama3.1-8b-h200-live-as-measured": Run(
         "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
@@ -229,7 +230,8 @@ RUNS: dict[str, Run] = {
         "--out convergence-llama3.1-8b-h200-live-as-measured.json",
         "2026-12-07",
         note="on the 16-core machine, beside the run above; every live run kept its time "
-        "(lag at most 1.3%)",
+        "(lag at most 1.3%); made before a turn cut short by a fall below its span left the "
+        "backoff as it is (not made again since; offline, this trace's runs are the same)",
     ),
     "convergence-llama3.1-8b-h200-ramp-live": Run(
         "specroute bench convergence --hardware llama3.1-8b-h200 --accept-length 1.6 "
