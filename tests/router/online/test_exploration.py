@@ -46,6 +46,16 @@ def view(
     )
 
 
+def one_group(spec: int, base: int) -> View:
+    """One GPU group, ``g``, its speculative and plain server with these requests in flight."""
+    return View(
+        (
+            BackendView("spec-a", "spec", True, spec, group="g"),
+            BackendView("base-a", "base", True, base, group="g"),
+        )
+    )
+
+
 class Case(NamedTuple):
     name: str
     chosen: Decision
@@ -180,15 +190,7 @@ def test_a_turn_that_never_drained_the_pool_it_left_backs_off_the_next() -> None
     the plain server once held none resets it; on partitioned GPUs, where nothing is
     beside a sample, turns never back off."""
 
-    def group(spec: int, base: int) -> View:
-        return View(
-            (
-                BackendView("spec-a", "spec", True, spec, group="g"),
-                BackendView("base-a", "base", True, base, group="g"),
-            )
-        )
-
-    held, drained = group(0, 9), group(9, 0)
+    held, drained = one_group(0, 9), one_group(9, 0)
     above = Decision("base", "base-a", "above_crossover")
     found = Exploration(online(shared=True), 0.5, 2.0)
     for _ in range(100):  # credit 50: one turn's, 40
@@ -212,7 +214,7 @@ def test_a_turn_that_never_drained_the_pool_it_left_backs_off_the_next() -> None
     assert found.explored["spec"] == 160
     cut = credited(Exploration(online(shared=True), 1.0, 2.0), 100)
     assert cut.after(above, held, 8).reason == EXPLORE
-    assert cut.after(above, group(0, 16), 8) == above  # a burst: 17, past 16, cut short
+    assert cut.after(above, one_group(0, 16), 8) == above  # a burst: 17, past 16, cut short
     assert cut.backoff == {"g": 2} and cut.turns["spec"] == 1
     partitioned = credited(Exploration(online(shared=False), 0.5, 2.0), 200)
     for _ in range(52):
@@ -249,19 +251,11 @@ def test_a_turn_cut_short_by_a_fall_below_its_span_leaves_the_backoff_as_it_is()
     drains nor that it does not: the backoff stays at 1, and after a turn cut short by a
     burst past 16 (doubled, 2) at 2. A fall cuts a turn as before."""
 
-    def group(spec: int, base: int) -> View:
-        return View(
-            (
-                BackendView("spec-a", "spec", True, spec, group="g"),
-                BackendView("base-a", "base", True, base, group="g"),
-            )
-        )
-
     found = credited(Exploration(online(shared=True), 1.0, 2.0), 400)
     above = Decision("base", "base-a", "above_crossover")
     for burst, backoff in ((False, {}), (True, {"g": 2}), (False, {"g": 2})):
-        assert found.after(above, group(0, 9), 8).reason == EXPLORE
-        assert found.after(above, group(0, 16 if burst else 2), 8) == above  # 17 or 3: cut
+        assert found.after(above, one_group(0, 9), 8).reason == EXPLORE
+        assert found.after(above, one_group(0, 16 if burst else 2), 8) == above  # 17 or 3: cut
         assert found.backoff == backoff and not found.describe()["open_turns"]
     assert found.turns["spec"] == 3 and found.explored["spec"] == 3
 
