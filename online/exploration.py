@@ -168,11 +168,12 @@ class Exploration:
         if decision.pool == turn.to:
             return decision  # the policy's own choice: nothing to turn
         target, level = self._seat(view, turn.to, decision.backend, key)
-        if target is None or self._near(level, edges) is None or _full(target, view):
-            # the load left the span (fell below it, or rose past it), or the server cannot
-            # take more
-            low = min(at for at, _ in edges) / self.span
-            self._end(key, target is not None and not _full(target, view) and level < low)
+        if target is None or _full(target, view):
+            self._end(key)  # the server cannot take more
+            return decision
+        if self._near(level, edges) is None:
+            # the load left the span: rose past it, or fell below it
+            self._end(key, fell=level < min(at for at, _ in edges) / self.span)
             return decision
         if owed < 1:
             return decision  # another group's turn spent the credit: this one waits
