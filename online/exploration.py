@@ -39,9 +39,10 @@ Bounded and stated:
   at all. Each such turn, whole or cut short, doubles the credit its GPU group's next one
   needs (up to ``BACKOFF`` times), and the credit it waited for beyond its own is spent,
   not kept; a turn that drained the pool it left resets it. A turn cut short because the
-  load fell below the span (a ramp stepping down) ended before it could show either, and
-  leaves the backoff as it is. Each group backs off on its own: the traffic on another
-  group may drain;
+  load fell below the span of the edge it explores (a ramp stepping down; with bands whose
+  spans do not meet, a load between them is below the higher edge's, not past the lower's)
+  ended before it could show either, and leaves the backoff as it is. Each group backs off
+  on its own: the traffic on another group may drain;
 - never to an ejected server, nor to one whose reported running requests have reached its
   ``max_running_requests``, nor at a level past ``crossover * span`` (a turn ends there):
   it never overloads a server to learn;
@@ -100,11 +101,13 @@ BACKOFF = 16  # the most times its own credit a turn waits for after turns that 
 
 @dataclass
 class Turn:
-    """A stretch of a group's traffic sent to ``to``: ``left`` requests more."""
+    """A stretch of a group's traffic sent to ``to``: ``left`` requests more, around the
+    edge at ``edge`` requests."""
 
     to: Pool
     left: int
     level: float
+    edge: float
     drained: bool  # the pool it left held none of the group's requests at one of its decisions
 
 
@@ -163,7 +166,9 @@ class Exploration:
                 return decision
             self._spent += need * (backoff - 1)  # waited for past its own: not kept
             # partitioned GPUs: nothing beside a sample, nothing to drain
-            turn = self._open[key] = Turn(other, need, level, drained=not self.online.shared)
+            turn = self._open[key] = Turn(
+                other, need, level, edge[0], drained=not self.online.shared
+            )
             self.turns[other] += 1
         if decision.pool == turn.to:
             return decision  # the policy's own choice: nothing to turn
@@ -172,8 +177,8 @@ class Exploration:
             self._end(key)  # the server cannot take more
             return decision
         if self._near(level, edges) is None:
-            # the load left the span: rose past it, or fell below it
-            self._end(key, fell=level < min(at for at, _ in edges) / self.span)
+            # the load left every span: rose past its edge's, or fell below it
+            self._end(key, fell=level < turn.edge / self.span)
             return decision
         if owed < 1:
             return decision  # another group's turn spent the credit: this one waits

@@ -211,7 +211,17 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
         best = max(throughput["always-spec"], throughput["always-base"])
         assert throughput["crossover"] >= best * (1 - _SAMPLING), stdout
     for p in throughput:  # the replay's model is the servers' model: it predicts the live run
-        assert offline_tps[p] == pytest.approx(throughput[p], rel=0.05), (p, offline_tps, stdout)
+        pace = [run["policies"][p]["overall"]["tpot_ms_p50_phases"] for run in (live, offline)]
+        assert pace[0] == pytest.approx(pace[1], rel=_SAMPLING), (p, pace, stdout)
+        # and its tok/s as a ceiling: between its requests a closed loop's client waits for
+        # its own and the router's wall time, which the replay does not spend and the time
+        # scale multiplies (14 times at 0.07): live was 1 to 3% short alone, 5.5% once beside
+        # another test on two cores, where the time per token above stayed within 1.2%
+        assert 1 - 2 * _SAMPLING <= throughput[p] / offline_tps[p] <= 1 + _SAMPLING, (
+            p,
+            offline_tps,
+            stdout,
+        )
     assert abs(offline["gap"]["crossover"]["tpot"]) < 0.03  # as good as knowing the load
 
 

@@ -260,6 +260,21 @@ def test_a_turn_cut_short_by_a_fall_below_its_span_leaves_the_backoff_as_it_is()
     assert found.turns["spec"] == 3 and found.explored["spec"] == 3
 
 
+def test_a_fall_is_below_the_span_of_the_edge_the_turn_explores() -> None:
+    """Shared GPUs, a band from 4 to 64, a span of 2 (2 to 8 around its start, 32 to 128
+    around its top): a turn to the plain pool at 48 cut short as the load falls to 16,
+    between the two spans, fell below its own edge's span (not above the start's): the
+    backoff stays at 1. A burst past 128 after it doubles it."""
+
+    found = credited(Exploration(online(shared=True), 1.0, 2.0), 800)
+    inside = Decision("spec", "spec-a", "inside_band")
+    band = ((4.0, 64.0),)
+    for load, backoff in ((15, {}), (200, {"g": 2})):
+        assert found.after(inside, one_group(47, 0), band).pool == "base"
+        assert found.after(inside, one_group(load, 0), band) == inside  # 16 or 201: cut
+        assert found.backoff == backoff and not found.describe()["open_turns"]
+
+
 def test_the_share_is_of_every_decision_and_never_exceeded() -> None:
     """At 2%: never more than one request in 50 from the start, counted over every
     decision, those it cannot turn included (there it waits, and its credit does not pile
