@@ -16,6 +16,7 @@ import time
 
 from specroute import logs
 from specroute.event_loop import run as run_loop
+from specroute.router.admission.auth import without_credentials
 from specroute.router.app import create_app
 from specroute.router.http.runner import RouterRunner
 from specroute.router.http.server import DRAIN, site
@@ -63,7 +64,8 @@ async def serve(settings: RouterSettings, workers: Workers | None = None) -> Non
         who = f"worker {workers.board.worker}" if workers is not None else "router"
         print(
             f"specroute {who} on http://{settings.http.host}:{settings.http.port}: "
-            f"spec {', '.join(settings.backends.spec)}; base {', '.join(settings.backends.base)}",
+            f"spec {', '.join(map(without_credentials, settings.backends.spec))}; "
+            f"base {', '.join(map(without_credentials, settings.backends.base))}",
             flush=True,
         )
         stop = asyncio.Event()

@@ -51,12 +51,18 @@ class Serving:
 
 
 def live_profile(
-    online: Online, profile: Profile | None, serving: Serving, now: float, created: str
+    online: Online,
+    profile: Profile | None,
+    serving: Serving,
+    now: float,
+    created: str,
+    exploring: bool = True,
 ) -> dict[str, Any]:
     """The profile document of ``online``'s fits; ``now``: monotonic seconds (the fit's
-    age), ``created``: the wall-clock time to stamp it with (ISO 8601). Raises
-    ``LiveProfileRefused`` when there is none to write yet."""
-    fits = _ready(online, profile)
+    age), ``created``: the wall-clock time to stamp it with (ISO 8601); ``exploring``:
+    whether exploration runs (what a refusal advises). Raises ``LiveProfileRefused`` when
+    there is none to write yet."""
+    fits = _ready(online, profile, exploring)
     known = [profiled(profile, f.context) for f in fits]
     first = fits[0]
     document: dict[str, Any] = {
@@ -87,7 +93,7 @@ def live_profile(
     return document
 
 
-def _ready(online: Online, profile: Profile | None) -> tuple[LiveFit, ...]:
+def _ready(online: Online, profile: Profile | None, exploring: bool) -> tuple[LiveFit, ...]:
     """The fits, once each has a crossover that stands on live samples."""
     if online.mode is OnlineMode.OFF:
         raise LiveProfileRefused(
@@ -110,7 +116,7 @@ def _ready(online: Online, profile: Profile | None) -> tuple[LiveFit, ...]:
         )
     short = [f for f in fits if _crossing(f) is None]
     if short:
-        raise LiveProfileRefused(_too_few(short, len(fits) > 1))
+        raise LiveProfileRefused(_too_few(short, len(fits) > 1, exploring))
     return fits
 
 
@@ -121,9 +127,9 @@ def _crossing(fit: LiveFit) -> LiveCrossing | None:
     return found if found is not None and found.near > 0 else None
 
 
-def _too_few(short: list[LiveFit], bucketed: bool) -> str:
-    """Why there is no live crossover yet: the samples each fit has, and the levels where
-    each pool has enough of them."""
+def _too_few(short: list[LiveFit], bucketed: bool, exploring: bool) -> str:
+    """Why there is no live crossover yet: the samples each fit counted, and the levels
+    where each pool has enough of them; how a pool comes to be seen where it is not."""
     need = short[0].min_samples
     counts = []
     for f in short:
@@ -133,13 +139,19 @@ def _too_few(short: list[LiveFit], bucketed: bool) -> str:
         )
         where = f"context {f.context:g}: " if bucketed and f.context is not None else ""
         counts.append(f"{where}{f.samples} samples: {pools}")
+    sent = (
+        "exploration (--online-explore-share) sends turns of requests to the pool the "
+        "policy does not choose near the crossover"
+        if exploring
+        else "exploration is off (--online-explore-share 0), so each pool is seen only where "
+        "the policy sends it: turn it on"
+    )
     return (
-        f"No live crossover yet: the window holds {'; '.join(counts)}, and no level around "
-        f"a crossover has {need} live samples of both pools (--online-min-samples; a "
-        "crossover is never fitted past the levels where both were seen). A pool is "
-        "learned only at the loads it is sent: exploration (--online-explore-share) sends "
-        "turns of requests to the pool the policy does not choose near the crossover; "
-        "serve more streamed traffic at those loads, then ask again."
+        f"No live crossover yet: the last fit counted {'; '.join(counts)}, and no level "
+        f"around a crossover has {need} live samples of both pools (--online-min-samples; "
+        "a crossover is never fitted past the levels where both were seen). A pool is "
+        f"learned only at the loads it is sent: {sent}; serve more streamed traffic at "
+        "those loads, then ask again."
     )
 
 

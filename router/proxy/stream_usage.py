@@ -63,7 +63,9 @@ def asked_for(path: str, raw: bytes, body: dict[str, Any], details: bool = False
     options = body.get(_OPTIONS)
     if options is not None and not isinstance(options, dict):
         return None  # the server refuses it: its answer is the client's to read
-    usage = options is None or options.get("include_usage") is not True
+    # not asked: absent, null or false (0 too, as the server's bool reads it); any other
+    # value is the client's to have read (1 and "true" ask for it)
+    usage = options is None or options.get("include_usage") in (None, False)
     details = details and not any(body.get(name) for name in _SGLEXT)
     end = raw.rstrip()
     if not (usage or details) or not end.endswith(b"}") or b"\x00" in raw:

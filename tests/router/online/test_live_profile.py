@@ -223,14 +223,25 @@ REFUSALS: list[tuple[str, Any, str]] = [
     (
         "too few samples",
         lambda: (fed(served(dense(), 3)), None),
-        "the window holds 36 samples: spec 18 (no level with 10), base 18 (no level with 10)",
+        "the last fit counted 36 samples: spec 18 (no level with 10), base 18 (no level with 10)",
     ),
     (
         "only the profile's crossing",
         profiled_online,
-        "the window holds 0 samples: spec 0 (no level with 10), base 0",
+        "the last fit counted 0 samples: spec 0 (no level with 10), base 0",
     ),
 ]
+
+
+def test_a_refusal_says_how_the_missing_pool_comes_to_be_seen() -> None:
+    """Exploration's turns where it runs; where it is off, that it is."""
+    for exploring, said in (
+        (True, "exploration (--online-explore-share) sends turns"),
+        (False, "exploration is off (--online-explore-share 0)"),
+    ):
+        with pytest.raises(LiveProfileRefused) as refused:
+            live_profile(fed(served(dense(), 3)), None, SERVING, 2.0, CREATED, exploring)
+        assert said in str(refused.value)
 
 
 @pytest.mark.parametrize(("made", "said"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
@@ -367,9 +378,9 @@ async def test_profile_from_live_fetches_a_serving_router_s_fit_and_serve_loads_
             assert (await answer(url, None))[0] == 401
             await asyncio.gather(streamed(url, "one"), streamed(url, "two"))
             # once a fit has run: before it, the answer says none has (with 2 samples kept)
-            status, body = await until(url, lambda s, b: "window holds 2" in json.dumps(b))
+            status, body = await until(url, lambda s, b: "counted 2" in json.dumps(b))
             said_why = body["error"]["message"]
-            assert status == 409 and "holds 2 samples: spec 2 (no level with 4), " in said_why
+            assert status == 409 and "counted 2 samples: spec 2 (no level with 4), " in said_why
             assert "base 0 (no level with 4)" in said_why and "usage" not in said_why
             code, early = await command(
                 "profile",

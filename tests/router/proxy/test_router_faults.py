@@ -329,3 +329,16 @@ async def test_the_status_page_shows_no_credentials_of_a_backend_url() -> None:
     ):
         shown = await r.text()
     assert "s3cret" not in shown and "127.0.0.1:9" in shown
+
+
+async def test_the_start_line_shows_no_credentials_of_a_backend_url() -> None:
+    """What ``specroute serve`` prints as it starts, which a service's log keeps."""
+    secret = ("--spec", "http://user:s3cret@127.0.0.1:9", "--base", "http://u:pw2@127.0.0.1:9")
+    args = ("serve", *secret, "--policy-param", "crossover=4")
+    async with spawned(*args, stop=signal.SIGKILL) as router:
+        for _ in range(100):
+            if "127.0.0.1:9" in (said := router.said()):
+                break
+            await asyncio.sleep(0.05)
+    assert "spec http://127.0.0.1:9; base http://127.0.0.1:9" in said
+    assert "s3cret" not in said and "pw2" not in said

@@ -43,13 +43,17 @@ def _stream(marker: str) -> list[bytes | float | None]:
             False,
         ),
         ("observe", {"include_usage": True}, {"include_usage": True}, True),
+        # the server's bool reads these as asked: the client's, not taken out
+        ("observe", {"include_usage": 1}, {"include_usage": 1}, True),
+        ("observe", {"include_usage": "true"}, {"include_usage": "true"}, True),
+        ("observe", {"include_usage": False}, {"include_usage": True}, False),
         ("off", None, None, True),
     ],
 )
 async def test_the_server_is_asked_and_the_client_gets_the_stream_it_asked_for(
     online: str,
-    options: dict[str, bool] | None,
-    sent_options: dict[str, bool] | None,
+    options: dict[str, Any] | None,
+    sent_options: dict[str, Any] | None,
     relayed_usage: bool,
     front: str,
 ) -> None:
