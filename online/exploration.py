@@ -19,11 +19,13 @@ crossover (``crossover / span`` to ``crossover * span``; at any level for a cros
 no profile, or one that says speculation pays nowhere, is tested wherever the traffic is),
 or of any edge of bands (the last fit's estimate, else those routed by), at the level
 nearest it, on the side where the policy does not send that pool, where it has fewer live
-samples than a level needs to count
-(``--online-min-samples``), or at any level there once the credit has waited a whole turn
-at the top of the span. A span of 4 reaches a crossover off by a factor of 4 either way
-at once; each crossover adopted re-centres it, so a profile further off, or none (a
-crossover of 0), is corrected a step at a time.
+samples than a level needs to count (``--online-min-samples``); at any level in the span
+where no edge lacks any (a refresh); elsewhere only once the credit would pay for a turn
+at the top of the span, so that a cheap refresh (a band's start with its evidence) does
+not spend the credit a dearer turn that is wanted (past the band's top) waits for. A span
+of 4 reaches a crossover off by a factor of 4 either way at once; each crossover adopted
+re-centres it, so a profile further off, or none (a crossover of 0), is corrected a step
+at a time.
 
 Bounded and stated:
 
@@ -71,7 +73,7 @@ from specroute.online.estimator import Online
 from specroute.online.fit import LiveCrossing
 from specroute.policies.decision import Decision
 from specroute.policies.policy import Policy
-from specroute.policies.view import BackendView, Pool, View
+from specroute.policies.view import POOLS, BackendView, Pool, View
 
 EXPLORE = "explore"  # the decision's reason
 # decisions it may turn: a crossover's, a profile's bands' (a calibrated profile writes its
@@ -160,7 +162,7 @@ class Exploration:
             if target is None or edge is None or _full(target, view):
                 return decision
             need = math.ceil(TURN * level)
-            preferred = self._preferred(other, level, edge)
+            preferred = self._preferred(other, level, edge, edges)
             backoff = self.backoff.get(key, 1)
             if owed < need * backoff or (owed < longest and not preferred):
                 return decision
@@ -244,17 +246,17 @@ class Exploration:
             return target, mine + target.load(source) + 1
         return view.least_loaded(pool, group), view.group_load(group) + 1
 
-    def _preferred(self, pool: Pool, level: float, edge: Edge) -> bool:
+    def _preferred(self, pool: Pool, level: float, edge: Edge, edges: list[Edge]) -> bool:
         """Whether ``level`` is one ``pool`` needs samples at (``_wanted``) around ``edge``,
-        within a ``CENTRE`` of it; when it needs none and the other pool does, not, so that
-        the credit goes where the evidence is missing; when neither does, any level in the
+        within a ``CENTRE`` of it; when it needs none and the other pool does, or another
+        of ``edges`` needs some (a band's top, past the start's evidence), not, so that the
+        credit goes where the evidence is missing; when no edge needs any, any level in the
         span, so that every one keeps being refreshed and the window follows drift."""
         if not self._short or edge[0] <= 0:
             return True  # no fit yet, or no crossover: every level is as unknown as the next
         wanted = self._wanted(pool, edge)
         if not wanted:
-            other: Pool = "base" if pool == "spec" else "spec"
-            return not self._wanted(other, edge)
+            return not any(self._wanted(p, e) for e in edges if e[0] > 0 for p in POOLS)
         return any(abs(math.log2(level / lvl)) <= CENTRE for lvl in wanted)
 
     def _wanted(self, pool: Pool, edge: Edge) -> list[float]:

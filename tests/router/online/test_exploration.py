@@ -312,6 +312,31 @@ def test_it_explores_the_levels_the_crossover_needs_nearest_it_first() -> None:
     assert started(seen=True, at=8) == 128 and started(seen=True, at=16) == 64
 
 
+def test_an_edge_with_its_evidence_waits_while_another_edge_lacks_some() -> None:
+    """A live band from 2.8 (the margin turns up between 2 and 4) to 16, the last level both
+    pools were seen at, every level to 16 seen 20 times (12 count): around its start
+    neither pool needs a sample, and past its top the speculative pool is wanted at 32. A
+    turn at the start, a refresh, waits for four turns' credit at the top of the span
+    (256); one at 28, near 32, starts once paid for (112)."""
+    learnt = online()
+    for level in (1, 2, 4, 8, 16):
+        faster, slower = (0.03, 0.02) if level <= 2 else (0.02, 0.03)
+        for k in range(20):
+            learnt.record(Sample(float(k), "spec", level, faster, 100))
+            learnt.record(Sample(float(k), "base", level, slower, 100))
+    learnt.refit(30.0, None, shared=False)
+
+    def started(chosen: Decision, seated: View) -> int:
+        exploration = Exploration(learnt, 1.0, 4.0)
+        for n in range(1, 400):
+            if exploration.after(chosen, seated, None).reason == EXPLORE:
+                return n
+        raise AssertionError("no turn")
+
+    assert started(Decision("spec", "spec-a", "inside_band"), view(3, 0)) == 256  # at 4
+    assert started(Decision("base", "base-a", "outside_band"), view(0, 27)) == 112  # at 28
+
+
 def test_the_settings_turn_it_on_bound_it_and_refuse_what_cannot_be() -> None:
     state_online = online()
     off = RouterSettings(**SERVERS, online=OnlineMode.OFF)
