@@ -3,7 +3,7 @@ part of the settings it reads."""
 
 from __future__ import annotations
 
-from specroute.online.estimator import ROW_PER_LEVEL, Online, OnlineMode, Sureness
+from specroute.online.estimator import ROW_PER_LEVEL, Online, Sureness
 from specroute.online.exploration import Exploration
 from specroute.online.samples import Samples
 from specroute.policies.placement import Placement, placement
@@ -56,6 +56,6 @@ def sureness(settings: OnlineSettings) -> Sureness:
 
 def exploration(settings: OnlineSettings, online: Online) -> Exploration | None:
     """Exploration as the settings give it; None when off (online off, or no share)."""
-    if settings.mode is OnlineMode.OFF or settings.explore_share == 0:
+    if not settings.explores():
         return None
     return Exploration(online, settings.explore_share, settings.explore_span)

@@ -36,7 +36,7 @@ async def live_profile_endpoint(request: web.Request, watching: Watching) -> web
             serving(watching),
             now,
             datetime.now(UTC).isoformat(timespec="seconds"),
-            exploring=watching.online_settings.explore_share > 0,
+            exploring=watching.online_settings.explores(),
         )
     except LiveProfileRefused as exc:
         return error_response(409, str(exc))

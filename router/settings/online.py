@@ -122,3 +122,7 @@ class OnlineSettings(BaseModel):
     def kept(self) -> int:
         """The online samples kept at most (those that count are fewer: the window)."""
         return self.window_samples * KEPT_PER_LEVEL
+
+    def explores(self) -> bool:
+        """Whether exploration runs: online calibration on, with a share."""
+        return self.mode is not OnlineMode.OFF and self.explore_share > 0
