@@ -3,7 +3,9 @@
 Streaming chat sends a role chunk, content chunks, a separate finish chunk, the request's
 speculation details (``sglext``, no choices) only when ``return_spec_tokens_details`` is set
 on a speculative server, a usage chunk only when ``stream_options.include_usage`` is set,
-then ``[DONE]``. Streaming completions
+then ``[DONE]``. A whole chat asked ``return_meta_info`` carries the request's ``meta_info``
+in its choice, last, as ``/generate`` gives it (a stream asked it is refused, as SGLang
+refuses it). Streaming completions
 send no role chunk and carry ``finish_reason`` on the last content chunk.
 """
 
@@ -49,6 +51,7 @@ class Completion:
     include_usage: bool
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage per chunk
     spec_details: bool = False  # return_spec_tokens_details: sglext.spec_tokens_details
+    meta_info: bool = False  # return_meta_info (a whole chat's): each choice's meta_info
 
 
 def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completion:
@@ -83,6 +86,12 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
             "the completion to fit within the limit."
         )
     stream = _flag(body, "stream")
+    meta_info = chat and _flag(body, "return_meta_info")
+    if stream and meta_info:  # SGLang 0.5.23's words
+        raise BadRequest(
+            "return_meta_info is not supported with streaming. "
+            "Please set stream=false when using return_meta_info=true."
+        )
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("Field 'stream_options' must be an object.")
@@ -107,6 +116,7 @@ def parse(body: dict[str, Any], *, chat: bool, context_length: int) -> Completio
         include_usage=stream and bool(options.get("include_usage")),
         continuous_usage=stream and bool(options.get("continuous_usage_stats")),
         spec_details=_flag(body, "return_spec_tokens_details"),
+        meta_info=meta_info,
     )
 
 
@@ -200,6 +210,8 @@ class OpenAIHandlers:
             "finish_reason": _finish_reason(finish),
             "matched_stop": matched,
         }
+        if c.meta_info:  # SGLang writes it last
+            choice["meta_info"] = active.meta_info()
         return {
             "id": seq.rid,
             "object": "chat.completion" if c.chat else "text_completion",

@@ -105,10 +105,23 @@ class ActiveRequest:
             info["cached_tokens_details"] = {"device": seq.cached_tokens, "host": 0}
         if finish is not None:
             info["e2e_latency"] = self.e2e_latency
+            info |= self.timing()
             details = self.spec_details()
             if details is not None:
                 info |= {k: details[k] for k in _META_SPEC}
         return info
+
+    def timing(self) -> dict[str, float]:
+        """What SGLang's ``--enable-metrics`` (the emulator's) adds to a finished request's
+        ``meta_info``: its first token's latency and its decode's output tokens after the
+        first a second (none where it has no decode interval)."""
+        first, end = self.first_token_at, self.finished_at
+        if first is None or end is None:
+            return {}
+        found = {"first_token_latency": first - self.started}
+        if len(self.output_ids) > 1 and end > first:
+            found["decode_throughput"] = (len(self.output_ids) - 1) / (end - first)
+        return found
 
     def spec_details(self) -> dict[str, object] | None:
         """SGLang's per-request speculation details (``SpecTokensDetails``), once it

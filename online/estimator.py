@@ -482,7 +482,7 @@ class Online:
     ) -> FitJob | None:
         """``fresh`` taken in, and the fit to make now: None when it would be the last one
         again (the same window, accept length, profile, settings and crossover routed by:
-        its replicates are seeded; a router serving whole answers makes no samples).
+        its replicates are seeded; a router serving only answers it cannot time makes no samples).
         ``routed``: the bands the policy routes by, per context bucket (None: the
         profile's): where they are bands, not one crossover, so are the live ones."""
         banded = tuple(_kind(b) for b in (_profiled(profile) if routed is None else routed))

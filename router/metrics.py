@@ -117,7 +117,16 @@ class RouterMetrics:
         )
 
     def _online_peers(self) -> None:
-        """Online calibration's pulls of peer replicas' samples."""
+        """Online calibration's pulls of peer replicas' samples, and the answers it could
+        not read."""
+        self.online_unread = self._counter(
+            "specroute_online_unread",
+            "Answered whole chats whose meta_info the router asked for or read (an SGLang "
+            "server) and could not use, by backend and reason: no_decode_time (no one "
+            "decode_throughput in it: no sample), meta_info_kept (not of SGLang's shape: "
+            "relayed as it came, the meta_info the router asked for left in it).",
+            ("backend", "reason"),
+        )
         self.online_peer_samples = self._counter(
             "specroute_online_peer_samples",
             "Online samples taken from a peer router replica (--online-peers) for the fit, by "

@@ -182,12 +182,14 @@ Script = list[bytes | float | None]
 class Backend:
     """A backend on a raw socket that answers each POST with ``script(marker)``, the marker
     being the request's first message (``chat``), and each GET (a health check, a poll) with
-    an empty 200. It keeps its connections open; ``bodies``: the POSTs' bodies in the order
-    they came, ``connections``: how many connections carried a POST."""
+    an empty 200, or ``pages``' body for its path (``/metrics``: what it says it is). It keeps
+    its connections open; ``bodies``: the POSTs' bodies in the order they came,
+    ``connections``: how many connections carried a POST."""
 
     script: Callable[[str], Script] = lambda marker: [whole(completion(marker))]
     bodies: list[bytes] = field(default_factory=list)
     connections: int = 0
+    pages: dict[str, bytes] = field(default_factory=dict)
 
     @asynccontextmanager
     async def serving(self) -> AsyncIterator[str]:
@@ -217,7 +219,7 @@ class Backend:
         posted = False
         try:
             while True:
-                _, body = await posted_request(reader, writer)
+                _, body = await posted_request(reader, writer, self.pages)
                 self.connections += not posted
                 posted = True
                 self.bodies.append(body)
@@ -236,17 +238,21 @@ class Backend:
 
 
 async def posted_request(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    pages: dict[str, bytes] | None = None,
 ) -> tuple[bytes, bytes]:
     """The next POST's head and body as the router sends them (with a length), each GET
-    before it (a health check, a poll) answered with an empty 200."""
+    before it (a health check, a poll) answered with a 200: ``pages``' body for its path,
+    else an empty one."""
     while True:
         head = await reader.readuntil(b"\r\n\r\n")
         length = head.lower().partition(b"content-length:")[2].split(b"\r\n")[0]
         body = await reader.readexactly(int(length or 0))
         if not head.startswith(b"GET"):
             return head, body
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        page = (pages or {}).get(head.split(b" ")[1].decode(), b"")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
 
 
 def marker_of(body: bytes) -> str:

@@ -160,6 +160,13 @@ class Backend:
         reading = self.board.reading(self.index)
         return self.pool == "spec" and reading is not None and reading.engine == "sglang"
 
+    @property
+    def gives_meta_info(self) -> bool:
+        """Whether a whole chat's answer can carry its ``meta_info`` with its decode time
+        (``return_meta_info``): an SGLang server, read (its ``/metrics`` are on), either pool."""
+        reading = self.board.reading(self.index)
+        return reading is not None and reading.engine == "sglang"
+
     def reading(self, stale_after: float, now: float) -> Reading | None:
         """The leader's last reading, if not older than ``stale_after`` seconds."""
         reading = self.board.reading(self.index)

@@ -47,8 +47,9 @@ class Flight:
         itself included (``Online.joined``)."""
         self.metrics, self.backend, self.stream, self.context = metrics, backend, stream, context
         self.lived, self.joined = lived, joined
-        # ``lived`` at its first byte
+        # ``lived`` at its first byte (a stream's), and when that was
         self.lived_first: Reading | None = None
+        self.lived_at = 0.0
         self.started = time.monotonic()
         self.outcome: Outcome | None = None
         self.status = 0  # the backend's HTTP status: the label of an answered request
@@ -69,17 +70,30 @@ class Flight:
         # the client): the request's own accept length, once they came
         self.reads_details = False
         self.accept_length: float | None = None
+        # a whole answer's ``meta_info``: asked by the router (taken out of what the client
+        # gets) or by the client; read for its decode time (``whole_timing``), its sample's
+        # load counted from its dispatch (``decoding_from_dispatch``)
+        self.meta_added = False
+        self.reads_meta = False
+        self.tpot: float | None = None  # its decode's time per output token, so read
         # a stream's silence, as the watchdog (``silence``) sees it
         self.reading = False  # the relay waits for the backend (not for a slow client)
         self.received = 0  # the answer's bytes at the watchdog's last look
         self.quiet_since = self.started
         backend.dispatched(1, context, prompt)
 
+    def decoding_from_dispatch(self) -> None:
+        """A whole answer's sample counts the load from its dispatch (``now``): its decode
+        has no moment the router sees it begin."""
+        if self.lived is not None:
+            self.lived_at = time.monotonic()
+            self.lived_first = self.lived(self.lived_at)
+
     def first_byte(self) -> None:
         m = self.metrics
         self.first_at = time.monotonic()
-        if self.lived is not None and self.stream:  # a whole answer makes no sample
-            self.lived_first = self.lived(self.first_at)
+        if self.lived is not None and self.stream:  # a whole answer's: at its dispatch
+            self.lived_at, self.lived_first = self.first_at, self.lived(self.first_at)
         m.child(m.ttft, self.backend.pool).observe(self.first_at - self.started)
 
     def land(self) -> None:

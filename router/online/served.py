@@ -14,25 +14,28 @@ from specroute.router.protocol.outcome import Outcome
 def sample_of(
     flight: Flight, accept_length: float | None, depth: float | None = None
 ) -> Sample | None:
-    """The sample ``flight`` makes at its end, if it makes one: an answered stream of two
-    tokens or more. Its load is the one it joined without the load lived through since its
-    first byte; ``accept_length`` and ``depth``: its server's live ones now (None: unknown;
-    the plain pool's are not kept), the accept length the request's own where its answer
+    """The sample ``flight`` makes at its end, if it makes one: an answer of two tokens or
+    more, a stream timed from its first byte, a whole answer by its ``meta_info`` (the
+    server's decode time, ``whole_timing``). Its load is the one it joined without the load
+    lived through since its first byte (a whole answer's: since its dispatch);
+    ``accept_length`` and ``depth``: its server's live ones now (None: unknown; the plain
+    pool's are not kept), the accept length the request's own where its answer
     gave it (SGLang's speculation details: its tokens over its verify steps). The depth is
     the server's: SGLang 0.5.23 counts a request's proposed drafts from the configured draft
     tokens, not from the depth an adaptive server ran it at."""
     if flight.outcome is not Outcome.ANSWERED or flight.status != 200:
         return None
-    if not flight.stream or flight.first_at is None:
-        return None
+    began, decode = (flight.first_at, None) if flight.stream else (None, flight.tpot)
+    if began is None and decode is None:
+        return None  # a stream not begun; a whole answer whose ``meta_info`` gave no time
     tokens = usage(flight.tail).get("completion_tokens")
     if tokens is None or tokens < 2:
         return None
     now = time.monotonic()
-    tpot = (now - flight.first_at) / (tokens - 1)
+    tpot = (now - began) / (tokens - 1) if began is not None else (decode or 0.0)
     load, beside, prefill = float(flight.joined), 0.0, None
-    if flight.lived is not None and flight.lived_first is not None and now > flight.first_at:
-        seconds = now - flight.first_at
+    if flight.lived is not None and flight.lived_first is not None and now > flight.lived_at:
+        seconds = now - flight.lived_at
         load, beside, prefill = decoded_under(
             flight.lived_first, flight.lived(now), seconds, tokens
         )

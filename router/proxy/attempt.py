@@ -21,6 +21,7 @@ from specroute.router.proxy.proxying import Attempting
 from specroute.router.proxy.relay import ClientGone, relay
 from specroute.router.proxy.stream_usage import asked_for
 from specroute.router.proxy.upstream_call import Failure, open_upstream
+from specroute.router.proxy.whole_timing import asked_meta_info, meta_info_asked
 
 
 async def attempt(
@@ -42,11 +43,19 @@ async def attempt(
     flight = Flight(
         attempting.metrics, backend, stream, tokens.context, lived, joined, tokens.prompt
     )
-    if online.records:  # every stream a sample (``stream_usage``)
+    # every stream a sample (``stream_usage``), and every whole chat an SGLang server
+    # answers (``whole_timing``)
+    if online.records:
         offered = backend.offers_spec_details
         if (asked := asked_for(request.path, raw, body, offered)) is not None:
             raw, flight.usage_added, flight.details_added = asked
         flight.reads_details = offered and stream
+        if not stream and backend.gives_meta_info:
+            if (whole := meta_info_asked(request.path, raw, body)) is not None:
+                raw, flight.meta_added = whole, True
+            flight.reads_meta = flight.meta_added or asked_meta_info(request.path, body)
+            if flight.reads_meta:
+                flight.decoding_from_dispatch()
     record.flew(flight)
     try:
         relaying = attempting.relaying

@@ -5,6 +5,7 @@ told apart from a backend that failed."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 
 import aiohttp
@@ -16,12 +17,14 @@ from specroute.router.protocol.outcome import Outcome
 from specroute.router.protocol.reply import Reply
 from specroute.router.proxy.stream_usage import accept_length, has_added, without_added
 from specroute.router.proxy.upstream_call import Failure, stopped
+from specroute.router.proxy.whole_timing import decode_timing, without_meta_info
 from specroute.router.upstream.answer import Answer
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")  # as the answer's
 _DONE = b"data: [DONE]\n\n"
 _DONES = (_DONE, _DONE.replace(b"\n", b"\r\n"))  # a stream's end, either way its lines end
 _MAX_HELD = 1 << 20  # bytes of one unfinished event the relay holds back at the most
+_log = logging.getLogger("specroute.router")
 
 
 async def relay(
@@ -33,10 +36,13 @@ async def relay(
     events = upstream.content_type == "text/event-stream" and not encoded
     passing = _Passing(reply, flight, events, upstream.content_length)
     direct = passing.direct
-    chunk, held = first, b""  # held: the start of an event not yet whole
     flight.status = upstream.status
     # events go chunked, whatever length the backend gave: an error event may have to follow
     length = None if events else upstream.content_length
+    if flight.reads_meta and not events and not encoded:
+        first = await _whole_read(relaying, flight, upstream, first)  # whole before it goes
+        length = passing.length = len(first)
+    chunk, held = first, b""  # held: the start of an event not yet whole
     try:
         await _to_client(reply.begin(upstream.status, headers, length))
         if chunk:
@@ -75,10 +81,10 @@ class _Passing:
     the backend's socket (``direct``) while it can go as it came, with no task woken per
     chunk: most of what a stream costs the router is per chunk."""
 
-    __slots__ = ("_events", "_flight", "_length", "_reply", "_sent")
+    __slots__ = ("_events", "_flight", "_reply", "_sent", "length")
 
     def __init__(self, reply: Reply, flight: Flight, events: bool, length: int | None) -> None:
-        self._reply, self._flight, self._events, self._length = reply, flight, events, length
+        self._reply, self._flight, self._events, self.length = reply, flight, events, length
         self._sent = 0
 
     def passed(self, chunk: bytes, came: bytes | None = None) -> None:
@@ -87,7 +93,7 @@ class _Passing:
         self._sent += len(chunk)
         flight = self._flight
         if chunk:
-            flight.delivered = _whole(chunk, self._events, self._sent, self._length)
+            flight.delivered = _whole(chunk, self._events, self._sent, self.length)
         flight.tail = (flight.tail[1], chunk if came is None else came)  # references: no copy
 
     def as_came(self, chunk: bytes) -> bool:
@@ -108,6 +114,37 @@ class _Passing:
             return False
         self.passed(chunk)
         return True
+
+
+async def _whole_read(relaying: Relaying, flight: Flight, upstream: Answer, first: bytes) -> bytes:
+    """A whole body whose ``meta_info`` is read (``whole_timing``), held until whole: its
+    decode time read, and the ``meta_info`` the router asked for taken out (its length then
+    another). A backend that fails before it is whole failed before any byte reached the
+    client, as one that fails before its first byte (retried)."""
+    parts = [first]
+    try:
+        while chunk := await upstream.chunk():
+            parts.append(chunk)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise stopped(relaying, flight, exc) from None
+    came = b"".join(parts)
+    if upstream.status != 200:
+        return came
+    unread = relaying.metrics.online_unread
+    if (timing := decode_timing(came)) is None:
+        unread.labels(backend=flight.backend.name, reason="no_decode_time").inc()
+        _log.warning("%s gave no decode time in a whole answer's meta_info", flight.backend.name)
+    else:
+        flight.tpot = timing.tpot
+        if timing.accept_length is not None:
+            flight.accept_length = timing.accept_length
+    if not flight.meta_added:
+        return came
+    if (sent := without_meta_info(came)) is None:
+        unread.labels(backend=flight.backend.name, reason="meta_info_kept").inc()
+        _log.warning("%s answered a meta_info not of SGLang's shape", flight.backend.name)
+        return came
+    return sent
 
 
 def _read_and_taken_out(flight: Flight, chunk: bytes) -> bytes:

@@ -41,7 +41,7 @@ async def open_upstream(
     which costs nothing per chunk."""
     backend, stream, pool = flight.backend, flight.stream, relaying.pool
     assert pool is not None  # set at startup, before any request is served
-    headers = _forwarded(request, stream, record)
+    headers = _forwarded(request, stream or flight.meta_added, record)
     limits = relaying.timeouts[0 if stream else 1]
     try:
         upstream = await pool.send(backend.url, request.path, raw, headers, limits)
@@ -69,15 +69,16 @@ async def open_upstream(
         raise
 
 
-def _forwarded(request: Asked, stream: bool, record: RequestRecord) -> dict[str, str]:
+def _forwarded(request: Asked, identity: bool, record: RequestRecord) -> dict[str, str]:
     """The client's headers that the backend needs. A whole body is relayed as it comes, so
     the backend may compress only what the client can read: the client's
-    ``Accept-Encoding``, or none (identity). A stream is never compressed: the relay passes
-    it event by event and may have to end it with an error event of its own."""
+    ``Accept-Encoding``, or none (identity). A stream is never compressed (``identity``): the
+    relay passes it event by event and may have to end it with an error event of its own;
+    nor a whole body the relay takes a ``meta_info`` out of (``whole_timing``)."""
     given = request.headers
     headers = {k: v for k in _FORWARDED_HEADERS if (v := given.get(k)) is not None}
     headers[HEADER] = record.request_id
-    accepted = "identity" if stream else request.headers.get("Accept-Encoding", "identity")
+    accepted = "identity" if identity else request.headers.get("Accept-Encoding", "identity")
     headers["Accept-Encoding"] = accepted
     if record.span is not None:  # traced: the upstream request is its child
         headers.update(record.span.upstream_headers())

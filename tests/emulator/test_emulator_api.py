@@ -188,6 +188,7 @@ HI = b'{"messages": [{"role": "user", "content": "hi"}]}'
         (HI[:-1] + b', "max_tokens": 999999}', JSON, "context length"),
         (HI, "text/plain", "application/json"),
         (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', JSON, "not valid Unicode"),
+        (HI[:-1] + b', "stream": true, "return_meta_info": true}', JSON, "stream=false"),
     ],
 )
 async def test_bad_requests_get_sglang_errors(

@@ -52,6 +52,7 @@ from specroute.loadgen.dataset import synthetic
 from specroute.loadgen.fairness import fairness_warnings, server_info
 from specroute.loadgen.spawn import free_port
 from specroute.model_flags import emulator_config
+from specroute.router.proxy.whole_timing import decode_timing, without_meta_info
 from specroute.server_metrics import (
     BackendStats,
     parse,
@@ -199,6 +200,55 @@ async def test_streaming_with_the_openai_client(router: str) -> None:
     assert len(pieces) > 1
     assert "".join(pieces) == whole
     assert "".join(said)
+
+
+async def test_a_whole_chat_less_its_meta_info_is_the_servers_unasked_and_a_sample(
+    servers: tuple[Engine, Engine], router: str
+) -> None:
+    """SGLang 0.5.23 asked a whole chat's ``meta_info`` (``return_meta_info``) and the same
+    chat unasked: less its ``meta_info``, the one is the other byte for byte (its id and
+    time apart), and its ``meta_info`` gives the decode time the router reads (the
+    servers' metrics are on), on the speculative server its accept length too. Through the
+    router a plain whole chat of the official client gets no ``meta_info`` and makes a
+    sample each."""
+    body = {
+        "model": SERVED_NAME,
+        "messages": [{"role": "user", "content": PROMPTS[1]}],
+        "max_tokens": 16,
+        "temperature": 0,
+    }
+
+    async def answered(url: str, asked: dict[str, Any]) -> bytes:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url + "/v1/chat/completions", json=asked) as r,
+        ):
+            assert r.status == 200, await r.text()
+            said = await r.read()
+        return re.sub(rb'"(id|created)":\s*("[^"]*"|\d+)', rb'"\1":0', said, count=2)
+
+    for server in servers:
+        unasked = await answered(server.url, body)
+        asked = await answered(server.url, body | {"return_meta_info": True})
+        assert b'"meta_info"' in asked and without_meta_info(asked) == unasked, (asked, unasked)
+        timing = decode_timing(asked)
+        assert timing is not None and 0 < timing.tpot < 10, asked
+        assert (timing.accept_length is not None) == (server is servers[0]), asked
+    before = (await _status(router))["online"]["samples"]
+    client = AsyncOpenAI(base_url=router + "/v1", api_key="unused")
+    answers = [
+        await client.chat.completions.with_raw_response.create(
+            model=SERVED_NAME,
+            messages=[{"role": "user", "content": PROMPTS[1]}],
+            max_tokens=16,
+            temperature=0,
+        )
+        for _ in range(3)
+    ]
+    await client.close()
+    after = (await _status(router))["online"]["samples"]
+    assert all(b"meta_info" not in a.http_response.content for a in answers)
+    assert after - before == 3
 
 
 async def test_the_responses_api_through_the_router_is_the_servers(

@@ -33,6 +33,7 @@ from specroute.router.state import STATE, RouterState
 from specroute.router.tasks.online_fits import fit_now
 from specroute.router.workers.board import Board
 from tests.apps import serving
+from tests.conditions import until
 from tests.router.online.test_online_live import streamed
 
 KEY = "peer-admin-k3y"
@@ -62,13 +63,6 @@ def counted(state: RouterState, name: str, **labels: str) -> float:
 
 def now() -> float:
     return time.monotonic()
-
-
-async def until(condition: Any, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time given"
-        await asyncio.sleep(0.02)
 
 
 # the answer's shape, pure

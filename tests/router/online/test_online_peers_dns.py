@@ -19,6 +19,7 @@ from specroute.loadgen.spawn import free_port
 from specroute.router.metrics import RouterMetrics
 from specroute.router.online.peers import Peers
 from specroute.router.settings import RouterSettings
+from tests.conditions import until
 from tests.router.online.test_online_live import streamed
 from tests.router.online.test_online_peers import (
     FITTING,
@@ -27,7 +28,6 @@ from tests.router.online.test_online_peers import (
     answering,
     counted,
     replica,
-    until,
 )
 
 NAME = "specroute-peers.specroute.svc.cluster.local"

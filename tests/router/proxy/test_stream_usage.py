@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from specroute.router.proxy.stream_usage import Asked, accept_length, asked_for, without_added
+from tests.conditions import until
 from tests.emulator.test_emulator_api import CHAT, client
-from tests.router.online.test_online_peers import until
 from tests.routers import running_router
 from tests.wire import Backend, Client, chat, event, post, routed
 

@@ -1,0 +1,146 @@
+"""A whole answer a sample too. A whole (non-streamed) body arrives at once, after its
+prefill, its queue and its decode: the router cannot time its decode from it. SGLang can:
+a chat asked ``return_meta_info`` carries each choice's ``meta_info``, and with the server's
+``--enable-metrics`` (which a server the router reads ``/metrics`` of has) its
+``decode_throughput``, the request's output tokens after its first over the time from its
+first token to its end (from the scheduler's prefill end, for a whole answer), and on a
+speculative server its ``spec_accept_length``. So the router asks an SGLang server for it on
+every whole chat whose client did not, and takes each choice's ``meta_info`` out of the
+body the client gets, which is then the body the server writes without it, byte for byte
+(SGLang writes a choice's ``meta_info`` last, and leaves it out where not asked).
+
+It is not asked where asking changes more than that: a stream (SGLang refuses it there),
+several choices (one decode time a sample), and what SGLang answers otherwise, or copies
+into the ``meta_info`` too, once asked (logprobs, hidden states, routed experts, token
+ids). A client that asked for ``meta_info`` itself gets it as the server sent it, and is
+read as it passes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+PATH = "/v1/chat/completions"  # SGLang 0.5.23's completions take no return_meta_info
+ASKED = "return_meta_info"
+# what a client may ask that SGLang 0.5.23 then answers otherwise, or puts in each
+# ``meta_info`` as well (its chat request model)
+_OTHERWISE = (
+    "logprobs",
+    "top_logprobs",
+    "return_hidden_states",
+    "return_routed_experts",
+    "return_token_ids",
+    "return_prompt_token_ids",
+    "return_sampling_mask",
+    "return_flat_raw_output_top_logprobs",
+)
+_KEY = b'"meta_info"'
+_OPENS = re.compile(rb"\s*:\s*\{")  # after the key: its value, an object
+# a JSON string (escapes skipped) or a brace: what a value's end is found by
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}]', re.S)
+_NUMBER = re.compile(rb"\s*:\s*(-?[0-9][0-9.eE+-]*)")
+_COLON = re.compile(rb"\s*:")
+_THROUGHPUT, _ACCEPT = b'"decode_throughput"', b'"spec_accept_length"'
+
+
+class Timing(NamedTuple):
+    """What a whole answer's ``meta_info`` says of its decode."""
+
+    tpot: float  # seconds per output token after its first
+    accept_length: float | None  # its own, on a speculative server
+
+
+def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None:
+    """The body to send for a whole chat whose client did not ask for its ``meta_info``:
+    ``raw`` with ``return_meta_info`` given again last (a JSON reader keeps a name's last
+    value); None where it is not to be asked (above), or ``raw`` is not plainly a UTF-8
+    object."""
+    if path != PATH or body.get("stream") not in (None, False):
+        return None
+    if body.get(ASKED) not in (None, False) or body.get("n") not in (None, 1):
+        return None
+    if any(body.get(name) not in (None, False) for name in _OTHERWISE):
+        return None
+    end = raw.rstrip()
+    if not end.endswith(b"}") or b"\x00" in raw:
+        return None
+    return end[:-1] + b',"' + ASKED.encode() + b'":true}'
+
+
+def asked_meta_info(path: str, body: dict[str, Any]) -> bool:
+    """Whether a whole chat of one choice asked for its ``meta_info`` itself: read as it
+    passes."""
+    whole = path == PATH and body.get("stream") in (None, False)
+    return whole and body.get(ASKED) is True and body.get("n") in (None, 1)
+
+
+def decode_timing(answer: bytes) -> Timing | None:
+    """The decode a whole answer's one ``meta_info`` gives; None where it gives none, or
+    several (choices of their own)."""
+    throughput = _only(answer, _THROUGHPUT)
+    if throughput is None or throughput <= 0:
+        return None
+    accept = _only(answer, _ACCEPT)
+    return Timing(1.0 / throughput, accept if accept is not None and accept >= 1 else None)
+
+
+def without_meta_info(answer: bytes) -> bytes | None:
+    """``answer`` less each choice's ``meta_info`` (and the comma before it); None where
+    one does not end, or is not where a choice's last member is (not the JSON it should
+    be): the caller does not send it as it came. A key's quotes are never inside a string,
+    where they would be escaped, and a key is followed by a colon, which a string value
+    never is: the search needs no parser."""
+    kept, at = [], 0
+    for found in _keys(answer, _KEY):
+        if found < at:
+            return None  # inside one taken out
+        start = len(answer[:found].rstrip())
+        value = _OPENS.match(answer, found + len(_KEY))
+        if answer[start - 1 : start] != b"," or value is None:
+            return None
+        end = _value_end(answer, value.end() - 1)
+        if end is None:
+            return None
+        kept.append(answer[at : start - 1])
+        at = end
+    if not kept:
+        return answer
+    kept.append(answer[at:])
+    return b"".join(kept)
+
+
+def _keys(answer: bytes, key: bytes) -> list[int]:
+    """Where ``key`` is a key of an object in ``answer`` (followed by a colon)."""
+    found, at = [], answer.find(key)
+    while at >= 0:
+        if _COLON.match(answer, at + len(key)):
+            found.append(at)
+        at = answer.find(key, at + len(key))
+    return found
+
+
+def _value_end(data: bytes, start: int) -> int | None:
+    """Where the object at ``start`` ends (past its closing brace), strings skipped."""
+    depth = 0
+    for token in _TOKEN.finditer(data, start):
+        if token.group() == b"{":
+            depth += 1
+        elif token.group() == b"}":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def _only(answer: bytes, key: bytes) -> float | None:
+    """The number at ``key``, where it is a key once."""
+    found = _keys(answer, key)
+    if len(found) != 1:
+        return None
+    number = _NUMBER.match(answer, found[0] + len(key))
+    if number is None:
+        return None
+    try:
+        return float(number.group(1))
+    except ValueError:
+        return None
