@@ -123,7 +123,8 @@ class RouterMetrics:
             "specroute_online_unread",
             "Answered whole chats whose meta_info the router asked for or read (an SGLang "
             "server) and could not use, by backend and reason: no_decode_time (no one "
-            "decode_throughput in it: no sample), meta_info_kept (not of SGLang's shape: "
+            "decode_throughput in it, or one no decode runs at, in an answer of two tokens "
+            "or more: no sample), meta_info_kept (not of SGLang's shape, or compressed: "
             "relayed as it came, the meta_info the router asked for left in it).",
             ("backend", "reason"),
         )

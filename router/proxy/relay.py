@@ -10,7 +10,7 @@ from collections.abc import Awaitable
 
 import aiohttp
 
-from specroute.router.backends.flight import Flight
+from specroute.router.backends.flight import Flight, usage
 from specroute.router.backends.relaying import Relaying
 from specroute.router.protocol.errors import sse_error
 from specroute.router.protocol.outcome import Outcome
@@ -42,6 +42,8 @@ async def relay(
     if flight.reads_meta and not events and not encoded:
         first = await _whole_read(relaying, flight, upstream, first)  # whole before it goes
         length = passing.length = len(first)
+    elif flight.meta_added and upstream.status == 200:  # compressed, or events, unasked
+        _unread(relaying, flight, "meta_info_kept", "a whole chat it could not read")
     chunk, held = first, b""  # held: the start of an event not yet whole
     try:
         await _to_client(reply.begin(upstream.status, headers, length))
@@ -130,21 +132,25 @@ async def _whole_read(relaying: Relaying, flight: Flight, upstream: Answer, firs
     came = b"".join(parts)
     if upstream.status != 200:
         return came
-    unread = relaying.metrics.online_unread
-    if (timing := decode_timing(came)) is None:
-        unread.labels(backend=flight.backend.name, reason="no_decode_time").inc()
-        _log.warning("%s gave no decode time in a whole answer's meta_info", flight.backend.name)
-    else:
+    sent = without_meta_info(came) if flight.meta_added else came
+    if sent is None:
+        _unread(relaying, flight, "meta_info_kept", "a meta_info not of SGLang's shape")
+        return came
+    tokens = usage((b"", came)).get("completion_tokens")
+    if (timing := decode_timing(came)) is not None:
         flight.tpot = timing.tpot
         if timing.accept_length is not None:
             flight.accept_length = timing.accept_length
-    if not flight.meta_added:
-        return came
-    if (sent := without_meta_info(came)) is None:
-        unread.labels(backend=flight.backend.name, reason="meta_info_kept").inc()
-        _log.warning("%s answered a meta_info not of SGLang's shape", flight.backend.name)
-        return came
+    elif tokens is None or tokens > 1:  # one token has no decode to time
+        _unread(relaying, flight, "no_decode_time", "no decode time in a whole answer")
     return sent
+
+
+def _unread(relaying: Relaying, flight: Flight, reason: str, what: str) -> None:
+    """A whole answer whose ``meta_info`` could not be used: counted and logged."""
+    name = flight.backend.name
+    relaying.metrics.online_unread.labels(backend=name, reason=reason).inc()
+    _log.warning("%s answered %s (%s)", name, what, reason)
 
 
 def _read_and_taken_out(flight: Flight, chunk: bytes) -> bytes:

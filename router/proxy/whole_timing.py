@@ -37,10 +37,13 @@ _OTHERWISE = (
 _KEY = b'"meta_info"'
 _OPENS = re.compile(rb"\s*:\s*\{")  # after the key: its value, an object
 # a JSON string (escapes skipped) or a brace: what a value's end is found by
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}]', re.S)
+# (one not closed runs to the end: no scan begins again inside it)
+_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\Z)|[{}]', re.S)
 _NUMBER = re.compile(rb"\s*:\s*(-?[0-9][0-9.eE+-]*)")
 _COLON = re.compile(rb"\s*:")
 _THROUGHPUT, _ACCEPT = b'"decode_throughput"', b'"spec_accept_length"'
+# what a decode can be: a token an hour to a million a second; a verify step's tokens
+_SANE_THROUGHPUT, _SANE_ACCEPT = (1 / 3600, 1e6), 64.0
 
 
 class Timing(NamedTuple):
@@ -55,8 +58,8 @@ def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None
     ``raw`` with ``return_meta_info`` given again last (a JSON reader keeps a name's last
     value); None where it is not to be asked (above), or ``raw`` is not plainly a UTF-8
     object."""
-    if path != PATH or body.get("stream") not in (None, False):
-        return None
+    if not body or path != PATH or body.get("stream") not in (None, False):
+        return None  # an empty object has no member to add one after
     if body.get(ASKED) not in (None, False) or body.get("n") not in (None, 1):
         return None
     if any(body.get(name) not in (None, False) for name in _OTHERWISE):
@@ -78,10 +81,11 @@ def decode_timing(answer: bytes) -> Timing | None:
     """The decode a whole answer's one ``meta_info`` gives; None where it gives none, or
     several (choices of their own)."""
     throughput = _only(answer, _THROUGHPUT)
-    if throughput is None or throughput <= 0:
+    if throughput is None or not _SANE_THROUGHPUT[0] <= throughput <= _SANE_THROUGHPUT[1]:
         return None
     accept = _only(answer, _ACCEPT)
-    return Timing(1.0 / throughput, accept if accept is not None and accept >= 1 else None)
+    sane = accept is not None and 1 <= accept <= _SANE_ACCEPT
+    return Timing(1.0 / throughput, accept if sane else None)
 
 
 def without_meta_info(answer: bytes) -> bytes | None:

@@ -6,6 +6,7 @@ byte for byte."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import time
@@ -25,19 +26,20 @@ from specroute.router.proxy.whole_timing import (
 from tests.conditions import until
 from tests.emulator.test_emulator_api import CHAT, client
 from tests.routers import running_router
-from tests.wire import Backend, Client, post, routed
+from tests.wire import Backend, Client, Script, post, routed
 
 RAW = b'{"model":"m","messages":[{"role":"user","content":"hi"}]} \n'
+BODY = json.loads(RAW)
 
 
 def test_the_server_is_asked_only_where_asking_changes_nothing_else() -> None:
-    asked = meta_info_asked(PATH, RAW, {})
+    asked = meta_info_asked(PATH, RAW, BODY)
     assert (
         asked
         == b'{"model":"m","messages":[{"role":"user","content":"hi"}],"return_meta_info":true}'
     )
-    assert meta_info_asked(PATH, RAW, {"return_meta_info": False}) is not None  # not asked
-    assert meta_info_asked(PATH, RAW, {"stream": False, "n": 1}) is not None
+    assert meta_info_asked(PATH, RAW, BODY | {"return_meta_info": False}) is not None
+    assert meta_info_asked(PATH, RAW, BODY | {"stream": False, "n": 1}) is not None
     for own in (
         {"stream": True},  # SGLang refuses it on a stream
         {"n": 2},  # one decode time a sample
@@ -47,10 +49,11 @@ def test_the_server_is_asked_only_where_asking_changes_nothing_else() -> None:
         {"return_routed_experts": True},  # answered in the meta_info instead, once asked
         {"return_hidden_states": True},
     ):
-        assert meta_info_asked(PATH, RAW, own) is None, own
-    assert meta_info_asked("/v1/completions", RAW, {}) is None  # SGLang's takes none
-    assert meta_info_asked(PATH, b"[1]", {}) is None  # not an object
-    assert meta_info_asked(PATH, RAW.replace(b"{", b"{\x00", 1), {}) is None  # UTF-16
+        assert meta_info_asked(PATH, RAW, BODY | own) is None, own
+    assert meta_info_asked("/v1/completions", RAW, BODY) is None  # SGLang's takes none
+    assert meta_info_asked(PATH, b"[1]", BODY) is None  # not an object
+    assert meta_info_asked(PATH, b"{ }", {}) is None  # no member to add one after
+    assert meta_info_asked(PATH, RAW.replace(b"{", b"{\x00", 1), BODY) is None  # UTF-16
     own = {"return_meta_info": True}
     assert asked_meta_info(PATH, own) and asked_meta_info(PATH, own | {"n": 1})
     for more in ({"n": 2}, {"stream": True}):
@@ -104,6 +107,14 @@ def test_each_meta_info_is_taken_out_byte_for_byte_and_its_decode_read() -> None
     named = _answer([META | {"weight_version": "meta_info", "n": "decode_throughput"}], (",", ":"))
     assert without_meta_info(named) == _answer([None], (",", ":"))  # values, not keys
     assert decode_timing(named) == (0.05, 2.25)
+    for wild in ("1e400", "1e-300", "-1", "0"):  # read, but no decode's
+        assert decode_timing(one.replace(b":20.0", b":" + wild.encode())) is None, wild
+    wild_accept = one.replace(b":2.25", b":1e400")
+    assert decode_timing(wild_accept) == (0.05, None)
+    broken = b'{"choices":[{"index":0,"meta_info":{"id":"' + b'\\"' * 20_000 + b"}"
+    started = time.perf_counter()
+    assert without_meta_info(b'{"a":1,' + broken[1:]) is None  # not closed, not scanned again
+    assert time.perf_counter() - started < 0.5  # once through: milliseconds
     plain = _answer([META | {"spec_accept_length": 0.0}], (",", ":"))
     assert decode_timing(plain) == (0.05, None)
 
@@ -151,6 +162,7 @@ async def test_the_openai_client_s_whole_chat_becomes_a_sample(
         own = await client(url).chat.completions.create(
             model="m", messages=CHAT, max_tokens=8, extra_body={"return_meta_info": True}
         )
+        await client(url).chat.completions.create(model="m", messages=CHAT, max_tokens=1)
         async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
             metrics = await r.text()
     assert len(samples) == 4 and {s.pool for s in samples} == {"spec", "base"}  # past 2.5
@@ -160,14 +172,14 @@ async def test_the_openai_client_s_whole_chat_becomes_a_sample(
     assert all(1 <= s.load <= 4.5 for s in samples)  # counted from each one's dispatch
     assert all(s.accept_length is not None for s in samples if s.pool == "spec")
     assert own.choices[0].model_extra and "meta_info" in own.choices[0].model_extra
-    assert "specroute_online_unread_total{" not in metrics  # none it could not read
+    assert "specroute_online_unread_total{" not in metrics  # none (one token: none to read)
 
 
 SGLANG = {"/metrics": b"sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\n"}  # what it is
 ANSWER = _answer([META], (",", ":"))
 
 
-def _whole(body: bytes, cut: bool = False) -> list[bytes | float | None]:
+def _whole(body: bytes, cut: bool = False) -> Script:
     """SGLang's head and ``body``, or half of it and the connection closed."""
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
     if cut:
@@ -199,7 +211,7 @@ async def test_a_body_cut_before_it_was_whole_reached_no_client_and_is_retried()
     attempt serves it (as one that failed before its first byte)."""
     tries: list[bool] = []
 
-    def script(_: str) -> list[bytes | float | None]:
+    def script(_: str) -> Script:
         tries.append(not tries)
         return _whole(ANSWER, cut=tries[-1])
 
@@ -225,6 +237,28 @@ async def test_an_answer_whose_meta_info_gives_no_decode_time_is_counted_not_sam
     name = backend_name(state.roster.backends[0].url, "spec")
     unread = f'specroute_online_unread_total{{backend="{name}",reason="no_decode_time"}} 1.0'
     assert unread in metrics
+
+
+async def test_a_meta_info_it_cannot_take_out_is_counted_once_and_relayed_as_it_came() -> None:
+    """A backend that compresses what was asked ``identity``, or answers a ``meta_info``
+    not of SGLang's shape: the client gets the body as it came, counted once."""
+    nulled = _answer([None], (",", ":")).replace(b'"matched_stop"', b'"meta_info":null,"m"')
+    packed = gzip.compress(ANSWER)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    answers: list[Script] = [
+        [head % len(packed) + b"Content-Encoding: gzip\r\n\r\n" + packed],
+        _whole(nulled),
+    ]
+    backend = Backend(script=lambda _: answers.pop(0), pages=SGLANG)
+    async with routed(backend, "own") as (url, port, state):
+        await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
+        got = [await asyncio.to_thread(_answer_to, port, False) for _ in range(2)]
+        async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+    assert got == [packed, nulled]
+    name = backend_name(state.roster.backends[0].url, "spec")
+    kept = f'specroute_online_unread_total{{backend="{name}",reason="meta_info_kept"}} 2.0'
+    assert kept in metrics and 'reason="no_decode_time"' not in metrics
 
 
 def _answer_to(port: int, own: bool) -> bytes:
