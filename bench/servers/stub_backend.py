@@ -8,7 +8,8 @@ front of it costs, and a proxy benchmark measures the proxy. A stream is ``chunk
 events ``gap_ms`` apart, the first at once (so the time to a first chunk is all transport
 and proxy), the last followed by ``data: [DONE]`` (after an event of the token counts, as
 SGLang sends it, when the request asks with ``stream_options.include_usage``); a whole
-answer comes when the stream's last event would. ``/metrics`` has SGLang's gauges, so a
+answer comes when the stream's last event would (a chat's with its ``meta_info`` and decode
+time when asked ``return_meta_info``). ``/metrics`` has SGLang's gauges, so a
 router's poller reads a load.
 """
 
@@ -91,15 +92,19 @@ def _streams(model: str, n: int, counted: bool = False) -> dict[str, list[bytes]
     return events
 
 
-def _wholes(model: str, n: int) -> dict[str, bytes]:
-    """Each streamed path's answer when it is not streamed."""
+def _wholes(model: str, n: int, gap: float, timed: bool = False) -> dict[str, bytes]:
+    """Each streamed path's answer when it is not streamed; ``timed``: the chat's with its
+    ``meta_info`` (``return_meta_info``), and its decode's tokens a second as SGLang's
+    ``--enable-metrics`` gives them."""
     text = "tok" * n
     usage = _usage(n)
     message = {"role": "assistant", "content": text}
-    chat = {"index": 0, "finish_reason": "length", "message": message}
+    chat: dict[str, object] = {"index": 0, "finish_reason": "length", "message": message}
     completion = {"index": 0, "text": text, "finish_reason": "length"}
     finish = {"type": "length", "length": n}
     meta = {"id": "stub", "prompt_tokens": 8, "completion_tokens": n, "finish_reason": finish}
+    if timed:
+        chat["meta_info"] = meta | {"decode_throughput": 1 / gap if gap > 0 else 1e6}
     return {
         "/v1/chat/completions": _json(
             "200 OK", _openai("chat.completion", model, choices=[chat], usage=usage)
@@ -136,15 +141,18 @@ class Answers:
 
     model: str
     chunks: int
+    gap: float = 0.0  # seconds between a stream's events
     events: dict[str, list[bytes]] = field(default_factory=dict)  # path: chunked SSE frames
     counted: dict[str, list[bytes]] = field(default_factory=dict)  # the same, with usage
     whole: dict[str, bytes] = field(default_factory=dict)  # path: a whole response
+    timed: dict[str, bytes] = field(default_factory=dict)  # the same, with its meta_info
     fixed: dict[str, bytes] = field(default_factory=dict)  # GET path: its response
 
     def __post_init__(self) -> None:
         self.events.update(_streams(self.model, self.chunks))
         self.counted.update(_streams(self.model, self.chunks, counted=True))
-        self.whole = _wholes(self.model, self.chunks)
+        self.whole = _wholes(self.model, self.chunks, self.gap)
+        self.timed = _wholes(self.model, self.chunks, self.gap, timed=True)
         self.fixed = _fixed(self.model)
 
     def metrics(self, running: int, generated: int) -> bytes:
@@ -232,6 +240,7 @@ class _Connection(asyncio.Protocol):
             asked = json.loads(body)
             stream = asked.get("stream") is True
             options = asked.get("stream_options")
+            timed = asked.get("return_meta_info") is True
         except (ValueError, AttributeError):
             self._send(_BAD)
             return
@@ -239,7 +248,7 @@ class _Connection(asyncio.Protocol):
         stub, loop = self.stub, asyncio.get_running_loop()
         stub.running += 1
         if not stream:
-            answer = stub.answers.whole[path]
+            answer = (stub.answers.timed if timed else stub.answers.whole)[path]
             self.timer = loop.call_later(stub.gap * (stub.answers.chunks - 1), self._done, answer)
             return
         frames = (stub.answers.counted if counted else stub.answers.events)[path]
@@ -295,7 +304,8 @@ def main() -> None:
     args = p.parse_args()
     if args.chunks < 1 or args.gap_ms < 0:
         p.error("--chunks must be >= 1 and --gap-ms >= 0")
-    stub = Stub(Answers(args.model, args.chunks), args.gap_ms / 1000)
+    gap = args.gap_ms / 1000
+    stub = Stub(Answers(args.model, args.chunks, gap), gap)
     with contextlib.suppress(KeyboardInterrupt):
         run(serve(args.host, args.port, stub))
 

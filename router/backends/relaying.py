@@ -31,6 +31,8 @@ class Relaying:
         self.answers: dict[Answer, Flight] = {}  # being relayed
         self.watchdog: asyncio.Task[None] | None = None  # while a stream is relayed
         self.cut_off = False  # the drain's time ran out: what was left was closed
+        # (backend, reason): answers whose meta_info could not be used, logged once each
+        self.unread_logged: set[tuple[str, str]] = set()
 
     def hold(self, answer: Answer, flight: Flight) -> None:
         """``answer`` is relayed from here: the drain may cut it off, and a stream is

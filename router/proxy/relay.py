@@ -147,10 +147,20 @@ async def _whole_read(relaying: Relaying, flight: Flight, upstream: Answer, firs
 
 
 def _unread(relaying: Relaying, flight: Flight, reason: str, what: str) -> None:
-    """A whole answer whose ``meta_info`` could not be used: counted and logged."""
+    """A whole answer whose ``meta_info`` could not be used: counted each time, logged the
+    first time for its backend and reason (a server that never gives it would say so on
+    every request)."""
     name = flight.backend.name
     relaying.metrics.online_unread.labels(backend=name, reason=reason).inc()
-    _log.warning("%s answered %s (%s)", name, what, reason)
+    if (name, reason) not in relaying.unread_logged:
+        relaying.unread_logged.add((name, reason))
+        _log.warning(
+            "%s answered %s (%s): no sample of it; counted in specroute_online_unread_total, "
+            "said here once",
+            name,
+            what,
+            reason,
+        )
 
 
 def _read_and_taken_out(flight: Flight, chunk: bytes) -> bytes:

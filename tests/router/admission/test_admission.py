@@ -32,7 +32,7 @@ CHAT: dict[str, Any] = {"model": "stub", "messages": [{"role": "user", "content"
 @asynccontextmanager
 async def stubs(gap: float, chunks: int = 4) -> AsyncIterator[tuple[Stub, Stub, str, str]]:
     """A speculative and a plain stub server whose answers take ``gap * (chunks - 1)`` s."""
-    spec, base = Stub(Answers("stub", chunks), gap), Stub(Answers("stub", chunks), gap)
+    spec, base = Stub(Answers("stub", chunks, gap), gap), Stub(Answers("stub", chunks, gap), gap)
     servers = [await listen("127.0.0.1", 0, s) for s in (spec, base)]
     try:
         spec_url, base_url = (f"http://127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in servers)

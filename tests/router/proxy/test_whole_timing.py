@@ -224,19 +224,25 @@ async def test_a_body_cut_before_it_was_whole_reached_no_client_and_is_retried()
     assert reasons[-1] == "retry"
 
 
-async def test_an_answer_whose_meta_info_gives_no_decode_time_is_counted_not_sampled() -> None:
+async def test_an_answer_whose_meta_info_gives_no_decode_time_is_counted_not_sampled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Counted each time, logged once for its backend: a server that never gives it would
+    otherwise say so on every request."""
     untimed = {k: v for k, v in META.items() if k != "decode_throughput"}
     backend = Backend(script=lambda _: _whole(_answer([untimed], (",", ":"))), pages=SGLANG)
     async with routed(backend, "own") as (url, port, state):
         await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
-        answer = await asyncio.to_thread(_answer_to, port, False)
+        answers = [await asyncio.to_thread(_answer_to, port, False) for _ in range(2)]
         samples = state.online.samples.window(time.monotonic())
         async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as r:
             metrics = await r.text()
-    assert answer == _answer([None], (",", ":")) and not samples
+    assert answers == [_answer([None], (",", ":"))] * 2 and not samples
     name = backend_name(state.roster.backends[0].url, "spec")
-    unread = f'specroute_online_unread_total{{backend="{name}",reason="no_decode_time"}} 1.0'
+    unread = f'specroute_online_unread_total{{backend="{name}",reason="no_decode_time"}} 2.0'
     assert unread in metrics
+    said = [r for r in caplog.records if "no_decode_time" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
 
 
 async def test_a_meta_info_it_cannot_take_out_is_counted_once_and_relayed_as_it_came() -> None:
