@@ -10,14 +10,14 @@ from collections.abc import Awaitable
 
 import aiohttp
 
-from specroute.router.backends.flight import Flight, usage
+from specroute.router.backends.flight import Flight
 from specroute.router.backends.relaying import Relaying
 from specroute.router.protocol.errors import sse_error
 from specroute.router.protocol.outcome import Outcome
 from specroute.router.protocol.reply import Reply
 from specroute.router.proxy.stream_usage import accept_length, has_added, without_added
 from specroute.router.proxy.upstream_call import Failure, stopped
-from specroute.router.proxy.whole_timing import decode_timing, without_meta_info
+from specroute.router.proxy.whole_timing import read_whole
 from specroute.router.upstream.answer import Answer
 
 _RELAYED_HEADERS = ("Content-Type", "Cache-Control", "Content-Encoding")  # as the answer's
@@ -132,18 +132,17 @@ async def _whole_read(relaying: Relaying, flight: Flight, upstream: Answer, firs
     came = b"".join(parts)
     if upstream.status != 200:
         return came
-    sent = without_meta_info(came) if flight.meta_added else came
-    if sent is None:
+    read = read_whole(came, flight.meta_added)
+    if read.sent is None:
         _unread(relaying, flight, "meta_info_kept", "a meta_info not of SGLang's shape")
         return came
-    tokens = usage((b"", came)).get("completion_tokens")
-    if (timing := decode_timing(came)) is not None:
+    if (timing := read.timing) is not None:
         flight.tpot = timing.tpot
         if timing.accept_length is not None:
             flight.accept_length = timing.accept_length
-    elif tokens is None or tokens > 1:  # one token has no decode to time
+    elif read.tokens is None or read.tokens > 1:  # one token has no decode to time
         _unread(relaying, flight, "no_decode_time", "no decode time in a whole answer")
-    return sent
+    return read.sent
 
 
 def _unread(relaying: Relaying, flight: Flight, reason: str, what: str) -> None:

@@ -13,35 +13,39 @@ It is not asked where asking changes more than that: a stream (SGLang refuses it
 several choices (one decode time a sample), and what SGLang answers otherwise, or copies
 into the ``meta_info`` too, once asked (logprobs, hidden states, routed experts, token
 ids). A client that asked for ``meta_info`` itself gets it as the server sent it, and is
-read as it passes."""
+read as it passes, as is SGLang's own ``/generate`` of one prompt, whose whole answer
+always carries it."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, NamedTuple
 
+import orjson
+
 PATH = "/v1/chat/completions"  # SGLang 0.5.23's completions take no return_meta_info
+GENERATE = "/generate"  # SGLang's own: its whole answer has its meta_info unasked
 ASKED = "return_meta_info"
 # what a client may ask that SGLang 0.5.23 then answers otherwise, or puts in each
 # ``meta_info`` as well (its chat request model)
-_OTHERWISE = (
-    "logprobs",
-    "top_logprobs",
-    "return_hidden_states",
-    "return_routed_experts",
-    "return_token_ids",
-    "return_prompt_token_ids",
-    "return_sampling_mask",
-    "return_flat_raw_output_top_logprobs",
+_OTHERWISE = frozenset(
+    (
+        "logprobs",
+        "top_logprobs",
+        "return_hidden_states",
+        "return_routed_experts",
+        "return_token_ids",
+        "return_prompt_token_ids",
+        "return_sampling_mask",
+        "return_flat_raw_output_top_logprobs",
+    )
 )
 _KEY = b'"meta_info"'
 _OPENS = re.compile(rb"\s*:\s*\{")  # after the key: its value, an object
 # a JSON string (escapes skipped) or a brace: what a value's end is found by
 # (one not closed runs to the end: no scan begins again inside it)
 _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\Z)|[{}]', re.S)
-_NUMBER = re.compile(rb"\s*:\s*(-?[0-9][0-9.eE+-]*)")
 _COLON = re.compile(rb"\s*:")
-_THROUGHPUT, _ACCEPT = b'"decode_throughput"', b'"spec_accept_length"'
 # what a decode can be: a token an hour to a million a second; a verify step's tokens
 _SANE_THROUGHPUT, _SANE_ACCEPT = (1 / 3600, 1e6), 64.0
 
@@ -62,7 +66,9 @@ def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None
         return None  # an empty object has no member to add one after
     if body.get(ASKED) not in (None, False) or body.get("n") not in (None, 1):
         return None
-    if any(body.get(name) not in (None, False) for name in _OTHERWISE):
+    if not _OTHERWISE.isdisjoint(body) and any(
+        body.get(name) not in (None, False) for name in _OTHERWISE
+    ):
         return None
     end = raw.rstrip()
     if not end.endswith(b"}") or b"\x00" in raw:
@@ -71,38 +77,99 @@ def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None
 
 
 def asked_meta_info(path: str, body: dict[str, Any]) -> bool:
-    """Whether a whole chat of one choice asked for its ``meta_info`` itself: read as it
-    passes."""
-    whole = path == PATH and body.get("stream") in (None, False)
-    return whole and body.get(ASKED) is True and body.get("n") in (None, 1)
+    """Whether a whole answer of one output carries its ``meta_info`` as its client asked:
+    a chat that asked for it itself, or SGLang's ``/generate`` of one prompt (whose answer
+    always does); read as it passes."""
+    if body.get("stream") not in (None, False):
+        return False
+    if path == GENERATE:
+        params = body.get("sampling_params")
+        one = not isinstance(params, dict) or params.get("n") in (None, 1)
+        ids = body.get("input_ids")
+        prompt = isinstance(body.get("text"), str) or (
+            isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+        )
+        return one and prompt
+    return path == PATH and body.get(ASKED) is True and body.get("n") in (None, 1)
 
 
-def decode_timing(answer: bytes) -> Timing | None:
-    """The decode a whole answer's one ``meta_info`` gives; None where it gives none, or
-    several (choices of their own)."""
-    throughput = _only(answer, _THROUGHPUT)
+class Whole(NamedTuple):
+    """A whole answer as read (``read_whole``)."""
+
+    sent: bytes | None  # as the client gets it; None: a meta_info not taken out (not JSON)
+    timing: Timing | None  # its one ``meta_info``'s decode, where it gives one
+    tokens: int | None  # its output tokens, where it says
+
+
+def read_whole(answer: bytes, take_out: bool) -> Whole:
+    """``answer`` read once (orjson): its one ``meta_info``'s decode (a chat choice's, or
+    ``/generate``'s own; none where several), its output tokens, and, where ``take_out``,
+    the answer less each ``meta_info`` member (and the comma before it), found in the bytes
+    as orjson writes it (SGLang's own writer) or else by a scan of its braces."""
+    try:
+        data = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        data = None
+    infos = _infos(data)
+    timing = _timing(infos[0]) if len(infos) == 1 else None
+    sent = _without(answer, infos) if take_out else answer
+    return Whole(sent, timing, _tokens(data, infos))
+
+
+def _infos(data: object) -> list[dict[str, Any]]:
+    """Each ``meta_info`` of an answer: its chat choices', or ``/generate``'s own."""
+    if not isinstance(data, dict):
+        return []
+    choices = data.get("choices")
+    if isinstance(choices, list):
+        found = [c.get("meta_info") for c in choices if isinstance(c, dict)]
+    else:
+        found = [data.get("meta_info")]
+    return [info for info in found if isinstance(info, dict)]
+
+
+def _timing(info: dict[str, Any]) -> Timing | None:
+    throughput = _number(info.get("decode_throughput"))
     if throughput is None or not _SANE_THROUGHPUT[0] <= throughput <= _SANE_THROUGHPUT[1]:
         return None
-    accept = _only(answer, _ACCEPT)
+    accept = _number(info.get("spec_accept_length"))
     sane = accept is not None and 1 <= accept <= _SANE_ACCEPT
     return Timing(1.0 / throughput, accept if sane else None)
 
 
-def without_meta_info(answer: bytes) -> bytes | None:
-    """``answer`` less each choice's ``meta_info`` (and the comma before it); None where
-    one does not end, or is not where a choice's last member is (not the JSON it should
-    be): the caller does not send it as it came. A key's quotes are never inside a string,
-    where they would be escaped, and a key is followed by a colon, which a string value
-    never is: the search needs no parser."""
+def _tokens(data: object, infos: list[dict[str, Any]]) -> int | None:
+    """The output tokens: a chat's ``usage``, or its one ``meta_info``'s."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    found = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if found is None and len(infos) == 1:
+        found = infos[0].get("completion_tokens")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _without(answer: bytes, infos: list[dict[str, Any]]) -> bytes | None:
+    """``answer`` less each ``meta_info`` member; None where one does not end, or is not
+    where an object's last member is. A key's quotes are never inside a string, where they
+    would be escaped, and a key is followed by a colon, which a string value never is."""
+    packed = [orjson.dumps(info) for info in infos]
     kept, at = [], 0
-    for found in _keys(answer, _KEY):
+    for i, found in enumerate(_keys(answer, _KEY)):
         if found < at:
             return None  # inside one taken out
         start = len(answer[:found].rstrip())
         value = _OPENS.match(answer, found + len(_KEY))
         if answer[start - 1 : start] != b"," or value is None:
             return None
-        end = _value_end(answer, value.end() - 1)
+        begins = value.end() - 1
+        if i < len(packed) and answer.startswith(packed[i], begins):
+            end: int | None = begins + len(packed[i])  # as orjson writes it: no scan
+        else:
+            end = _value_end(answer, begins)
         if end is None:
             return None
         kept.append(answer[at : start - 1])
@@ -134,17 +201,3 @@ def _value_end(data: bytes, start: int) -> int | None:
             if depth == 0:
                 return token.end()
     return None
-
-
-def _only(answer: bytes, key: bytes) -> float | None:
-    """The number at ``key``, where it is a key once."""
-    found = _keys(answer, key)
-    if len(found) != 1:
-        return None
-    number = _NUMBER.match(answer, found[0] + len(key))
-    if number is None:
-        return None
-    try:
-        return float(number.group(1))
-    except ValueError:
-        return None

@@ -18,15 +18,24 @@ import pytest
 from specroute.router.backends.backend import backend_name
 from specroute.router.proxy.whole_timing import (
     PATH,
+    Timing,
     asked_meta_info,
-    decode_timing,
     meta_info_asked,
-    without_meta_info,
+    read_whole,
 )
 from tests.conditions import until
 from tests.emulator.test_emulator_api import CHAT, client
 from tests.routers import running_router
 from tests.wire import Backend, Client, Script, post, routed
+
+
+def _sent(answer: bytes) -> bytes | None:
+    return read_whole(answer, take_out=True).sent
+
+
+def _timing(answer: bytes) -> Timing | None:
+    return read_whole(answer, take_out=False).timing
+
 
 RAW = b'{"model":"m","messages":[{"role":"user","content":"hi"}]} \n'
 BODY = json.loads(RAW)
@@ -59,6 +68,12 @@ def test_the_server_is_asked_only_where_asking_changes_nothing_else() -> None:
     for more in ({"n": 2}, {"stream": True}):
         assert not asked_meta_info(PATH, own | more)  # several decode times; refused
     assert not asked_meta_info("/v1/completions", own)
+    one = {"text": "hi", "sampling_params": {"max_new_tokens": 8}}
+    assert asked_meta_info("/generate", one) and asked_meta_info("/generate", {"input_ids": [1]})
+    for many in ({"text": ["a", "b"]}, {"stream": True}):
+        assert not asked_meta_info("/generate", one | many), many
+    assert not asked_meta_info("/generate", {"input_ids": [[1], [2]]})
+    assert not asked_meta_info("/generate", one | {"sampling_params": {"n": 2}})
 
 
 def _answer(meta: list[dict[str, Any] | None], separators: tuple[str, str]) -> bytes:
@@ -95,28 +110,28 @@ META = {
 def test_each_meta_info_is_taken_out_byte_for_byte_and_its_decode_read() -> None:
     for separators in ((",", ":"), (", ", ": ")):
         one, bare = _answer([META], separators), _answer([None], separators)
-        assert without_meta_info(one) == bare
-        assert decode_timing(one) == (0.05, 2.25)
+        assert _sent(one) == bare
+        assert _timing(one) == (0.05, 2.25)
         two = _answer([META, META], separators)
-        assert without_meta_info(two) == _answer([None, None], separators)
-        assert decode_timing(two) is None  # whose is it: no sample
-        assert without_meta_info(bare) == bare and decode_timing(bare) is None
+        assert _sent(two) == _answer([None, None], separators)
+        assert _timing(two) is None  # whose is it: no sample
+        assert _sent(bare) == bare and _timing(bare) is None
     one = _answer([META], (",", ":"))
     cut = one[: one.index(b"decode_throughput")]  # inside its meta_info
-    assert without_meta_info(cut) is None  # not the object it should be: not sent so
+    assert _sent(cut) is None  # not the object it should be: not sent so
     named = _answer([META | {"weight_version": "meta_info", "n": "decode_throughput"}], (",", ":"))
-    assert without_meta_info(named) == _answer([None], (",", ":"))  # values, not keys
-    assert decode_timing(named) == (0.05, 2.25)
+    assert _sent(named) == _answer([None], (",", ":"))  # values, not keys
+    assert _timing(named) == (0.05, 2.25)
     for wild in ("1e400", "1e-300", "-1", "0"):  # read, but no decode's
-        assert decode_timing(one.replace(b":20.0", b":" + wild.encode())) is None, wild
-    wild_accept = one.replace(b":2.25", b":1e400")
-    assert decode_timing(wild_accept) == (0.05, None)
+        assert _timing(one.replace(b":20.0", b":" + wild.encode())) is None, wild
+    wild_accept = one.replace(b":2.25", b":1e300")
+    assert _timing(wild_accept) == (0.05, None)
     broken = b'{"choices":[{"index":0,"meta_info":{"id":"' + b'\\"' * 20_000 + b"}"
     started = time.perf_counter()
-    assert without_meta_info(b'{"a":1,' + broken[1:]) is None  # not closed, not scanned again
+    assert _sent(b'{"a":1,' + broken[1:]) is None  # not closed, not scanned again
     assert time.perf_counter() - started < 0.5  # once through: milliseconds
     plain = _answer([META | {"spec_accept_length": 0.0}], (",", ":"))
-    assert decode_timing(plain) == (0.05, None)
+    assert _timing(plain) == (0.05, None)
 
 
 async def test_the_emulator_s_body_less_its_meta_info_is_its_body_unasked(
@@ -134,9 +149,28 @@ async def test_the_emulator_s_body_less_its_meta_info_is_its_body_unasked(
                 bodies.append(re.sub(rb'"created":\s*\d+', b'"created":0', await r.read()))
     unasked, asked_body = bodies
     assert b'"meta_info"' in asked_body and b'"meta_info"' not in unasked
-    assert without_meta_info(asked_body) == unasked
-    timing = decode_timing(asked_body)
+    assert _sent(asked_body) == unasked
+    timing = _timing(asked_body)
     assert timing is not None and 0 < timing.tpot < 1 and timing.accept_length is not None
+
+
+async def test_sglang_s_own_generate_of_one_prompt_is_read_as_it_passes(
+    backends: tuple[str, str],
+) -> None:
+    """``/generate``'s whole answer always carries its ``meta_info``: its decode time is
+    read and the client gets the answer as the server sent it."""
+    spec, base = backends
+    async with running_router(spec=[spec], base=[base], crossover=2.5) as (url, state):
+        await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
+        body = {"text": "Tell me", "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
+        async with aiohttp.ClientSession() as s, s.post(f"{url}/generate", json=body) as r:
+            answer = await r.json()
+        samples = state.online.samples.window(time.monotonic())
+    meta = answer["meta_info"]
+    assert meta["completion_tokens"] == 16 and meta["decode_throughput"] > 0
+    (sample,) = samples
+    assert sample.tpot == pytest.approx(1 / meta["decode_throughput"])
+    assert sample.pool == "spec" and sample.accept_length == meta["spec_accept_length"]
 
 
 async def test_the_openai_client_s_whole_chat_becomes_a_sample(
@@ -201,7 +235,7 @@ async def test_the_client_gets_the_body_less_the_meta_info_and_the_sample_its_de
         b',"return_meta_info":true}'
     )
     assert backend.bodies[1] == _request(own=True)  # the client's own: as it came
-    assert answers == [without_meta_info(ANSWER), ANSWER]
+    assert answers == [_sent(ANSWER), ANSWER]
     assert [s.tpot for s in samples] == [0.05, 0.05]  # 1 / decode_throughput, each
     assert [s.accept_length for s in samples] == [2.25, 2.25]  # its own
 
@@ -220,7 +254,7 @@ async def test_a_body_cut_before_it_was_whole_reached_no_client_and_is_retried()
         await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
         answer = await asyncio.to_thread(_answer_to, port, False)
         reasons = [d["reason"] for d in state.decisions.recent]
-    assert tries == [True, False] and answer == without_meta_info(ANSWER)
+    assert tries == [True, False] and answer == _sent(ANSWER)
     assert reasons[-1] == "retry"
 
 
