@@ -386,6 +386,22 @@ RUNS: dict[str, Run] = {
         note="`split` holds the code at the split's end, before the features that came "
         "after it; the installed specroute the code of `overhead-calls`",
     ),
+    "overhead-calls-whole-timing": Run(
+        "specroute bench calls --baseline before --out overhead-calls-whole-timing.json",
+        "2026-12-07",
+        note="`before` holds the code before whole answers were read for their meta_info; "
+        "the installed specroute the code after it",
+    ),
+    "overhead-whole-timing": Run(
+        "specroute bench overhead --levels 16,256 --workers 1 --repeats 8 --modes whole,stream "
+        "--warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways none --online-off "
+        "--baseline before_pkg --router-cores 1 --out overhead-whole-timing.json",
+        "2026-12-07",
+        note="on the 2-core machine without a GPU (the 16-core one was not lent that day): "
+        "the router, the stub backends and the load share two cores; `before_pkg` holds the "
+        "code before whole answers were read for their meta_info, the installed specroute "
+        "the code after it",
+    ),
     "overhead-split-before-c1": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
         "stream,whole --warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways smg "
