@@ -392,15 +392,23 @@ RUNS: dict[str, Run] = {
         note="`before` holds the code before whole answers were read for their meta_info; "
         "the installed specroute the code after it",
     ),
-    "overhead-whole-timing": Run(
-        "specroute bench overhead --levels 16,256 --workers 1 --repeats 8 --modes whole,stream "
-        "--warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways none --online-off "
-        "--baseline before_pkg --router-cores 1 --out overhead-whole-timing.json",
+    "overhead-whole-timing-c1": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 4 --modes whole "
+        "--warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways none --baseline before "
+        "--router-cores 1 --out overhead-whole-timing-c1.json",
         "2026-12-07",
-        note="on the 2-core machine without a GPU (the 16-core one was not lent that day): "
-        "the router, the stub backends and the load share two cores; `before_pkg` holds the "
-        "code before whole answers were read for their meta_info, the installed specroute "
-        "the code after it",
+        note="on a machine of 16 cores with an H100; `before` holds the code before whole "
+        "answers were read for their meta_info, the installed specroute the code after it"
+        ,
+    ),
+    "overhead-whole-timing-c4": Run(
+        "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 4 --modes whole "
+        "--warmup 0.75 --seconds 1.5 --chunks 16 --gap-ms 20 --gateways none --baseline before "
+        "--router-cores 4 --out overhead-whole-timing-c4.json",
+        "2026-12-07",
+        note="on a machine of 16 cores with an H100; `before` holds the code before whole "
+        "answers were read for their meta_info, the installed specroute the code after it"
+        ", just after the run above",
     ),
     "overhead-split-before-c1": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 2 --modes "
