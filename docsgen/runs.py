@@ -398,8 +398,7 @@ RUNS: dict[str, Run] = {
         "--router-cores 1 --out overhead-whole-timing-c1.json",
         "2026-12-07",
         note="on a machine of 16 cores with an H100; `before` holds the code before whole "
-        "answers were read for their meta_info, the installed specroute the code after it"
-        ,
+        "answers were read for their meta_info, the installed specroute the code after it",
     ),
     "overhead-whole-timing-c4": Run(
         "specroute bench overhead --levels 16,64,256,512 --workers 1 --repeats 4 --modes whole "
