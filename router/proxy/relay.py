@@ -128,7 +128,8 @@ async def _whole_read(relaying: Relaying, flight: Flight, upstream: Answer, firs
         while chunk := await upstream.chunk():
             parts.append(chunk)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise stopped(relaying, flight, exc) from None
+        if not upstream.complete:  # else what broke came after a body already whole
+            raise stopped(relaying, flight, exc) from None
     came = b"".join(parts)
     if upstream.status != 200:
         return came

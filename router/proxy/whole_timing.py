@@ -13,8 +13,7 @@ It is not asked where asking changes more than that: a stream (SGLang refuses it
 several choices (one decode time a sample), and what SGLang answers otherwise, or copies
 into the ``meta_info`` too, once asked (logprobs, hidden states, routed experts, token
 ids). A client that asked for ``meta_info`` itself gets it as the server sent it, and is
-read as it passes, as is SGLang's own ``/generate`` of one prompt, whose whole answer
-always carries it."""
+read as it passes."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from typing import Any, NamedTuple
 import orjson
 
 PATH = "/v1/chat/completions"  # SGLang 0.5.23's completions take no return_meta_info
-GENERATE = "/generate"  # SGLang's own: its whole answer has its meta_info unasked
 ASKED = "return_meta_info"
 # what a client may ask that SGLang 0.5.23 then answers otherwise, or puts in each
 # ``meta_info`` as well (its chat request model)
@@ -77,20 +75,10 @@ def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None
 
 
 def asked_meta_info(path: str, body: dict[str, Any]) -> bool:
-    """Whether a whole answer of one output carries its ``meta_info`` as its client asked:
-    a chat that asked for it itself, or SGLang's ``/generate`` of one prompt (whose answer
-    always does); read as it passes."""
-    if body.get("stream") not in (None, False):
-        return False
-    if path == GENERATE:
-        params = body.get("sampling_params")
-        one = not isinstance(params, dict) or params.get("n") in (None, 1)
-        ids = body.get("input_ids")
-        prompt = isinstance(body.get("text"), str) or (
-            isinstance(ids, list) and all(isinstance(i, int) for i in ids)
-        )
-        return one and prompt
-    return path == PATH and body.get(ASKED) is True and body.get("n") in (None, 1)
+    """Whether a whole chat of one choice asked for its ``meta_info`` itself: read as it
+    passes."""
+    whole = path == PATH and body.get("stream") in (None, False)
+    return whole and body.get(ASKED) is True and body.get("n") in (None, 1)
 
 
 class Whole(NamedTuple):
@@ -102,8 +90,8 @@ class Whole(NamedTuple):
 
 
 def read_whole(answer: bytes, take_out: bool) -> Whole:
-    """``answer`` read once (orjson): its one ``meta_info``'s decode (a chat choice's, or
-    ``/generate``'s own; none where several), its output tokens, and, where ``take_out``,
+    """``answer`` read once (orjson): its one choice's ``meta_info``'s decode (none where
+    several), its output tokens, and, where ``take_out``,
     the answer less each ``meta_info`` member (and the comma before it), found in the bytes
     as orjson writes it (SGLang's own writer) or else by a scan of its braces."""
     try:
@@ -113,18 +101,15 @@ def read_whole(answer: bytes, take_out: bool) -> Whole:
     infos = _infos(data)
     timing = _timing(infos[0]) if len(infos) == 1 else None
     sent = _without(answer, infos) if take_out else answer
-    return Whole(sent, timing, _tokens(data, infos))
+    return Whole(sent, timing, _tokens(data))
 
 
 def _infos(data: object) -> list[dict[str, Any]]:
-    """Each ``meta_info`` of an answer: its chat choices', or ``/generate``'s own."""
-    if not isinstance(data, dict):
+    """Each choice's ``meta_info`` of a chat's answer."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list):
         return []
-    choices = data.get("choices")
-    if isinstance(choices, list):
-        found = [c.get("meta_info") for c in choices if isinstance(c, dict)]
-    else:
-        found = [data.get("meta_info")]
+    found = [c.get("meta_info") for c in choices if isinstance(c, dict)]
     return [info for info in found if isinstance(info, dict)]
 
 
@@ -137,12 +122,10 @@ def _timing(info: dict[str, Any]) -> Timing | None:
     return Timing(1.0 / throughput, accept if sane else None)
 
 
-def _tokens(data: object, infos: list[dict[str, Any]]) -> int | None:
-    """The output tokens: a chat's ``usage``, or its one ``meta_info``'s."""
+def _tokens(data: object) -> int | None:
+    """The output tokens its ``usage`` gives."""
     usage = data.get("usage") if isinstance(data, dict) else None
     found = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if found is None and len(infos) == 1:
-        found = infos[0].get("completion_tokens")
     return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 

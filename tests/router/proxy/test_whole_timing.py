@@ -68,12 +68,6 @@ def test_the_server_is_asked_only_where_asking_changes_nothing_else() -> None:
     for more in ({"n": 2}, {"stream": True}):
         assert not asked_meta_info(PATH, own | more)  # several decode times; refused
     assert not asked_meta_info("/v1/completions", own)
-    one = {"text": "hi", "sampling_params": {"max_new_tokens": 8}}
-    assert asked_meta_info("/generate", one) and asked_meta_info("/generate", {"input_ids": [1]})
-    for many in ({"text": ["a", "b"]}, {"stream": True}):
-        assert not asked_meta_info("/generate", one | many), many
-    assert not asked_meta_info("/generate", {"input_ids": [[1], [2]]})
-    assert not asked_meta_info("/generate", one | {"sampling_params": {"n": 2}})
 
 
 def _answer(meta: list[dict[str, Any] | None], separators: tuple[str, str]) -> bytes:
@@ -152,25 +146,6 @@ async def test_the_emulator_s_body_less_its_meta_info_is_its_body_unasked(
     assert _sent(asked_body) == unasked
     timing = _timing(asked_body)
     assert timing is not None and 0 < timing.tpot < 1 and timing.accept_length is not None
-
-
-async def test_sglang_s_own_generate_of_one_prompt_is_read_as_it_passes(
-    backends: tuple[str, str],
-) -> None:
-    """``/generate``'s whole answer always carries its ``meta_info``: its decode time is
-    read and the client gets the answer as the server sent it."""
-    spec, base = backends
-    async with running_router(spec=[spec], base=[base], crossover=2.5) as (url, state):
-        await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
-        body = {"text": "Tell me", "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
-        async with aiohttp.ClientSession() as s, s.post(f"{url}/generate", json=body) as r:
-            answer = await r.json()
-        samples = state.online.samples.window(time.monotonic())
-    meta = answer["meta_info"]
-    assert meta["completion_tokens"] == 16 and meta["decode_throughput"] > 0
-    (sample,) = samples
-    assert sample.tpot == pytest.approx(1 / meta["decode_throughput"])
-    assert sample.pool == "spec" and sample.accept_length == meta["spec_accept_length"]
 
 
 async def test_the_openai_client_s_whole_chat_becomes_a_sample(
@@ -256,6 +231,22 @@ async def test_a_body_cut_before_it_was_whole_reached_no_client_and_is_retried()
         reasons = [d["reason"] for d in state.decisions.recent]
     assert tries == [True, False] and answer == _sent(ANSWER)
     assert reasons[-1] == "retry"
+
+
+async def test_bytes_after_a_body_already_whole_do_not_fail_it() -> None:
+    """A backend that writes past its answer's end (the connection is then closed, never
+    pooled): the answer was whole, and is the client's, not retried."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    whole = head % len(ANSWER) + ANSWER
+    half = len(whole) - len(ANSWER) // 2  # its end, and more, in the read that ends it
+    script: Script = [whole[:half], 0.05, whole[half:] + b"HTTP/1.1 500 junk\r\n\r\n"]
+    backend = Backend(script=lambda _: script, pages=SGLANG)
+    async with routed(backend, "own") as (_, port, state):
+        await until(lambda: all(b.gives_meta_info for b in state.roster.backends))
+        answer = await asyncio.to_thread(_answer_to, port, False)
+        reasons = [d["reason"] for d in state.decisions.recent]
+        samples = state.online.samples.window(time.monotonic())
+    assert answer == _sent(ANSWER) and reasons == ["static"] and len(samples) == 1
 
 
 async def test_an_answer_whose_meta_info_gives_no_decode_time_is_counted_not_sampled(
