@@ -91,9 +91,9 @@ class Whole(NamedTuple):
 
 def read_whole(answer: bytes, take_out: bool) -> Whole:
     """``answer`` read once (orjson): its one choice's ``meta_info``'s decode (none where
-    several), its output tokens, and, where ``take_out``,
-    the answer less each ``meta_info`` member (and the comma before it), found in the bytes
-    as orjson writes it (SGLang's own writer) or else by a scan of its braces."""
+    several), its output tokens, and, where ``take_out``, the answer less each
+    ``meta_info`` member (and the comma before it), found in the bytes as orjson writes it
+    or else by a scan of its braces."""
     try:
         data = orjson.loads(answer)
     except orjson.JSONDecodeError:
@@ -136,9 +136,10 @@ def _number(value: object) -> float | None:
 
 
 def _without(answer: bytes, infos: list[dict[str, Any]]) -> bytes | None:
-    """``answer`` less each ``meta_info`` member; None where one does not end, or is not
-    where an object's last member is. A key's quotes are never inside a string, where they
-    would be escaped, and a key is followed by a colon, which a string value never is."""
+    """``answer`` less each ``meta_info`` member; None where one does not end, is not an
+    object, or has no member before it (SGLang's is a choice's last). A key's quotes are
+    never inside a string, where they would be escaped, and a key is followed by a colon,
+    which a string value never is."""
     packed = [orjson.dumps(info) for info in infos]
     kept, at = [], 0
     for i, found in enumerate(_keys(answer, _KEY)):
