@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from specroute.router.protocol.json_object import with_last
+
 PATHS = ("/v1/chat/completions", "/v1/completions")
 _OPTIONS = "stream_options"
 DETAILS = "return_spec_tokens_details"
@@ -67,16 +69,14 @@ def asked_for(path: str, raw: bytes, body: dict[str, Any], details: bool = False
     # value is the client's to have read (1 and "true" ask for it)
     usage = options is None or options.get("include_usage") in (None, False)
     details = details and not any(body.get(name) for name in _SGLEXT)
-    end = raw.rstrip()
-    if not (usage or details) or not end.endswith(b"}") or b"\x00" in raw:
-        return None  # UTF-16 has NULs: left alone
-    added = b""
+    added = []
     if usage:
         merged = json.dumps({**(options or {}), "include_usage": True}, separators=(",", ":"))
-        added += b',"' + _OPTIONS.encode() + b'":' + merged.encode()
+        added.append(b'"' + _OPTIONS.encode() + b'":' + merged.encode())
     if details:
-        added += b',"' + DETAILS.encode() + b'":true'
-    return Asked(end[:-1] + added + b"}", usage, details)
+        added.append(b'"' + DETAILS.encode() + b'":true')
+    sent = with_last(raw, b",".join(added)) if added else None
+    return None if sent is None else Asked(sent, usage, details)
 
 
 def has_added(chunk: bytes, usage: bool, details: bool) -> bool:

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from specroute.router.protocol.json_object import with_last
+
 PATH = "/v1/chat/completions"  # SGLang 0.5.23's completions take no return_meta_info
 ASKED = "return_meta_info"
 # what a client may ask that SGLang 0.5.23 then answers otherwise, or puts in each
@@ -59,19 +61,16 @@ def meta_info_asked(path: str, raw: bytes, body: dict[str, Any]) -> bytes | None
     """The body to send for a whole chat whose client did not ask for its ``meta_info``:
     ``raw`` with ``return_meta_info`` given again last (a JSON reader keeps a name's last
     value); None where it is not to be asked (above), or ``raw`` is not plainly a UTF-8
-    object."""
-    if not body or path != PATH or body.get("stream") not in (None, False):
-        return None  # an empty object has no member to add one after
+    object with a member (``json_object.with_last``)."""
+    if path != PATH or body.get("stream") not in (None, False):
+        return None
     if body.get(ASKED) not in (None, False) or body.get("n") not in (None, 1):
         return None
     if not _OTHERWISE.isdisjoint(body) and any(
         body.get(name) not in (None, False) for name in _OTHERWISE
     ):
         return None
-    end = raw.rstrip()
-    if not end.endswith(b"}") or b"\x00" in raw:
-        return None
-    return end[:-1] + b',"' + ASKED.encode() + b'":true}'
+    return with_last(raw, b'"' + ASKED.encode() + b'":true')
 
 
 def asked_meta_info(path: str, body: dict[str, Any]) -> bool:
