@@ -38,7 +38,10 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     # sent live and cancelled there, ends the offline replay before it is sent)
     assert live["requests"] - offline["requests"] in (0, 1)
     assert live["tps"] == pytest.approx(offline["tps"], rel=0.1)
-    assert live["latency"] == pytest.approx(offline["latency"], rel=0.15)
+    # a request's mean time at this load moves with the draw of the emulator's noise and
+    # drafts: the offline replay's, over the seeds 0 to 13, 0.71 to 1.15 times seed 0's
+    # (3.83 to 6.21 s against 5.42), and a live run is a draw of its own (seen 0.75 to 1.17)
+    assert 0.6 * offline["latency"] < live["latency"] < 1.4 * offline["latency"]
     assert (
         live["started_at"]
         == offline["started_at"]
