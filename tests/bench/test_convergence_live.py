@@ -37,7 +37,9 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     # every request of the window, live too (the one arriving at the window's last instant,
     # sent live and cancelled there, ends the offline replay before it is sent)
     assert live["requests"] - offline["requests"] in (0, 1)
-    assert live["tps"] == pytest.approx(offline["tps"], rel=0.1)
+    # a request still decoding at the window's end is cancelled, its tokens not counted: seen
+    # 0.92 to 1.0 times the replay's (the replay's own draws, 0.99 to 1.06 times seed 0's)
+    assert live["tps"] == pytest.approx(offline["tps"], rel=0.15)
     # a request's mean time at this load moves with the draw of the emulator's noise and
     # drafts: the offline replay's, over the seeds 0 to 13, 0.71 to 1.15 times seed 0's
     # (3.83 to 6.21 s against 5.42), and a live run is a draw of its own (seen 0.75 to 1.17)
