@@ -380,7 +380,7 @@ def traffic_name(traffic: RequestTrace | int) -> str:
 def document(
     model: tuple[str, ...],
     runs: list[Converged],
-    live: Sequence[tuple[Converged, float | None]] = (),
+    live: Sequence[tuple[Converged, lag.Kept]] = (),
     routed: Sequence[Fixed] = (),
     at_prefill: bool | None = None,
     draws: Sequence[Draw] = (),
@@ -401,7 +401,7 @@ def document(
             "online_at_prefill": settings.online.at_prefill,
         },
         "runs": [asdict(r) | {"cost": r.cost, "slower": r.slower} for r in runs],
-        "live": [asdict(r) | {"lag": behind} for r, behind in live],
+        "live": [asdict(r) | {"lag": k.lag, "elsewhere": k.elsewhere} for r, k in live],
         "fixed": [asdict(f) for f in routed],
         "reverted_within": REVERTED_WITHIN,
         "draws": [asdict(d) for d in draws],
@@ -444,13 +444,11 @@ def render(document: dict[str, Any]) -> str:
                 f"at end {_bands(bands_there)}"
             )
         if "lag" in r:
+            kept = lag.Kept(r["lag"], r.get("elsewhere"))  # absent from runs before it was read
             lines.append(
-                f"    live: the servers' lag {lag.shown(r['lag'])}"
-                + (
-                    f" NOT KEPT TIME ({lag.late(r['lag'])})"
-                    if r["lag"] is not None and r["lag"] > lag.LIMIT
-                    else ""
-                )
+                f"    live: the servers' lag {lag.shown(kept.lag)}, a request's time "
+                f"elsewhere {'-' if kept.elsewhere is None else f'{kept.elsewhere:.1%}'}"
+                + ("" if kept.kept else f" NOT KEPT TIME ({kept.said()})")
             )
         if banded and not r.get("contexts"):
             lines.append(f"    truth {_bands(given)}, at end {_bands(r.get('bands_at_end', []))}")

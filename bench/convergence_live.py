@@ -10,7 +10,8 @@ interval, the window, the polls and health checks) is given times the time scale
 router learns over the emulated seconds the offline run learns over. Its status is read at
 each fit's interval: the bands it routes by (``online.fits[].adopted_bands``, else the
 start's), and at the end what it explored. Times come back in emulated seconds; a run whose
-servers could not keep their time says so, and nothing is concluded from it.
+servers could not keep their time, or whose router and client took more than a sliver of a
+request's (``loadgen.lag.Kept``), says so, and nothing is concluded from it.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ async def converge_live(
     time_scale: float,
     folder: Path,
     at_prefill: bool | None = None,
-) -> tuple[Converged, float | None]:
+) -> tuple[Converged, lag.Kept]:
     """One run from ``start`` on ``traffic`` live (a request trace, or the ramp this many
-    times over), and how far the servers lagged their time (``loadgen.lag.overall``; None:
-    unknown); ``at_prefill``: the router's ``online_at_prefill`` (None: its default)."""
+    times over), and how it kept its time (``loadgen.lag.Kept``); ``at_prefill``: the
+    router's ``online_at_prefill`` (None: its default)."""
     known, factor, settings = truth(model), STARTS[start], defaults(at_prefill)
     plan = replay_plan(model, known, traffic, 0)
     seconds = plan.trace.seconds
@@ -101,7 +102,9 @@ async def converge_live(
                 watching.cancel()
                 await asyncio.gather(watching, return_exceptions=True)
             status = await _status(session, router.url)
-            behind = lag.overall(before, await lag.clocks(session, urls))
+            after = await lag.clocks(session, urls)
+    timed = mean_latency(records)
+    kept = lag.Kept(lag.overall(before, after), lag.elsewhere(before, after, timed, time_scale))
     routed = [((t - began) / time_scale, _routed(given, online)) for t, online in polls]
     adopted = next((t for t, online in routed if online is not given), None)
     at, outside = settled([(t, (b,)) for t, b in routed], (known,), adopted)
@@ -122,10 +125,10 @@ async def converge_live(
         sum(explored.get("turns", {}).values()),
         output_tps(records, seconds),
         None,
-        mean_latency(records),
+        timed,
         None,
         end,
-    ), behind
+    ), kept
 
 
 async def _sent(

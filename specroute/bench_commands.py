@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from specroute.bench.convergence import Converged
     from specroute.bench.learning import Learning
     from specroute.flags import Subcommands
+    from specroute.loadgen.lag import Kept
     from specroute.loadgen.request_trace import RequestTrace
     from specroute.loadgen.trace import Trace
     from specroute.policies.profile import Profile
@@ -947,7 +948,6 @@ def _convergence(args: argparse.Namespace) -> int:
         fixed,
         render,
     )
-    from specroute.loadgen import lag
     from specroute.loadgen.request_trace import azure_conversations
 
     model = tuple(given_model_flags(args))
@@ -995,9 +995,9 @@ def _convergence(args: argparse.Namespace) -> int:
     found = document(model, runs, live, held, args.online_at_prefill, draws)
     print(render(found))
     _save(found, args.out)
-    late = [behind for _, behind in live if behind is not None and behind > lag.LIMIT]
-    for behind in late:
-        print(f"NOT KEPT TIME: {lag.late(behind)}", file=sys.stderr)
+    late = [kept.said() for _, kept in live if not kept.kept]
+    for said in late:
+        print(f"NOT KEPT TIME: {said}", file=sys.stderr)
     return 1 if late else 0
 
 
@@ -1007,7 +1007,7 @@ async def _converge_live(
     traffic: RequestTrace | int,
     time_scale: float,
     at_prefill: bool | None = None,
-) -> list[tuple[Converged, float | None]]:
+) -> list[tuple[Converged, Kept]]:
     """Each start on ``traffic`` live, one after the other, each in a folder of its own."""
     from specroute.bench.convergence_live import converge_live
 

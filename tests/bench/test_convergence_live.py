@@ -30,10 +30,12 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
     said = capsys.readouterr()
     document = json.loads(out.read_text())
     (offline,), (live,) = document["runs"], document["live"]
-    if live["lag"] is not None and live["lag"] > lag.LIMIT:
-        assert code == 1 and "NOT KEPT TIME" in said.err
-        pytest.skip(f"the emulators lagged their time scale by {live['lag']:.0%}")
-    assert code == 0 and "live" in said.out
+    kept = lag.Kept(live["lag"], live["elsewhere"])
+    assert kept.elsewhere is not None  # the servers' own times were read
+    if not kept.kept:
+        assert code == 1 and f"NOT KEPT TIME: {kept.said()}" in said.err
+        pytest.skip(kept.said())
+    assert code == 0 and "live" in said.out and "NOT KEPT TIME" not in said.out + said.err
     # every request of the window, live too (the one arriving at the window's last instant,
     # sent live and cancelled there, ends the offline replay before it is sent)
     assert live["requests"] - offline["requests"] in (0, 1)
@@ -57,18 +59,21 @@ def test_a_live_run_serves_and_routes_as_the_offline_one(
 async def test_the_ramp_live_plays_its_clients_phase_by_phase(tmp_path: Path) -> None:
     """One cycle of the ramp (8 emulated minutes) at a twentieth of real time: the clients
     step up and down through the router and the records come back in emulated seconds.
-    A closed loop at this time scale loses a little to the client's and the router's own
-    time (each wall millisecond is twenty emulated ones), so its tok/s is held within 30%."""
-    live, behind = await converge_live(DENSE, "4x high", 1, 0.05, tmp_path)
-    if behind is not None and behind > lag.LIMIT:
-        pytest.skip(f"the emulators lagged their time scale by {behind:.0%}")
+    A closed loop at this time scale loses to the client's and the router's own time (each
+    wall millisecond is twenty emulated ones): on two cores they took 24% of a request's
+    time (9% at a tenth of real time, 2% at a fifth), and the run says it did not keep its
+    time. Where it did, its requests and tok/s are held to the replay's."""
+    live, kept = await converge_live(DENSE, "4x high", 1, 0.05, tmp_path)
     offline = converge(DENSE, "4x high", 1, priced=False)
     assert (live.traffic, live.seconds) == ("ramp", offline.seconds) == ("ramp", 480.0)
-    assert live.requests >= 0.6 * offline.requests
-    assert live.tps == pytest.approx(offline.tps, rel=0.3)
+    assert kept.elsewhere is not None and 0 < live.requests <= offline.requests * 1.1
     # one cycle is seldom enough to be sure of a crossing: offline it routes by the start
     # throughout. Live, where a wall millisecond is twenty emulated ones and blurs a level's
     # time per token, where it ends is not asserted: at its start in most runs, once 22.3
     # (inside the truth), once 15.0 (a bound a level short of it). What live learning does
     # is measured at a tenth of real time in the committed live runs, not here.
     assert offline.routed_at_end == live.started_at
+    if not kept.kept:
+        pytest.skip(kept.said())
+    assert live.requests >= 0.6 * offline.requests
+    assert live.tps == pytest.approx(offline.tps, rel=0.3)

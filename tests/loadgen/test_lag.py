@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specroute.loadgen.lag import Clock, lag, overall, shown
+from specroute.loadgen.lag import LIMIT, Clock, Kept, elsewhere, lag, overall, shown
 from tests.processes import emulator_pair
 from tests.profiler.test_bench import run
 
@@ -29,6 +29,24 @@ def test_lag_is_actual_over_intended_step_time(
 ) -> None:
     found = lag(before, after)
     assert found == expected if expected is None else found == pytest.approx(expected)
+
+
+def test_a_request_s_time_elsewhere_is_what_its_client_timed_past_the_servers_own() -> None:
+    """Two servers finished 30 requests in 15 wall seconds between the readings, 0.5 s
+    each, 5 emulated seconds at a tenth of real time; a client that timed them at 5.5
+    emulated seconds on average lost 1/11 of it elsewhere. A real engine's clock, and a
+    run with no request finished or none timed, say nothing."""
+    before = [Clock(0.0, 0.0, 100.0, 10.0), Clock(0.0, 0.0, 0.0, 0.0), None]
+    after = [Clock(9.0, 9.0, 110.0, 30.0), Clock(9.0, 9.0, 5.0, 10.0), None]
+    found = elsewhere(before, after, 5.5, 0.1)
+    assert found == pytest.approx(1 / 11)
+    assert elsewhere(before, after, 4.0, 0.1) == 0.0  # the client timed less: none lost
+    assert elsewhere(before, before, 5.5, 0.1) is None
+    assert elsewhere(before, after, 0.0, 0.1) is None
+    assert Kept(0.01, found).said().startswith("the router and the client took 9%")
+    assert not Kept(0.01, found).kept and Kept(0.01, 0.02).kept and Kept(None, None).kept
+    assert Kept(LIMIT * 2, found).said().startswith("the emulators ran 10% behind")
+    assert Kept(0.0, 0.0).said() == ""
 
 
 def test_servers_lag_together_each_weighed_by_its_steps() -> None:
