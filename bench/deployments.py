@@ -108,8 +108,9 @@ def head_to_head(
                 }
                 said = partial(_progress, progress, f"live {utilisation:g}")
                 row["live"] = _figures({n: p.records for n, p in played.items()}, span, slo, said)
-                behind = [p.lag for p in played.values() if p.lag is not None]
-                row["live"]["lag"] = round(max(behind), 4) if behind else None
+                for measure in ("lag", "elsewhere"):
+                    each = [v for p in played.values() if (v := getattr(p, measure)) is not None]
+                    row["live"][measure] = round(max(each), 4) if each else None
                 row["live"]["time_scale"] = live.time_scale
             rows[f"{utilisation:g}"] = row
     return {
@@ -185,11 +186,14 @@ def live_rows(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(utilisation, shown) for utilisation, _, shown in _shown(document, True)]
 
 
-def worst_lag(document: dict[str, Any]) -> float | None:
-    """The most any live run's servers fell behind their time scale; None where none
-    could say (or none ran live)."""
-    lags = [r["lag"] for _, r in live_rows(document) if r["lag"] is not None]
-    return max(lags) if lags else None
+def worst(document: dict[str, Any]) -> lag.Kept:
+    """The most any live run's servers fell behind their time scale, and the most of a
+    request's time any run's router and client took (``elsewhere``, absent from runs made
+    before it was read); each None where none could say (or none ran live)."""
+    rows = [r for _, r in live_rows(document)]
+    lags = [r["lag"] for r in rows if r["lag"] is not None]
+    away = [r["elsewhere"] for r in rows if r.get("elsewhere") is not None]
+    return lag.Kept(max(lags) if lags else None, max(away) if away else None)
 
 
 def rows(
@@ -252,11 +256,9 @@ def standings(document: dict[str, Any], live: bool = False) -> dict[str, dict[st
 
 
 def kept_time(document: dict[str, Any]) -> bool | None:
-    """Whether every live run's servers kept their time scale; None where none ran live."""
-    if not live_rows(document):
-        return None
-    worst = worst_lag(document)
-    return worst is None or worst <= lag.LIMIT
+    """Whether every live run kept its time (``loadgen.lag.Kept``); None where none ran
+    live."""
+    return worst(document).kept if live_rows(document) else None
 
 
 def render(document: dict[str, Any]) -> str:
@@ -276,7 +278,9 @@ def render(document: dict[str, Any]) -> str:
         lines += [
             "live, on emulated servers behind a router: "
             + ", ".join(
-                f"{u} at time scale {r['time_scale']:g}, {lag.shown(r['lag'])}" for u, r in live
+                f"{u} at time scale {r['time_scale']:g}, {lag.shown(r['lag'])}"
+                + ("" if r.get("elsewhere") is None else f", {r['elsewhere']:.1%} elsewhere")
+                for u, r in live
             ),
             header,
             *("  ".join(row) for row in rows(document, live=True)),
@@ -291,6 +295,5 @@ def render(document: dict[str, Any]) -> str:
         )
     )
     if kept_time(document) is False:
-        late = lag.late(worst_lag(document) or 0.0)
-        lines.append(f"NOT KEPT TIME: {late}; the live rows are not to be read")
+        lines.append(f"NOT KEPT TIME: {worst(document).said()}; the live rows are not to be read")
     return "\n".join(lines)

@@ -5,8 +5,9 @@ with its context (synthetic words, a word a token) and its output length.
 
 Times are given back in the emulated servers' seconds (wall seconds over the time scale),
 so a live row reads as the offline one beside it. Each run reads the servers' clocks before
-and after: one they could not keep time in says so (``loadgen.lag``), and its figures are
-not to be concluded from."""
+and after: one they could not keep time in, or whose router and client took more than a
+sliver of a request's time, says so (``loadgen.lag``), and its figures are not to be
+concluded from."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ STREAM_INTERVAL = "16"  # tokens an event: the client's cost stays off the serve
 class LiveRun:
     records: list[RequestRecord]  # times in emulated seconds from the trace's start
     lag: float | None  # the servers' together (``loadgen.lag.overall``)
+    elsewhere: float | None  # a request's time spent elsewhere (``loadgen.lag.elsewhere``)
 
 
 async def serve_live(
@@ -80,8 +82,12 @@ async def serve_live(
             records = await replay_live(
                 session, router.url, contender.name, trace, time_scale, until
             )
-            behind = lag.overall(before, await lag.clocks(session, urls))
-    return LiveRun(records, behind)
+            after = await lag.clocks(session, urls)
+    timed = [t for r in records if r.error is None and (t := r.e2e()) is not None]
+    mean = sum(timed) / len(timed) if timed else 0.0
+    return LiveRun(
+        records, lag.overall(before, after), lag.elsewhere(before, after, mean, time_scale)
+    )
 
 
 async def replay_live(

@@ -15,9 +15,9 @@ from docsgen.runs import MACHINE, RUNS
 from specroute.bench.convergence import render as convergence_table
 from specroute.bench.coverage import render as coverage_table
 from specroute.bench.deployments import COLUMNS as DEPLOYMENT_COLUMNS
-from specroute.bench.deployments import ROUTED, kept_time, live_rows, standings, worst_lag
+from specroute.bench.deployments import ROUTED, kept_time, live_rows, standings, worst
 from specroute.bench.deployments import rows as deployment_rows
-from specroute.loadgen.lag import late, shown
+from specroute.loadgen.lag import shown
 from specroute.profiler.report import interval_text, render_report
 
 DATA_LINK = "@data"  # the hook makes it relative to the page (docsgen.hooks.fill)
@@ -161,10 +161,15 @@ def deployments(name: str, live: bool = False) -> str:
         return said
     scales = "; ".join(
         f"at {u}, time scale {r['time_scale']:g}, the servers' lag {shown(r['lag'])}"
+        + (
+            ""
+            if r.get("elsewhere") is None
+            else f", {r['elsewhere']:.1%} of a request's time elsewhere"
+        )
         for u, r in live_rows(document)
     )
     if kept_time(document) is False:
-        warned = late(worst_lag(document) or 0.0)
+        warned = worst(document).said()
         return f'!!! warning "Not kept time"\n\n    {warned}\n\n{said}'
     return f"Live ({scales}):\n\n{said}"
 

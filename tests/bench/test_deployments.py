@@ -97,7 +97,8 @@ def test_the_rate_puts_the_gpus_at_each_utilisation_and_the_figures_are_drawn(
 
 
 def test_a_live_row_that_lagged_says_so(document: dict[str, Any]) -> None:
-    """A live row whose servers fell behind their time scale is flagged, not read."""
+    """A live row whose servers fell behind their time scale, or whose router and client
+    took more than a sliver of a request's time, is flagged, not read."""
     lagged = json.loads(json.dumps(document))
     row = lagged["utilisations"]["0.5"]
     row["live"] = {n: row[n] for n in [*document["contenders"], ORACLE]}
@@ -106,6 +107,10 @@ def test_a_live_row_that_lagged_says_so(document: dict[str, Any]) -> None:
     row["live"]["lag"] = 0.2
     assert kept_time(lagged) is False
     assert "NOT KEPT TIME: the emulators ran 20% behind" in render(lagged)
+    # on time, but the router and the client took a tenth of a request's time
+    row["live"] |= {"lag": 0.01, "elsewhere": 0.1}
+    assert kept_time(lagged) is False
+    assert "NOT KEPT TIME: the router and the client took 10%" in render(lagged)
     assert kept_time(document) is None
 
 
