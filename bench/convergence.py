@@ -32,7 +32,7 @@ from specroute.crossing import Band, bands, crossings, first_top
 from specroute.emulator.predict import predict
 from specroute.loadgen import lag
 from specroute.loadgen.dataset import synthetic, synthetic_tokens_per_byte
-from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.record import RequestRecord, mean_latency
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.trace import Phase, Trace
 from specroute.model_flags import config_from_flags
@@ -579,11 +579,6 @@ def settled(
     if begun is not None:
         outside.append((begun[0], routed[-1][0], begun[1]))
     return at, outside
-
-
-def mean_latency(records: list[RequestRecord]) -> float:
-    done = [r.end - r.start for r in records if r.end is not None and r.error is None]
-    return sum(done) / len(done) if done else 0.0
 
 
 def output_tps(records: list[RequestRecord], seconds: float) -> float:

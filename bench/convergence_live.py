@@ -32,7 +32,6 @@ from specroute.bench.convergence import (
     Converged,
     defaults,
     first_edge,
-    mean_latency,
     output_tps,
     replay_plan,
     scaled,
@@ -45,7 +44,7 @@ from specroute.bench.replay import ReplayPlan
 from specroute.crossing import Band
 from specroute.loadgen import lag
 from specroute.loadgen.client import PhaseBodies, served_model
-from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.record import RequestRecord, mean_latency
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.spawn import NO_DRAIN, spawned
 from specroute.loadgen.trace import Trace

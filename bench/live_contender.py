@@ -26,7 +26,7 @@ from specroute.bench.contenders import Contender
 from specroute.loadgen import lag
 from specroute.loadgen.client import request_body, send, served_model
 from specroute.loadgen.dataset import Prompt, default_words, words_text
-from specroute.loadgen.record import RequestRecord
+from specroute.loadgen.record import RequestRecord, mean_latency
 from specroute.loadgen.request_trace import RequestTrace
 from specroute.loadgen.spawn import NO_DRAIN, spawned
 
@@ -83,10 +83,9 @@ async def serve_live(
                 session, router.url, contender.name, trace, time_scale, until
             )
             after = await lag.clocks(session, urls)
-    timed = [t for r in records if r.error is None and (t := r.e2e()) is not None]
-    mean = sum(timed) / len(timed) if timed else 0.0
+    timed = mean_latency(records)
     return LiveRun(
-        records, lag.overall(before, after), lag.elsewhere(before, after, mean, time_scale)
+        records, lag.overall(before, after), lag.elsewhere(before, after, timed, time_scale)
     )
 
 

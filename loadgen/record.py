@@ -75,3 +75,9 @@ class RequestRecord:
 def tokens_between(records: Iterable[RequestRecord], start: float, end: float) -> int:
     """Output tokens that arrived in ``[start, end]``, whichever request carried them."""
     return sum(n for r in records for t, n in r.chunks if start <= t <= end)
+
+
+def mean_latency(records: Iterable[RequestRecord]) -> float:
+    """The mean time of the requests that ended without an error; 0 where none did."""
+    done = [r.end - r.start for r in records if r.end is not None and r.error is None]
+    return sum(done) / len(done) if done else 0.0
