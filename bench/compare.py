@@ -25,7 +25,7 @@ from specroute.loadgen import lag
 from specroute.loadgen.client import PhaseBodies, served_model
 from specroute.loadgen.dataset import Dataset
 from specroute.loadgen.drain import drained
-from specroute.loadgen.record import RequestRecord, tokens_between
+from specroute.loadgen.record import RequestRecord, mean_latency, tokens_between
 from specroute.loadgen.spawn import NO_DRAIN, spawned
 from specroute.loadgen.trace import Trace, prompt_label
 from specroute.loadgen.trace_loop import play
@@ -263,11 +263,14 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             start, records = await play(
                 session, proxy.url, bodies, plan.trace, policy, ticker, plan.seed
             )
-            behind = lag.overall(before, await lag.clocks(session, backends))
+            after = await lag.clocks(session, backends)
         end = start + plan.trace.seconds
+        behind = lag.overall(before, after)
+        # the clients' times and the servers' are both wall seconds here
+        away = lag.elsewhere(before, after, mean_latency(records), 1.0)
         results["policies"][policy] = policy_summary(
             plan.trace, records, start, end, plan.slo, plan.settle
-        ) | {"emulator_lag": None if behind is None else round(behind, 4)}
+        ) | {"emulator_lag": _rounded(behind), "elsewhere": _rounded(away)}
         if behind is not None and behind > lag.LIMIT:
             print(f"{policy}: {lag.late(behind)}", file=sys.stderr, flush=True)
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
@@ -313,9 +316,15 @@ async def backend_urls(session: aiohttp.ClientSession, router: str) -> list[str]
     return []
 
 
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
 def kept_time(results: dict[str, Any]) -> bool | None:
     """Whether every policy's emulators kept their time scale; None where no server said
-    (real engines have no time scale to keep)."""
+    (real engines have no time scale to keep). A share of a request's time elsewhere is no
+    part of it: every policy's run pays the same router and client, and where their shares
+    differ, ``elsewhere`` says by how much."""
     lags = [p["emulator_lag"] for p in results["policies"].values()]
     known = [x for x in lags if x is not None]
     return all(x <= lag.LIMIT for x in known) if known else None
@@ -358,6 +367,12 @@ def render(results: dict[str, Any]) -> str:
     for length in results["policies"][policies[0]].get("prompts", {}):
         lines.append(f"requests with {length}-token prompts:")
         lines += [render_row(p, results["policies"][p]["prompts"][length]) for p in policies]
+    away = {
+        p: r["elsewhere"] for p, r in results["policies"].items() if r.get("elsewhere") is not None
+    }
+    if away:
+        shares = ", ".join(f"{p} {share:.1%}" for p, share in away.items())
+        lines.append(f"a request's time elsewhere than in the servers (router, client): {shares}")
     if results.get("kept_time") is False:
         worst = max(p["emulator_lag"] or 0.0 for p in results["policies"].values())
         lines.append(f"NOT KEPT TIME: {lag.late(worst)}")

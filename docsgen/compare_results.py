@@ -22,8 +22,8 @@ _LATE = (
 )
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
+def _share(value: float | None, form: str = ".0%") -> str:
+    return "-" if value is None else f"{value:{form}}"
 
 
 def _pct(value: float | None) -> str:
@@ -37,7 +37,8 @@ def _cell(key: str, value: float | None) -> str:
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """For each run (``label``, its results), one row per policy with its figures over the
     trace; where the run is offline, the gap to the oracle; where it is live, how far the
-    emulated servers fell behind their time scale, and a warning if past the limit."""
+    emulated servers fell behind their time scale, with a warning if past the limit, and the
+    share of a request's time spent elsewhere than in them (where read)."""
     parts = []
     for label, results in runs:
         header = ["policy", *(heading for _, heading in _FIGURES)]
@@ -45,8 +46,11 @@ def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
         timed = "kept_time" in results  # live, its servers' clocks read
         if offline:
             header.append("gap to the oracle: TPOT / tok/s")
+        away = timed and any("elsewhere" in p for p in results["policies"].values())
         if timed:
             header.append("emulator lag")
+        if away:
+            header.append("time elsewhere")
         rows = []
         for policy, figures in results["policies"].items():
             overall = figures.get("overall", {})
@@ -58,6 +62,8 @@ def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                 )
             if timed:
                 row.append(lag.shown(figures.get("emulator_lag")))
+            if away:
+                row.append(_share(figures.get("elsewhere"), ".1%"))
             rows.append(row)
         if len(runs) > 1:
             parts.append(f"**{label.capitalize()}**\n")

@@ -104,7 +104,9 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
         assert all(row["tpot_ms_p50"] is not None for row in data["phases"])
         assert data["overall"]["goodput_rps"] > 0
         assert isinstance(data["emulator_lag"], float)  # the backends' clocks were read
+        assert 0 <= data["elsewhere"] < 1  # and their requests' own times beside the clients'
     assert results["kept_time"] in (True, False)
+    assert "a request's time elsewhere than in the servers" in stdout
     assert "overall:" in stdout and "crossover" in stdout
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
 

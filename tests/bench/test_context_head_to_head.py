@@ -40,7 +40,7 @@ from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, prompt_label
 from specroute.policies.decision import PolicyError
 from tests.bench.test_head_to_head import phases, routed_as_the_faster, router_config
-from tests.processes import emulator_pair, kept_time
+from tests.processes import emulator_pair, kept_time, lost_more
 from tests.profiler.test_bench import run
 
 MODEL = ("--hardware", "llama3.1-8b-h200-sdpa", "--accept-length", "2.0")
@@ -403,5 +403,6 @@ async def test_context_crossover_on_gpus_of_their_own_live(
     beaten(figures, list(_STATIC), 2 * _SAMPLING, report)
     p50, p99, tps = (figures[k] for k in ("p50", "p99", "tps"))
     assert p50[BY_CONTEXT] < p50[BEST_THRESHOLD] * (1 + _SAMPLING), report
-    assert tps[BY_CONTEXT] > tps[BEST_THRESHOLD] * 1.02, report
+    machine = lost_more(results, BY_CONTEXT, BEST_THRESHOLD)
+    assert tps[BY_CONTEXT] > tps[BEST_THRESHOLD] * (1.02 - machine), report
     assert p99[BY_CONTEXT] < p99[BEST_THRESHOLD] * (1 + _SAMPLING), report

@@ -26,8 +26,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from specroute.bench.compare import BASELINES
 from specroute.server_metrics import parse
-from tests.processes import emulator_pair, kept_time
+from tests.processes import emulator_pair, kept_time, lost_more
 from tests.profiler.test_bench import run
 
 _WORKLOAD = ("--input-len", "128", "--output-len", "128")
@@ -41,6 +42,8 @@ _SAMPLING = 0.05  # a phase's median TPOT from a few dozen requests is good to a
 class Case:
     model: tuple[str, ...]  # the servers' model flags, also given to predict and replay
     time_scale: str
+    # tokens an event: at 32 the router's and the client's work per token, which the time
+    # scale multiplies, stays near 5% of a request's time on two cores (at 8, 6 to 10%)
     stream_interval: str
     phase_seconds: float
     settle: float  # about one request's time at the peak: steady levels are what follows
@@ -59,7 +62,7 @@ CASES = {
     "kimi-k2.5-8x-pcie@2.1": Case(
         (*KIMI, "--accept-length", "2.1"),
         "0.07",
-        "8",
+        "32",
         2.1,
         1.05,
         "1,2,4,8,16,32,48,64,96,128",
@@ -69,7 +72,7 @@ CASES = {
     "kimi-k2.5-8x-pcie@3.0": Case(
         (*KIMI, "--accept-length", "3.0"),
         "0.07",
-        "8",
+        "32",
         2.1,
         1.05,
         "1,2,4,8,16,32,48,64,96,128",
@@ -199,8 +202,11 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
     offline_tps = {p: offline["policies"][p]["overall"]["output_tps"] for p in throughput}
     if case.pays_everywhere:  # the same routing as always-spec: a tie, ahead of always-base
         assert phases(live, "crossover", "spec_share") == phases(live, "always-spec", "spec_share")
-        for tps in (throughput, offline_tps):
-            assert tps["crossover"] == pytest.approx(tps["always-spec"], rel=_SAMPLING)
+        for tps, machine in (
+            (throughput, abs(lost_more(live, "crossover", "always-spec"))),
+            (offline_tps, 0),
+        ):
+            assert tps["crossover"] == pytest.approx(tps["always-spec"], rel=_SAMPLING + machine)
             assert tps["crossover"] > tps["always-base"], stdout
     else:
         # offline (the same physics, no machine beside it) the crossover wins outright; live,
@@ -208,8 +214,9 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
         # crossover and the better static choice, and two tests share the machine's two
         # cores, it is at least as good within a phase's sampling error
         assert max(offline_tps, key=offline_tps.__getitem__) == "crossover"
-        best = max(throughput["always-spec"], throughput["always-base"])
-        assert throughput["crossover"] >= best * (1 - _SAMPLING), stdout
+        best = max(BASELINES, key=throughput.__getitem__)
+        machine = lost_more(live, "crossover", best)
+        assert throughput["crossover"] >= throughput[best] * (1 - _SAMPLING - machine), stdout
     for p in throughput:  # the replay's model is the servers' model: it predicts the live run
         pace = [run["policies"][p]["overall"]["tpot_ms_p50_phases"] for run in (live, offline)]
         assert pace[0] == pytest.approx(pace[1], rel=_SAMPLING), (p, pace, stdout)

@@ -115,7 +115,8 @@ def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> N
 
 def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> None:
     """The committed live run kept time, its lag in a column of its own; the same run with
-    one policy's servers 8% late is said not to have, and an offline run has no column."""
+    one policy's servers 8% late is said not to have; a run that read its share of a
+    request's time elsewhere shows it; an offline run has neither column."""
     live = json.loads((DOCS / "results" / "data" / "demo-live.json").read_text())
     assert live["kept_time"] is True
     text = compare_table([("live", live)])
@@ -125,8 +126,15 @@ def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> N
     next(iter(late["policies"].values()))["emulator_lag"] = 0.08
     text = compare_table([("live", late)])
     assert "+8.0%" in text and "Not kept time" in text
+    assert "time elsewhere" not in text  # a run made before it was read shows no column
+    away = json.loads(json.dumps(live))
+    for figures in away["policies"].values():
+        figures["elsewhere"] = 0.012
+    text = compare_table([("live", away)])
+    assert "time elsewhere" in text and "1.2%" in text and "Not kept time" not in text
     offline = json.loads((DOCS / "results" / "data" / "demo-offline.json").read_text())
     assert "emulator lag" not in compare_table([("offline", offline)])
+    assert "time elsewhere" not in compare_table([("offline", offline)])
 
 
 def test_the_lean_floor_sits_with_the_pass_throughs_never_as_the_gateway() -> None:
