@@ -40,6 +40,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 import httptools
@@ -274,7 +275,7 @@ class FrontConnection(asyncio.Protocol):
         message.request = request
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self._front.max_body:
-            request.refuse(BodyRefused(self._front.too_large(int(length))))
+            request.refuse(BodyRefused(partial(self._front.too_large, int(length))))
             self.closing = True  # its body is not read, nor anything after it
         self._queue(request, head_bytes)  # started once this read is parsed
 
@@ -291,9 +292,9 @@ class FrontConnection(asyncio.Protocol):
                 request.ahead += len(body)
                 self._ahead += len(body)
         if message.size > self._front.max_body:
-            answer = self._front.too_large(message.size)
+            answer = partial(self._front.too_large, message.size)
             if request is None:
-                raise _HeadRefused(answer)
+                raise _HeadRefused(answer())
             request.refuse(BodyRefused(answer))
             self.closing = True  # what more comes of it is not read
 
@@ -337,12 +338,13 @@ class FrontConnection(asyncio.Protocol):
                 if not isinstance(context, _HeadRefused):
                     raise
                 if isinstance(context.refusal, web.Response):
-                    self._fail(context.refusal)
+                    self._fail(partial(_as_made, context.refusal))
                 else:
                     self._refuse(context.refusal)
                 return
             except httptools.HttpParserError as exc:  # llhttp's reasons quote nothing sent
-                self._fail(_malformed(str(exc)))
+                LOG.warning("Error handling request: %s", exc)
+                self._fail(partial(_malformed, str(exc)))
                 return
 
     def _queue(self, item: FrontRequest | bytes, head: int = 0) -> None:
@@ -474,9 +476,9 @@ class FrontConnection(asyncio.Protocol):
         """A head past a limit: said as aiohttp's server says it."""
         status = 431 if isinstance(exc, LineTooLong) else 400
         LOG.warning("Error handling request: %s", type(exc).__name__)
-        self._fail(parse_refusal(status, exc))
+        self._fail(partial(parse_refusal, status, exc))
 
-    def _fail(self, answer: web.Response) -> None:
+    def _fail(self, answer: Callable[[], web.Response]) -> None:
         """Nothing more is read: the requests before this one are answered, then ``answer``
         (the answer of the request whose body it is, if its head was taken), and the
         connection ends."""
@@ -488,7 +490,7 @@ class FrontConnection(asyncio.Protocol):
         elif self._giving and self._aiohttps_turn():
             self._queue(_REFUSED_BY_AIOHTTP)
         else:
-            self._pending.append(answer)
+            self._pending.append(answer())
         self._next()
         self._take_over()
 
@@ -599,8 +601,12 @@ def _framing(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join(b"%s: %s\r\n" % h for h in headers if h[0].lower() in framing)
 
 
+def _as_made(answer: web.Response) -> web.Response:
+    """An answer made while its head was parsed, before any request it could name."""
+    return answer
+
+
 def _malformed(reason: str) -> web.Response:
-    LOG.warning("Error handling request: %s", reason)
     return error_response(400, f"The request could not be parsed: {reason}.")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Protocol
@@ -39,10 +39,12 @@ class Wire(Protocol):
 
 class BodyRefused(Exception):
     """The body is not taken (past the size limit, or malformed): the request is answered
-    ``answer``, and its connection ends."""
+    what ``answer`` makes, and its connection ends. It is made where the request is
+    answered, in its context, so that the error names the request's id as every other
+    error of a request does."""
 
-    def __init__(self, answer: web.Response) -> None:
-        super().__init__(answer.status)
+    def __init__(self, answer: Callable[[], web.Response]) -> None:
+        super().__init__()
         self.answer = answer
 
 

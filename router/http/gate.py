@@ -76,5 +76,5 @@ async def _whole_body(request: FrontRequest, seconds: float) -> web.Response | N
     except TimeoutError:
         return body_late(seconds)
     except BodyRefused as exc:
-        return exc.answer
+        return exc.answer()
     return None

@@ -418,6 +418,9 @@ async def test_a_malformed_chunked_body_is_refused_at_once(front: str, case: str
             answer = await asyncio.to_thread(wire.answer)
             assert answer.status == 400, answer
             assert time.monotonic() - start < 5  # not the body timeout's 60 s
+            if front == "own":  # a request whose head was taken: its error names its id
+                error: dict[str, str] = answer.json()["error"]  # type: ignore[assignment]
+                assert error["request_id"] == answer.headers["x-request-id"], answer
             assert await asyncio.to_thread(wire.closed)
         assert backend.bodies == []
         await settled(state)
@@ -434,7 +437,10 @@ async def test_a_body_past_its_limit_is_413_and_its_connection_ends(front: str) 
             await asyncio.to_thread(wire.send, post(chat("big", size=(1 << 20) + 1000)))
             answer = await asyncio.to_thread(wire.answer)
             assert answer.status == 413 and answer.headers.get("connection") == "close"
-            assert "larger than the limit" in answer.json()["error"]["message"]  # type: ignore[index]
+            error: dict[str, str] = answer.json()["error"]  # type: ignore[assignment]
+            assert "larger than the limit" in error["message"]
+            # named by the request's id, in its body as in its header, as any request's error
+            assert error["request_id"] == answer.headers["x-request-id"], answer
             start = time.monotonic()
             await asyncio.to_thread(wire.send, post(chat("after")))
             assert await asyncio.to_thread(wire.closed)
