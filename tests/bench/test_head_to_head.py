@@ -212,7 +212,8 @@ async def test_crossover_matches_the_better_static_choice_and_wins_the_ramp(
         # offline (the same physics, no machine beside it) the crossover wins outright; live,
         # where the ramp's tokens come mostly from its top phases, routed alike by the
         # crossover and the better static choice, and two tests share the machine's two
-        # cores, it is at least as good within a phase's sampling error
+        # cores, it is at least as good within a phase's sampling error and what more of a
+        # request's time its run lost to the router and the client
         assert max(offline_tps, key=offline_tps.__getitem__) == "crossover"
         best = max(BASELINES, key=throughput.__getitem__)
         machine = lost_more(live, "crossover", best)
