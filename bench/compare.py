@@ -10,6 +10,7 @@ router as flags, so one comparison can run a policy beside itself with another s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import sys
@@ -260,19 +261,25 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             ticker = Ticker(policy, plan.trace)
             backends = await backend_urls(session, proxy.url)
             before = await lag.clocks(session, backends)
+            reading = asyncio.create_task(phase_clocks(session, backends, plan.trace))
             start, records = await play(
                 session, proxy.url, bodies, plan.trace, policy, ticker, plan.seed
             )
+            ends = await reading
             after = await lag.clocks(session, backends)
         end = start + plan.trace.seconds
         behind = lag.overall(before, after)
         # the clients' times and the servers' are both wall seconds here
         away = lag.elsewhere(before, after, mean_latency(records), 1.0)
-        results["policies"][policy] = policy_summary(
-            plan.trace, records, start, end, plan.slo, plan.settle
-        ) | {"emulator_lag": _rounded(behind), "elsewhere": _rounded(away)}
-        if behind is not None and behind > lag.LIMIT:
-            print(f"{policy}: {lag.late(behind)}", file=sys.stderr, flush=True)
+        summary = policy_summary(plan.trace, records, start, end, plan.slo, plan.settle)
+        for row, (a, b) in zip(summary["phases"], itertools.pairwise([before, *ends]), strict=True):
+            row["emulator_lag"] = _rounded(lag.overall(a, b))
+        run = results["policies"][policy] = summary | {
+            "emulator_lag": _rounded(behind),
+            "elsewhere": _rounded(away),
+        }
+        if (worst := _most_behind(run)) > lag.LIMIT:
+            print(f"{policy}: {lag.late(worst)}", file=sys.stderr, flush=True)
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
             for record in records:
@@ -320,13 +327,35 @@ def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
+async def phase_clocks(
+    session: aiohttp.ClientSession, urls: list[str], trace: Trace
+) -> list[list[lag.Clock | None]]:
+    """The servers' clocks at the end of each of ``trace``'s phases, from now: a phase of a
+    few heavy seconds can fall behind where the whole run, mostly light, did not."""
+    started, readings = time.monotonic(), []
+    for end in itertools.accumulate(p.seconds for p in trace.phases):
+        await asyncio.sleep(max(0.0, started + end - time.monotonic()))
+        readings.append(await lag.clocks(session, urls))
+    return readings
+
+
+def _lags(run: dict[str, Any]) -> list[float]:
+    """A policy's run's lags that could be read: over the run and in each phase (a phase's
+    absent from runs made before it was read)."""
+    lags = [run["emulator_lag"], *(row.get("emulator_lag") for row in run["phases"])]
+    return [x for x in lags if x is not None]
+
+
+def _most_behind(run: dict[str, Any]) -> float:
+    return max(_lags(run), default=0.0)
+
+
 def kept_time(results: dict[str, Any]) -> bool | None:
-    """Whether every policy's emulators kept their time scale; None where no server said
-    (real engines have no time scale to keep). A share of a request's time elsewhere is no
-    part of it: every policy's run pays the same router and client, and where their shares
-    differ, ``elsewhere`` says by how much."""
-    lags = [p["emulator_lag"] for p in results["policies"].values()]
-    known = [x for x in lags if x is not None]
+    """Whether every policy's emulators kept their time scale, over its run and in each of
+    its phases; None where no server said (real engines have no time scale to keep). A
+    share of a request's time elsewhere is no part of it: every policy's run pays the same
+    router and client, and where their shares differ, ``elsewhere`` says by how much."""
+    known = [x for run in results["policies"].values() for x in _lags(run)]
     return all(x <= lag.LIMIT for x in known) if known else None
 
 
@@ -374,7 +403,7 @@ def render(results: dict[str, Any]) -> str:
         shares = ", ".join(f"{p} {share:.1%}" for p, share in away.items())
         lines.append(f"a request's time elsewhere than in the servers (router, client): {shares}")
     if results.get("kept_time") is False:
-        worst = max(p["emulator_lag"] or 0.0 for p in results["policies"].values())
+        worst = max(_most_behind(run) for run in results["policies"].values())
         lines.append(f"NOT KEPT TIME: {lag.late(worst)}")
     if "gap" in results:
         choice = ", ".join(results["oracle"]["choice"])

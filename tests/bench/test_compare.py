@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from specroute.bench.compare import PolicySpec, policy_summary, render_row
+from specroute.bench.compare import PolicySpec, kept_time, policy_summary, render, render_row
 from specroute.cli import parser
 from specroute.loadgen.record import RequestRecord
 from specroute.loadgen.trace import Phase, Trace, TraceError, load_trace, named_trace
@@ -105,10 +106,30 @@ async def test_compare_runs_each_policy_on_the_same_trace(tmp_path: Path) -> Non
         assert data["overall"]["goodput_rps"] > 0
         assert isinstance(data["emulator_lag"], float)  # the backends' clocks were read
         assert 0 <= data["elsewhere"] < 1  # and their requests' own times beside the clients'
+        assert all(
+            isinstance(row["emulator_lag"], float) for row in data["phases"]
+        )  # and per phase
     assert results["kept_time"] in (True, False)
     assert "a request's time elsewhere than in the servers" in stdout
     assert "overall:" in stdout and "crossover" in stdout
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_phase_that_fell_behind_is_a_run_that_did_not_keep_its_time() -> None:
+    """Over the run the servers kept their time (1%), but in its heavy phase they ran 20%
+    behind: the comparison did not keep its time, and says by how much; a run whose phases
+    were not read (made before they were) is judged by its whole run."""
+    figures = ("tpot_ms_p50", "tpot_ms_p99", "ttft_ms_p50", "output_tps", "goodput_rps")
+    overall = dict.fromkeys([*figures, "spec_share"])
+    run: dict[str, Any] = {"emulator_lag": 0.01, "elsewhere": 0.02, "overall": overall}
+    phases = [{"emulator_lag": 0.0}, {"emulator_lag": 0.2}, {"emulator_lag": 0.01}]
+    late: dict[str, Any] = {"policies": {"always-base": run | {"phases": phases}}}
+    assert kept_time(late) is False
+    late |= {"kept_time": False, "trace": {"name": "ramp", "phases": []}}
+    assert "NOT KEPT TIME: the emulators ran 20% behind" in render(late)
+    assert kept_time({"policies": {"always-base": run | {"phases": [{"tpot_ms_p50": 1.0}]}}})
+    unread = run | {"emulator_lag": None, "phases": [{"emulator_lag": None}]}
+    assert kept_time({"policies": {"always-base": unread}}) is None
 
 
 def test_the_overall_median_per_phase_weighs_phases_by_their_time() -> None:

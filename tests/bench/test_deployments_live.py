@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,11 +35,25 @@ def test_a_live_row_agrees_with_the_offline_one(model: str, tmp_path: Path) -> N
     row = document["utilisations"]["0.5"]
     live = row["live"]
     assert live["time_scale"] == 0.1 and live["lag"] is not None
-    for name in [*document["contenders"], ORACLE]:
+    names = [*document["contenders"], ORACLE]
+    for name in names:
         offline, played = row[name], live[name]
         # a request still running at twice the trace's span is cut off, live as offline
         assert played["failed"] == 0 and played["unfinished"] <= offline["unfinished"] + 2, name
         assert played["requests"] >= offline["requests"] - 2 > 10, name
-        for key in ("tpot_ms_p50", "output_tps"):
+        # a contender the replay finds overloaded (under half the best goodput: the Kimi
+        # case's specroute-adaptive) is overloaded live too; its tok/s is its queue's tail's,
+        # which a queue's growth makes a matter of chance (live 0.73 times the replay's once)
+        keys = ["tpot_ms_p50"]
+        if overloaded(row, names, name):
+            assert overloaded(live, names, name), (name, played, offline)
+        else:
+            keys.append("output_tps")
+        for key in keys:
             assert played[key] == pytest.approx(offline[key], rel=0.25), (name, key)
         assert played["ttft_ms_p50"] == pytest.approx(offline["ttft_ms_p50"], rel=0.5, abs=60)
+
+
+def overloaded(row: dict[str, Any], names: list[str], name: str) -> bool:
+    """Whether ``name``'s goodput is under half the best of ``names`` in ``row``."""
+    return bool(row[name]["goodput_rps"] < 0.5 * max(row[n]["goodput_rps"] for n in names))
