@@ -18,7 +18,7 @@ _FIGURES = (
 )
 _LATE = (
     f"the emulated servers fell more than {lag.LIMIT:.0%} behind their time scale in this "
-    "run, so its figures are the machine's, not the model's."
+    "run or one of its phases, so its figures are the machine's, not the model's."
 )
 
 
