@@ -43,7 +43,8 @@ class Case:
     model: tuple[str, ...]  # the servers' model flags, also given to predict and replay
     time_scale: str
     # tokens an event: at 32 the router's and the client's work per token, which the time
-    # scale multiplies, stays near 5% of a request's time on two cores (at 8, 6 to 10%)
+    # scale multiplies, took 3.4 to 5.2% of a request's time on two cores (8.3% beside a
+    # busy core; at 8, 6 to 10%)
     stream_interval: str
     phase_seconds: float
     settle: float  # about one request's time at the peak: steady levels are what follows
