@@ -132,10 +132,11 @@ unit: $(BIN)/.installed $(CONFORMANCE)/.installed $(DEPLOY)/.installed
 	exit $$((side || paced || alone))
 
 # the whole loop on real engines, one stage each, the second run even if the first failed:
-# vLLM's CPU build with n-gram speculation (about 4 minutes), then SGLang's CPU engine with
-# NGRAM and EAGLE-3 and the project's sgl_kernel ops (about 4 minutes)
+# vLLM's CPU build with n-gram speculation (about 6 minutes), then SGLang's CPU engine with
+# NGRAM and EAGLE-3 and the project's sgl_kernel ops (about 9 minutes); 25 minutes between
+# them at most (tests/engines/budget.py), counted from here
 real-engine: $(BIN)/.installed
-	$(MAKE) -k real-engine-vllm real-engine-sglang
+	SPECROUTE_REAL_ENGINE_SINCE=$$(date +%s) $(MAKE) -k real-engine-vllm real-engine-sglang
 
 real-engine-vllm: $(BIN)/.installed
 	$(BIN)/pytest -m vllm tests/engines/test_vllm.py

@@ -8,7 +8,8 @@ when ``make sglang-env`` has not been run. The two servers start once for the mo
 real traffic for about a minute to compare the router's live estimate with it; one test
 starts an EAGLE-3 server of its own, one starts EAGLE-3 servers with SGLang's adaptive
 speculation (about 95 s), and the last kills the speculative server and starts it again.
-About 6-9 minutes on a 2-core machine; the bound below fails the stage past 10.
+About 9-10 minutes on a 2-core machine; the bound below fails the stage past 15, or the two
+real-engine stages past 25 together.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from specroute.server_metrics import (
     window_accept_length,
 )
 from tests.emulators import FAST, running_emulator
+from tests.engines.budget import hold
 from tests.processes import specroute
 from tests.router.backends.test_smg import smg
 
@@ -70,7 +72,9 @@ pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
 ]
 
-STAGE_SECONDS = 600.0
+# The stage's share of the 25 minutes the real-engine stages may add (tests/engines/budget.py):
+# 9.3 minutes on this project's 2-core machine, 10.3 on a slower one
+STAGE_SECONDS = 900.0
 POLL = 6.0  # the router's poll interval: longer than a test window's traffic
 OUTPUT_LEN = 32  # tokens a request of calibrate's, and of the live traffic compared with it
 PROMPTS = [
@@ -88,9 +92,7 @@ async def servers() -> AsyncIterator[tuple[Engine, Engine]]:
     async with engine_pair(free_port(), free_port(), settings) as pair:
         print(f"\nboth SGLang servers answered {time.monotonic() - _started:.0f} s in")
         yield pair
-    elapsed = time.monotonic() - _started
-    print(f"\nSGLang real-engine stage: {elapsed:.0f} s")
-    assert elapsed < STAGE_SECONDS, f"the stage took {elapsed:.0f} s, over {STAGE_SECONDS:g}"
+    hold("SGLang", _started, STAGE_SECONDS)
 
 
 def _router_flags(spec: str, base: str, *more: str) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ speculation (``specroute.engines.vllm_cpu``), behind ``specroute serve`` as a pr
 A stage of its own (``pytest -m vllm tests/engines/test_vllm.py``), skipped with the reason when
 ``make vllm-env`` has not been run. About 6 minutes on a 2-core machine without AVX-512, 3.5
 of them the two servers starting (compile cache warm); the bound below fails the stage past
-15.
+15, or the two real-engine stages past 25 together.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from specroute.engines.vllm_cpu import python as vllm_python
 from specroute.loadgen.spawn import free_port
 from specroute.policies.profile import load_profile
 from specroute.server_metrics import BackendStats, parse
+from tests.engines.budget import hold
 from tests.processes import specroute
 
 WHY_NOT = missing()
@@ -56,9 +57,8 @@ async def servers() -> AsyncIterator[tuple[Engine, Engine]]:
     async with engine_pair(free_port(), free_port()) as pair:
         up = time.monotonic() - _started
         yield pair
-    elapsed = time.monotonic() - _started
-    print(f"\nreal-engine stage: {elapsed:.0f} s, of which {up:.0f} s the servers' start")
-    assert elapsed < STAGE_SECONDS, f"the stage took {elapsed:.0f} s, over {STAGE_SECONDS:g}"
+    print(f"\nthe servers' start: {up:.0f} s")
+    hold("vLLM", _started, STAGE_SECONDS)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
