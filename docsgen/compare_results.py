@@ -34,10 +34,22 @@ def _cell(key: str, value: float | None) -> str:
     return _share(value) if key == "spec_share" else number(value, 3 if "ms" in key else 0)
 
 
+def _lag(figures: dict[str, Any]) -> str:
+    """A policy's lag over its run, and its worst phase's where that one fell further
+    behind (what flags a run as not having kept its time may be one phase)."""
+    whole = figures.get("emulator_lag")
+    phases = [row.get("emulator_lag") for row in figures.get("phases", ())]
+    worst = max((x for x in phases if x is not None), default=None)
+    if worst is None or whole is None or worst <= whole:
+        return lag.shown(whole)
+    return f"{lag.shown(whole)} (a phase {lag.shown(worst)})"
+
+
 def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """For each run (``label``, its results), one row per policy with its figures over the
     trace; where the run is offline, the gap to the oracle; where it is live, how far the
-    emulated servers fell behind their time scale, with a warning if past the limit, and the
+    emulated servers fell behind their time scale (over the run, and in its worst phase where
+    that one fell further), with a warning if past the limit, and the
     share of a request's time spent elsewhere than in them (where read)."""
     parts = []
     for label, results in runs:
@@ -61,7 +73,7 @@ def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                     "" if gap is None else f"{_pct(gap['tpot'])} / {_pct(gap['output_tps'])}"
                 )
             if timed:
-                row.append(lag.shown(figures.get("emulator_lag")))
+                row.append(_lag(figures))
             if away:
                 row.append(_share(figures.get("elsewhere"), ".1%"))
             rows.append(row)

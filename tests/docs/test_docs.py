@@ -115,8 +115,9 @@ def test_several_processes_are_set_against_one_at_the_same_load_a_process() -> N
 
 def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> None:
     """The committed live run kept time, its lag in a column of its own; the same run with
-    one policy's servers 8% late is said not to have; a run that read its share of a
-    request's time elsewhere shows it; an offline run has neither column."""
+    one policy's servers 8% late is said not to have, and one late in a phase only shows
+    that phase's lag beside the run's; a run that read its share of a request's time
+    elsewhere shows it; an offline run has neither column."""
     live = json.loads((DOCS / "results" / "data" / "demo-live.json").read_text())
     assert live["kept_time"] is True
     text = compare_table([("live", live)])
@@ -127,6 +128,10 @@ def test_a_live_comparison_shows_each_policys_lag_and_one_late_is_flagged() -> N
     text = compare_table([("live", late)])
     assert "+8.0%" in text and "Not kept time" in text
     assert "time elsewhere" not in text  # a run made before it was read shows no column
+    heavy = next(iter(late["policies"].values()))
+    heavy["emulator_lag"] = 0.012
+    heavy["phases"][-1]["emulator_lag"] = 0.2  # the whole run's 1.2% hid it
+    assert "+1.2% (a phase +20.0%)" in compare_table([("live", late)])
     away = json.loads(json.dumps(live))
     for figures in away["policies"].values():
         figures["elsewhere"] = 0.012
