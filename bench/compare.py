@@ -278,7 +278,7 @@ async def compare(plan: ComparePlan, out: Path) -> dict[str, Any]:
             "emulator_lag": _rounded(behind),
             "elsewhere": _rounded(away),
         }
-        if (worst := _most_behind(run)) > lag.LIMIT:
+        if (worst := most_behind(run)) > lag.LIMIT:
             print(f"{policy}: {lag.late(worst)}", file=sys.stderr, flush=True)
         timeline[policy] = [(r.start - start, r.served_by or "") for r in records if r.ok]
         with (out / "requests.jsonl").open("a") as f:
@@ -346,7 +346,8 @@ def _lags(run: dict[str, Any]) -> list[float]:
     return [x for x in lags if x is not None]
 
 
-def _most_behind(run: dict[str, Any]) -> float:
+def most_behind(run: dict[str, Any]) -> float:
+    """How far a policy's run fell behind at its worst: over the run or in one phase."""
     return max(_lags(run), default=0.0)
 
 
@@ -403,7 +404,7 @@ def render(results: dict[str, Any]) -> str:
         shares = ", ".join(f"{p} {share:.1%}" for p, share in away.items())
         lines.append(f"a request's time elsewhere than in the servers (router, client): {shares}")
     if results.get("kept_time") is False:
-        worst = max(_most_behind(run) for run in results["policies"].values())
+        worst = max(most_behind(run) for run in results["policies"].values())
         lines.append(f"NOT KEPT TIME: {lag.late(worst)}")
     if "gap" in results:
         choice = ", ".join(results["oracle"]["choice"])
