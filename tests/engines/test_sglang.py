@@ -7,7 +7,7 @@ when ``make sglang-env`` has not been run. The two servers start once for the mo
 (45-90 s); calibrate runs once for the tests that read its profile, one of which serves
 real traffic for about a minute to compare the router's live estimate with it; one test
 starts an EAGLE-3 server of its own, one starts EAGLE-3 servers with SGLang's adaptive
-speculation (about 95 s), and the last kills the speculative server and starts it again.
+speculation (95 to 145 s), and the last kills the speculative server and starts it again.
 About 9-10 minutes on a 2-core machine; the bound below fails the stage past 15, or the two
 real-engine stages past 25 together.
 """
