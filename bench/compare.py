@@ -339,11 +339,17 @@ async def phase_clocks(
     return readings
 
 
-def _lags(run: dict[str, Any]) -> list[float]:
-    """A policy's run's lags that could be read: over the run and in each phase (a phase's
-    absent from runs made before it was read)."""
-    lags = [run["emulator_lag"], *(row.get("emulator_lag") for row in run["phases"])]
+def phase_lags(run: dict[str, Any]) -> list[float]:
+    """A policy's run's lags in each phase that could be read (none in runs made before
+    they were)."""
+    lags = (row.get("emulator_lag") for row in run["phases"])
     return [x for x in lags if x is not None]
+
+
+def _lags(run: dict[str, Any]) -> list[float]:
+    """A policy's run's lags that could be read: over the run and in each phase."""
+    whole = run["emulator_lag"]
+    return [*([] if whole is None else [whole]), *phase_lags(run)]
 
 
 def most_behind(run: dict[str, Any]) -> float:

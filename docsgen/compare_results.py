@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from docsgen.markdown import code, number, table
+from specroute.bench.compare import phase_lags
 from specroute.loadgen import lag
 
 # (key in a policy's overall figures, column heading)
@@ -38,8 +39,7 @@ def _lag(figures: dict[str, Any]) -> str:
     """A policy's lag over its run, and its worst phase's where that one fell further
     behind (what flags a run as not having kept its time may be one phase)."""
     whole = figures.get("emulator_lag")
-    phases = [row.get("emulator_lag") for row in figures.get("phases", ())]
-    worst = max((x for x in phases if x is not None), default=None)
+    worst = max(phase_lags(figures), default=None)
     if worst is None or whole is None or worst <= whole:
         return lag.shown(whole)
     return f"{lag.shown(whole)} (a phase {lag.shown(worst)})"
@@ -49,8 +49,8 @@ def compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """For each run (``label``, its results), one row per policy with its figures over the
     trace; where the run is offline, the gap to the oracle; where it is live, how far the
     emulated servers fell behind their time scale (over the run, and in its worst phase where
-    that one fell further), with a warning if past the limit, and the
-    share of a request's time spent elsewhere than in them (where read)."""
+    that one fell further), with a warning if past the limit, and the share of a request's
+    time spent elsewhere than in them (where read)."""
     parts = []
     for label, results in runs:
         header = ["policy", *(heading for _, heading in _FIGURES)]

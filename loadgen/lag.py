@@ -34,6 +34,9 @@ class Clock(NamedTuple):
     requests: float = 0.0  # its finished requests
 
 
+CONCLUDED_NOTHING = "nothing is concluded from it"  # what a LagError's message says
+
+
 class LagError(RuntimeError):
     """A run whose emulated server could not keep its time, again after a retry."""
 

@@ -159,7 +159,7 @@ class Sweep:
             )
             if attempt == 2:
                 raise lag.LagError(
-                    f"{said}, twice; nothing is concluded from it. Calibrate again with a "
+                    f"{said}, twice; {lag.CONCLUDED_NOTHING}. Calibrate again with a "
                     "slower --time-scale on both servers, fewer requests at once "
                     "(--max-concurrency), or on a quieter machine."
                 )

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from specroute.bench.compare import most_behind
+from specroute.loadgen import lag
 from specroute.loadgen.spawn import spawned
-
-LAG_SAID = "nothing is concluded from it"  # calibrate's words where its servers fell behind
 
 
 @asynccontextmanager
@@ -48,7 +47,7 @@ def calibrated(code: int | None, output: str) -> None:
     """A calibration whose emulated servers fell behind their time scale twice at one level
     says so and concludes nothing: the test skips with its words rather than fail for the
     machine's sake; any other failure fails it."""
-    if code != 0 and LAG_SAID in output:
+    if code != 0 and lag.CONCLUDED_NOTHING in output:
         pytest.skip(output.strip().splitlines()[-1])
     assert code == 0, output
 

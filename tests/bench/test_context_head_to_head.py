@@ -395,10 +395,10 @@ async def test_context_crossover_on_gpus_of_their_own_live(
     a run's noise (they are a third behind). Ahead of the best single threshold in tokens
     (by 1.2 to 7.2% in four runs on two cores), less what more of a request's time its run
     lost to the router and the client (``elsewhere``: 3 to 12% there, the two policies' runs
-    up to 3 points apart); its median and p99 within noise of the threshold's. The median is mostly ahead (6 to 7% in
-    three runs on two cores), but it loses the 48-client phase to the threshold by 2 to 16%,
-    and one run's threshold had that phase so quick that the two medians tied (0.685 and
-    0.683 ms); the p99 was 0.3 to 17% lower in nine runs."""
+    up to 3 points apart); its median and p99 within noise of the threshold's. The median is
+    mostly ahead (6 to 7% in three runs on two cores), but it loses the 48-client phase to
+    the threshold by 2 to 16%, and one run's threshold had that phase so quick that the two
+    medians tied (0.685 and 0.683 ms); the p99 was 0.3 to 17% lower in nine runs."""
     async with emulator_pair(*SERVER) as (spec, base):
         config = router_config(tmp_path / "router.toml", spec, base, profile_path)
         policies = [BY_CONTEXT, BEST_THRESHOLD, *_STATIC]
